@@ -1,0 +1,136 @@
+//! The `Resource` trait: what the framework knows about a user's type.
+//!
+//! `#[derive(Resource)]` implements it from `#[resource(...)]` attributes; every later stage
+//! (storage keys, routes, discovery, OpenAPI, tables) reads the static [`ResourceInfo`].
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::runtime::field_error::FieldError;
+
+/// Whether objects live in a namespace or in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// `/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}`.
+    Namespaced,
+    /// `/apis/{group}/{version}/{plural}/{name}`.
+    Cluster,
+}
+
+/// A column of `kubectl get` (a `Table` column), as CRDs' `additionalPrinterColumns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header, e.g. `Reference`.
+    pub name: &'static str,
+    /// OpenAPI type: `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: &'static str,
+    /// OpenAPI format (`""` for none), e.g. `int32`, `name`.
+    pub format: &'static str,
+    /// A JSONPath into the object, e.g. `.spec.reference`.
+    pub json_path: &'static str,
+    /// Shown by `kubectl explain`-like tools; may be empty.
+    pub description: &'static str,
+    /// 0: always shown; larger: only with `-o wide`.
+    pub priority: i32,
+}
+
+/// Everything static about one kind: its names, scope, subresources and presentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceInfo {
+    /// API group, e.g. `wardle.example.com`.
+    pub group: &'static str,
+    /// API version, e.g. `v1alpha1`.
+    pub version: &'static str,
+    /// Kind, e.g. `Flunder`.
+    pub kind: &'static str,
+    /// Lower-case plural, the URL segment, e.g. `flunders`.
+    pub plural: &'static str,
+    /// Lower-case singular, e.g. `flunder`.
+    pub singular: &'static str,
+    /// Namespaced or cluster-scoped.
+    pub scope: Scope,
+    /// Short names for kubectl, e.g. `["fl"]`.
+    pub short_names: &'static [&'static str],
+    /// Categories for kubectl, e.g. `["all"]`.
+    pub categories: &'static [&'static str],
+    /// Whether the type has a `status` subresource (`/status`).
+    pub status: bool,
+    /// Extra columns for `kubectl get`.
+    pub printer_columns: &'static [PrinterColumn],
+    /// Fields usable in field selectors besides `metadata.name` and `metadata.namespace`,
+    /// as dotted paths, e.g. `spec.reference`.
+    pub selectable_fields: &'static [&'static str],
+}
+
+impl ResourceInfo {
+    /// `{group}/{version}`, or `{version}` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `{Kind}List`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// Whether objects live in namespaces.
+    pub fn namespaced(&self) -> bool {
+        self.scope == Scope::Namespaced
+    }
+
+    /// `{plural}.{group}`, the name kube-apiserver uses in messages (`flunders.wardle.example.com`).
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// `{Kind}.{group}`, as in `Flunder.wardle.example.com "x" is invalid`.
+    pub fn group_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.to_string()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+}
+
+/// A Kubernetes kind served by this server.
+///
+/// Derive it with `#[derive(Resource)]`; implement it by hand only for unusual types. The type
+/// is the stored shape: `metadata`, usually `spec` and `status`, without `apiVersion` and `kind`
+/// (the framework adds those from [`ResourceInfo`]).
+///
+/// The hook methods are the per-type part of the strategy (see
+/// [`registry::strategy`](crate::registry::strategy)); their defaults do nothing.
+pub trait Resource: Serialize + DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static {
+    /// The static description of this kind.
+    const INFO: ResourceInfo;
+
+    /// The object's metadata.
+    fn metadata(&self) -> &ObjectMeta;
+
+    /// The object's metadata, mutable.
+    fn metadata_mut(&mut self) -> &mut ObjectMeta;
+
+    /// Fills defaults on create and update, before validation.
+    fn default_fields(&mut self) {}
+
+    /// Validates a new object. Each error becomes one `details.causes` entry of a 422.
+    fn validate(&self) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Validates an update of `old` to `self`. Defaults to [`Resource::validate`].
+    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
+        let _ = old;
+        self.validate()
+    }
+}

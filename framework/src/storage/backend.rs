@@ -1,0 +1,174 @@
+//! The storage backend trait: a versioned key-value store.
+//!
+//! Everything above this trait speaks in objects; everything below it speaks in keys, bytes and
+//! revisions. The model is etcd's: one global revision that grows by one with every write, each
+//! key remembering the revision that created it and the one that last modified it.
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+
+/// A revision of the whole store. The first write is revision 1; 0 means "none" / "latest".
+pub type Revision = i64;
+
+/// One key at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    /// The full key, e.g. `/registry/wardle.example.com/flunders/default/my-flunder`.
+    pub key: String,
+    /// The stored bytes (JSON for every backend of this crate).
+    pub value: Bytes,
+    /// The revision of the write that created the key.
+    pub create_revision: Revision,
+    /// The revision of the last write to the key; this is the object's `resourceVersion`.
+    pub mod_revision: Revision,
+}
+
+/// What happened to a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// The key was created or its value replaced.
+    Put,
+    /// The key was deleted.
+    Delete,
+}
+
+/// One change, as seen by a watcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Put or delete.
+    pub event_type: EventType,
+    /// For a put, the new key-value. For a delete, the last value the key had, with
+    /// `mod_revision` set to the revision of the delete.
+    pub kv: KeyValue,
+    /// The value before this change (absent for a create).
+    pub prev_kv: Option<KeyValue>,
+}
+
+impl Event {
+    /// The revision of the write that made this event.
+    pub fn revision(&self) -> Revision {
+        self.kv.mod_revision
+    }
+}
+
+/// A page of a range read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListResult {
+    /// The keys in ascending key order.
+    pub items: Vec<KeyValue>,
+    /// The revision the read was served at.
+    pub revision: Revision,
+    /// Whether more keys follow the last one returned (only with a limit).
+    pub more: bool,
+    /// How many keys of the range remain after this page, when the backend knows.
+    pub remaining: Option<i64>,
+}
+
+/// A range read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListRequest {
+    /// Every key that starts with this prefix. Callers end it with `/`.
+    pub prefix: String,
+    /// Start strictly after this key (for pagination). `None`: from the start of the prefix.
+    pub start_after: Option<String>,
+    /// Read at this revision; 0 means the latest.
+    pub revision: Revision,
+    /// At most this many keys; 0 means no limit.
+    pub limit: usize,
+}
+
+/// A stream of events from a watch, in revision order.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, StorageError>> + Send>>;
+
+/// What can go wrong in storage. The registry layer turns these into API errors.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum StorageError {
+    /// Create of a key that exists.
+    #[error("key exists: {0}")]
+    KeyExists(String),
+    /// Read, update or delete of a key that does not exist.
+    #[error("key not found: {0}")]
+    NotFound(String),
+    /// A compare-and-swap saw another revision than expected.
+    #[error("conflict on {key}: expected revision {expected}, found {actual}")]
+    Conflict {
+        /// The key.
+        key: String,
+        /// The revision the caller expected.
+        expected: Revision,
+        /// The revision the key has.
+        actual: Revision,
+    },
+    /// The revision asked for has been compacted away (→ HTTP 410 Expired).
+    #[error("required revision {requested} has been compacted (oldest available {compacted})")]
+    Compacted {
+        /// The revision asked for.
+        requested: Revision,
+        /// The oldest revision still available.
+        compacted: Revision,
+    },
+    /// The revision asked for is in the future.
+    #[error("revision {requested} is newer than the current revision {current}")]
+    FutureRevision {
+        /// The revision asked for.
+        requested: Revision,
+        /// The store's current revision.
+        current: Revision,
+    },
+    /// The backend could not be reached or failed (→ HTTP 503/500).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else inside the backend.
+    #[error("storage error: {0}")]
+    Internal(String),
+}
+
+/// A versioned key-value store with a global revision, compare-and-swap writes, range reads at
+/// a revision and watches from a revision.
+///
+/// Implementations: [`memory`](crate::storage::memory), [`sqlite`](crate::storage::sqlite).
+/// Every implementation must pass [`conformance`](crate::storage::conformance).
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Reads one key at the latest revision.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError>;
+
+    /// Reads keys under a prefix, in key order, at one revision.
+    async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError>;
+
+    /// Creates a key that must not exist. Returns the new key-value.
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError>;
+
+    /// Replaces the value of a key whose `mod_revision` must equal `expected`.
+    async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+    ) -> Result<KeyValue, StorageError>;
+
+    /// Deletes a key; when `expected` is given its `mod_revision` must equal it. Returns the
+    /// deleted value, with `mod_revision` set to the revision of the delete.
+    async fn delete(&self, key: &str, expected: Option<Revision>)
+        -> Result<KeyValue, StorageError>;
+
+    /// Streams every change under `prefix` made after revision `after` (exclusive), in
+    /// revision order, forever. `after` older than the compacted revision yields
+    /// [`StorageError::Compacted`] (at once, or as the stream's first item).
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError>;
+
+    /// The revision of the latest write (0 for an empty store).
+    async fn current_revision(&self) -> Result<Revision, StorageError>;
+
+    /// Forgets history before `revision`: reads and watches from older revisions fail with
+    /// [`StorageError::Compacted`] afterwards. Current values are kept.
+    async fn compact(&self, revision: Revision) -> Result<(), StorageError>;
+
+    /// Whether the backend can serve requests (for `/readyz`).
+    async fn ready(&self) -> Result<(), StorageError> {
+        self.current_revision().await.map(|_| ())
+    }
+}
