@@ -3,6 +3,7 @@
 //! A framework for Kubernetes aggregated API servers.
 #![warn(missing_docs)]
 
+pub mod registry;
 pub mod runtime;
 pub mod storage;
 
