@@ -3,11 +3,21 @@
 //! A framework for Kubernetes aggregated API servers.
 #![warn(missing_docs)]
 
+pub mod auth;
+pub mod discovery;
+pub mod endpoints;
+pub mod error;
+pub mod filters;
+pub mod openapi;
 pub mod registry;
 pub mod runtime;
+pub mod server;
 pub mod storage;
+pub mod testing;
 
 pub use apiserver_macros::Resource;
+pub use error::{Error, Result};
+pub use server::{ApiGroup, ApiServer};
 pub use runtime::{FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope};
 
 /// Re-exports for generated code and users.

@@ -1,8 +1,21 @@
 //! `#[derive(Resource)]` for the `apiserver` framework.
+//!
+//! The derive runs in three stages, as serde_derive's: [`ast`] and [`attrs`] read the input
+//! into a small model, [`check`] reports every mistake at once through [`ctxt`], and
+//! [`expand`] generates the impls.
+
 use proc_macro::TokenStream;
 
-/// Derives `apiserver::Resource`.
+mod ast;
+mod attrs;
+mod check;
+mod ctxt;
+mod expand;
+mod names;
+
+#[doc = include_str!("docs/resource.md")]
 #[proc_macro_derive(Resource, attributes(resource))]
-pub fn derive_resource(_input: TokenStream) -> TokenStream {
-    TokenStream::new()
+pub fn derive_resource(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    expand::derive(&input).unwrap_or_else(syn::Error::into_compile_error).into()
 }

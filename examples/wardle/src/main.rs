@@ -1,1 +1,9 @@
-fn main() {}
+//! `wardle`: the sample-apiserver's API served by `apiserver`.
+
+use apiserver::ApiServer;
+
+#[tokio::main]
+async fn main() -> Result<(), apiserver::server::ServerError> {
+    apiserver::server::init_logging();
+    ApiServer::from_args().group(wardle::api_group()).run().await
+}

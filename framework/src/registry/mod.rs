@@ -1,3 +1,12 @@
 //! API semantics: REST storage traits, the generic store, strategies and group assembly.
 
+pub mod context;
+pub mod group;
+pub mod options;
+pub mod patch;
+pub mod rest;
+pub mod selector;
 pub mod served;
+pub mod store;
+pub mod strategy;
+pub mod validation;

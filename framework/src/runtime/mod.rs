@@ -1,6 +1,9 @@
 //! Object model: the [`Resource`] trait, static type information and field errors.
 
+pub mod duration;
 pub mod field_error;
+pub mod jsonpath;
+pub mod object;
 pub mod resource;
 
 pub use field_error::{FieldError, FieldErrorType};

@@ -1,8 +1,16 @@
 //! Storage: keys, bytes, revisions and watches. Nothing here knows HTTP or API semantics.
 
 pub mod backend;
+pub mod compactor;
+pub mod conformance;
+pub mod memory;
+mod mvcc;
+mod notify;
+pub mod sqlite;
 
 pub use backend::{
     Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
     StorageError,
 };
+pub use memory::MemoryBackend;
+pub use sqlite::SqliteBackend;

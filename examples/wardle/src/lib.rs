@@ -1,0 +1,106 @@
+//! The API of Kubernetes' sample-apiserver (`wardle.example.com/v1alpha1`), built with
+//! `apiserver`: `Flunder` (namespaced, with status) and `Fischer` (cluster-scoped).
+//!
+//! Clients written for the Go sample-apiserver work with this server unchanged.
+
+use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use apiserver::{ApiGroup, FieldError, Resource};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "wardle.example.com";
+
+/// A flunder: something that refers to another flunder or a fischer.
+#[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1alpha1",
+    kind = "Flunder",
+    namespaced,
+    status = "FlunderStatus",
+    shortnames = ["fl"],
+    categories = ["all", "wardle"],
+    printcolumn(name = "Reference", type = "string", json_path = ".spec.reference",
+                description = "The name of the flunder or fischer this flunder refers to"),
+    printcolumn(name = "Type", type = "string", json_path = ".spec.referenceType", priority = 1,
+                description = "Flunder or Fischer"),
+    selectable_field = ".spec.reference",
+    selectable_field = ".spec.referenceType",
+    defaults = default_flunder,
+    validate = validate_flunder
+)]
+pub struct Flunder {
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What the flunder refers to.
+    #[serde(default)]
+    pub spec: FlunderSpec,
+    /// What the server observed (nothing yet, as in sample-apiserver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<FlunderStatus>,
+}
+
+/// The desired state of a flunder.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlunderSpec {
+    /// A name of another flunder or fischer, depending on the reference type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The reference type: `Flunder` or `Fischer`; defaults to `Flunder` when a reference is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_type: Option<String>,
+}
+
+/// The observed state of a flunder.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FlunderStatus {}
+
+/// The reference types a flunder may have.
+pub const REFERENCE_TYPES: [&str; 2] = ["Flunder", "Fischer"];
+
+fn default_flunder(flunder: &mut Flunder) {
+    if flunder.spec.reference.is_some() && flunder.spec.reference_type.is_none() {
+        flunder.spec.reference_type = Some("Flunder".into());
+    }
+}
+
+fn validate_flunder(flunder: &Flunder) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if let Some(t) = &flunder.spec.reference_type {
+        if !REFERENCE_TYPES.contains(&t.as_str()) {
+            errors.push(FieldError::not_supported("spec.referenceType", t, &REFERENCE_TYPES));
+        }
+        if flunder.spec.reference.as_deref().unwrap_or_default().is_empty() {
+            errors.push(FieldError::required("spec.reference", "must be set when referenceType is set"));
+        }
+    }
+    errors
+}
+
+/// A fischer: a cluster-wide list of flunders that are not allowed.
+#[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1alpha1",
+    kind = "Fischer",
+    categories = ["wardle"],
+    printcolumn(name = "Disallowed", type = "string", json_path = ".disallowedFlunders",
+                description = "Names of flunders that may not be created")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Fischer {
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Names of flunders that are not allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_flunders: Vec<String>,
+}
+
+/// The `wardle.example.com` group with its one version.
+pub fn api_group() -> ApiGroup {
+    ApiGroup::new(GROUP).version("v1alpha1", |v| v.resource::<Flunder>().resource::<Fischer>())
+}

@@ -1,0 +1,159 @@
+//! End to end with kube-rs: `kube::Api<Flunder>` against the wardle server over TLS, and raw
+//! requests with bad input that must get kube-apiserver's `Status` and change nothing.
+
+use std::time::Duration;
+
+use apiserver::testing::TestServer;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use wardle::{Fischer, Flunder, FlunderSpec};
+
+async fn client(server: &TestServer) -> Client {
+    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn flunder(name: &str, reference: &str) -> Flunder {
+    let mut f = Flunder {
+        spec: FlunderSpec { reference: Some(reference.into()), reference_type: None },
+        ..Flunder::default()
+    };
+    f.metadata.name = Some(name.into());
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn typed_client_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), vec![wardle::api_group()]).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+
+    let created = api.create(&PostParams::default(), &flunder("k", "one")).await.unwrap();
+    assert_eq!(created.spec.reference_type.as_deref(), Some("Flunder"));
+    assert!(created.metadata.uid.is_some());
+    assert_eq!(created.metadata.generation, Some(1));
+
+    let list = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+
+    let watch_from = list.metadata.resource_version.clone().unwrap();
+    let mut stream = api.watch(&WatchParams::default().timeout(10), &watch_from).await.unwrap().boxed();
+
+    let mut changed = created.clone();
+    changed.spec.reference = Some("two".into());
+    let replaced = api.replace("k", &PostParams::default(), &changed).await.unwrap();
+    assert_eq!(replaced.metadata.generation, Some(2));
+
+    // The same stale object again: a conflict, and nothing changes.
+    let mut stale = changed.clone();
+    stale.spec.reference = Some("three".into());
+    let err = api.replace("k", &PostParams::default(), &stale).await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (409, "Conflict")),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(api.get("k").await.unwrap().spec.reference.as_deref(), Some("two"));
+
+    let patch = serde_json::json!({"spec": {"reference": "patched"}});
+    let patched = api.patch("k", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(patched.spec.reference.as_deref(), Some("patched"));
+
+    let event = tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.unwrap().unwrap();
+    match event {
+        Some(WatchEvent::Modified(f)) => assert_eq!(f.spec.reference.as_deref(), Some("two")),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+
+    let fischers: Api<Fischer> = Api::all(client);
+    let mut fischer = Fischer::default();
+    fischer.metadata.name = Some("fish".into());
+    fischer.disallowed_flunders = vec!["bad".into()];
+    fischers.create(&PostParams::default(), &fischer).await.unwrap();
+    assert_eq!(fischers.list(&ListParams::default()).await.unwrap().items.len(), 1);
+
+    api.delete("k", &DeleteParams::default()).await.unwrap();
+    assert!(api.get_opt("k").await.unwrap().is_none());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finalizers_hold_deletion() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), vec![wardle::api_group()]).await;
+    let api: Api<Flunder> = Api::namespaced(client(&server).await, "default");
+    let mut f = flunder("fin", "x");
+    f.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    api.create(&PostParams::default(), &f).await.unwrap();
+    api.delete("fin", &DeleteParams::default()).await.unwrap();
+    let held = api.get("fin").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    api.patch("fin", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert!(api.get_opt("fin").await.unwrap().is_none());
+    server.stop().await;
+}
+
+/// Sends a raw request and returns (code, parsed body).
+async fn raw(client: &Client, method: &str, path: &str, content_type: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(body)
+        .unwrap();
+    match client.request_text(request).await {
+        Ok(text) => (200, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))),
+        Err(kube::Error::Api(s)) => (s.code, serde_json::json!({"reason": s.reason, "message": s.message})),
+        Err(e) => panic!("request failed: {e:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_gets_status_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), vec![wardle::api_group()]).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &flunder("keep", "one")).await.unwrap();
+    let before = api.list(&ListParams::default()).await.unwrap().metadata.resource_version;
+
+    let coll = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+    let one = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders/keep";
+    let json = "application/json";
+    let cases: Vec<(&str, &str, &str, Vec<u8>, u16, &str)> = vec![
+        ("POST", coll, json, b"{not json".to_vec(), 400, "BadRequest"),
+        ("POST", coll, "application/yaml", b"a: [".to_vec(), 400, "BadRequest"),
+        ("POST", coll, json, br#"{"apiVersion":"v1","kind":"Flunder","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", coll, json, br#"{"apiVersion":"wardle.example.com/v1alpha1","kind":"Fischer","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", coll, json, br#"{"metadata":{"name":"Not_A_Name"}}"#.to_vec(), 422, "Invalid"),
+        ("POST", coll, json, br#"{"metadata":{"name":"x","namespace":"other"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", coll, json, br#"{"metadata":{"name":"x"},"spec":{"referenceType":"Bogus","reference":"r"}}"#.to_vec(), 422, "Invalid"),
+        ("POST", coll, json, br#"{"metadata":{"name":"keep"}}"#.to_vec(), 409, "AlreadyExists"),
+        ("POST", coll, "application/vnd.kubernetes.protobuf", b"\x00".to_vec(), 415, "UnsupportedMediaType"),
+        ("POST", &format!("{coll}?bogus=1"), json, br#"{"metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", &format!("{coll}?fieldValidation=Strict"), json, br#"{"metadata":{"name":"x"},"spec":{"nope":1}}"#.to_vec(), 400, "BadRequest"),
+        ("PATCH", one, "text/plain", b"{}".to_vec(), 415, "UnsupportedMediaType"),
+        ("PATCH", one, "application/json-patch+json", br#"[{"op":"test","path":"/spec/reference","value":"zzz"}]"#.to_vec(), 422, "Invalid"),
+        ("PATCH", one, "application/merge-patch+json", br#"{"metadata":{"resourceVersion":"1"}}"#.to_vec(), 409, "Conflict"),
+        ("PUT", one, json, br#"{"metadata":{"name":"other"}}"#.to_vec(), 400, "BadRequest"),
+        ("GET", &format!("{coll}?limit=abc"), json, Vec::new(), 400, "BadRequest"),
+        ("GET", &format!("{coll}?fieldSelector=spec.nope%3Dx"), json, Vec::new(), 400, "BadRequest"),
+        ("GET", &format!("{coll}?continue=garbage"), json, Vec::new(), 400, "BadRequest"),
+    ];
+    for (method, path, content_type, body, code, reason) in cases {
+        let (got, status) = raw(&client, method, path, content_type, body).await;
+        assert_eq!((got, status["reason"].as_str().unwrap_or_default()), (code, reason), "{method} {path}: {status}");
+    }
+    let huge = vec![b' '; 3 * 1024 * 1024 + 10];
+    let (got, _) = raw(&client, "POST", coll, json, huge).await;
+    assert_eq!(got, 413);
+
+    let after = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(after.items.len(), 1);
+    assert_eq!(after.metadata.resource_version, before, "bad input changed storage");
+    server.stop().await;
+}

@@ -1,0 +1,149 @@
+//! Client-certificate authentication: the TLS layer puts the peer's certificate chain in the
+//! request extensions ([`PeerCertificates`]); this authenticator verifies it against the
+//! client CA and maps it to a user as kube's `CommonNameUserConversion` does (CN → name, O → groups).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use sha2::{Digest, Sha256};
+
+use super::{user::UserInfo, AuthError, Authenticator};
+use crate::server::serve::PeerCertificates;
+use crate::server::tls::{crypto_provider, TlsError};
+
+/// How long a verified chain is trusted without re-verifying, so an HTTP/2 connection's
+/// thousands of requests cost one signature check, while a replaced CA takes effect soon.
+const CACHE_TTL_SECS: i64 = 60;
+/// Bound on cached chains; past it the cache is simply cleared (misses only cost a verify).
+const CACHE_MAX_ENTRIES: usize = 4096;
+
+/// A verified user and the unix time until which it may be served from the cache.
+#[derive(Clone)]
+struct CachedUser {
+    user: Option<UserInfo>,
+    valid_until: i64,
+}
+
+/// Authenticates requests by their verified client certificate.
+///
+/// It re-verifies the chain against its own CA bundle rather than trusting the handshake:
+/// the TLS layer accepts certificates of every CA the server knows (client CA and, later,
+/// the request-header CA), and only the client CA may assert arbitrary user names.
+pub struct X509Authenticator {
+    verifier: Arc<dyn ClientCertVerifier>,
+    cache: Mutex<HashMap<[u8; 32], CachedUser>>,
+}
+
+impl std::fmt::Debug for X509Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("X509Authenticator").finish_non_exhaustive()
+    }
+}
+
+impl X509Authenticator {
+    /// An authenticator trusting the given client CA certificates.
+    pub fn new(client_ca: &[CertificateDer<'static>]) -> Result<Self, TlsError> {
+        let roots = crate::server::tls::root_store(client_ca)?;
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
+                .build()
+                .map_err(|e| TlsError::Invalid(format!("client CA: {e}")))?;
+        Ok(Self {
+            verifier,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// An authenticator trusting the CA certificates of a PEM bundle.
+    pub fn from_pem(client_ca_pem: &[u8]) -> Result<Self, TlsError> {
+        Self::new(&crate::server::certs::parse_certs_pem(client_ca_pem)?)
+    }
+
+    /// Verifies a chain (leaf first) and maps it to a user; `Ok(None)` if the leaf has no CN.
+    pub fn authenticate_chain(
+        &self,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, AuthError> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Ok(None);
+        };
+        let key = chain_digest(chain);
+        let now = jiff::Timestamp::now().as_second();
+        if let Some(hit) = self.cached(&key, now) {
+            return Ok(hit);
+        }
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map_err(|e| AuthError::InvalidCertificate(format!("verifying certificate: {e}")))?;
+        let (user, not_after) = user_from_certificate(leaf)?;
+        self.remember(key, user.clone(), not_after.min(now + CACHE_TTL_SECS));
+        Ok(user)
+    }
+
+    fn cached(&self, key: &[u8; 32], now: i64) -> Option<Option<UserInfo>> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(key)
+            .filter(|c| c.valid_until > now)
+            .map(|c| c.user.clone())
+    }
+
+    fn remember(&self, key: [u8; 32], user: Option<UserInfo>, valid_until: i64) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= CACHE_MAX_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, CachedUser { user, valid_until });
+    }
+}
+
+#[async_trait]
+impl Authenticator for X509Authenticator {
+    async fn authenticate(
+        &self,
+        parts: &http::request::Parts,
+    ) -> Result<Option<UserInfo>, AuthError> {
+        match parts.extensions.get::<PeerCertificates>() {
+            Some(peer) => self.authenticate_chain(peer.chain()),
+            None => Ok(None),
+        }
+    }
+}
+
+/// SHA-256 over the whole chain: two chains with the same leaf but different intermediates
+/// must not share a verdict.
+fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for cert in chain {
+        hasher.update((cert.len() as u64).to_be_bytes());
+        hasher.update(cert.as_ref());
+    }
+    hasher.finalize().into()
+}
+
+/// kube's `CommonNameUserConversion`: the subject's CN is the user name (the last one, as Go's
+/// `pkix.Name` keeps), its O values are the groups; no CN means no user. Also returns the
+/// leaf's expiry, which bounds how long the result may be cached.
+fn user_from_certificate(leaf: &CertificateDer<'_>) -> Result<(Option<UserInfo>, i64), AuthError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| AuthError::InvalidCertificate(format!("parsing certificate: {e}")))?;
+    let subject = cert.subject();
+    let not_after = cert.validity().not_after.timestamp();
+    let name = subject
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok())
+        .last();
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        return Ok((None, not_after));
+    };
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .map(str::to_string);
+    let user = UserInfo::new(name, groups).with_authenticated_group();
+    Ok((Some(user), not_after))
+}

@@ -1,0 +1,111 @@
+//! Aggregated discovery (`apidiscovery.k8s.io/v2` and `v2beta1` `APIGroupDiscoveryList`): every
+//! group, version and resource in one document at `/apis`, which kubectl and client-go ask for
+//! first and which the aggregator merges into the cluster's own.
+
+use kube_core::discovery::v2::{
+    APIGroupDiscovery, APIGroupDiscoveryList, APIResourceDiscovery, APISubresourceDiscovery,
+    APIVersionDiscovery, GroupVersionKind,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Map, Value};
+
+use super::legacy::{non_empty, sorted_verbs};
+use crate::registry::served::{ServedGroup, ServedResource, ServedVersion};
+use crate::runtime::ResourceInfo;
+
+/// The API group of the aggregated discovery types.
+pub(super) const GROUP: &str = "apidiscovery.k8s.io";
+/// The kind a client names in `Accept` (`as=APIGroupDiscoveryList`).
+pub(super) const KIND: &str = "APIGroupDiscoveryList";
+
+/// The document for `apidiscovery.k8s.io/{version}` (`v2` or `v2beta1`, same shape).
+pub(super) fn document(groups: &[ServedGroup], version: &str) -> Value {
+    // All our groups share kube's default priority, so, like kube, they are sorted by name.
+    let mut items: Vec<APIGroupDiscovery> = groups.iter().map(group).collect();
+    items.sort_by(|a, b| group_name(a).cmp(group_name(b)));
+    let list = APIGroupDiscoveryList { metadata: Some(Default::default()), items };
+    let mut value = serde_json::to_value(list).expect("APIGroupDiscoveryList serializes");
+    omit_empty_lists(&mut value);
+    if let Value::Object(map) = &mut value {
+        map.insert("kind".into(), KIND.into());
+        map.insert("apiVersion".into(), format!("{GROUP}/{version}").into());
+    }
+    value
+}
+
+fn group_name(group: &APIGroupDiscovery) -> &str {
+    group.metadata.as_ref().and_then(|m| m.name.as_deref()).unwrap_or_default()
+}
+
+fn group(group: &ServedGroup) -> APIGroupDiscovery {
+    APIGroupDiscovery {
+        metadata: Some(ObjectMeta { name: Some(group.name.clone()), ..ObjectMeta::default() }),
+        versions: group.versions.iter().map(version).collect(),
+    }
+}
+
+fn version(version: &ServedVersion) -> APIVersionDiscovery {
+    let mut resources: Vec<APIResourceDiscovery> = version.resources.iter().map(resource).collect();
+    resources.sort_by(|a, b| a.resource.cmp(&b.resource));
+    APIVersionDiscovery {
+        version: Some(version.version.clone()),
+        resources,
+        freshness: Some("Current".into()),
+    }
+}
+
+fn resource(resource: &ServedResource) -> APIResourceDiscovery {
+    let info = &resource.info;
+    let mut subresources: Vec<APISubresourceDiscovery> = resource
+        .subresources
+        .iter()
+        .map(|sub| APISubresourceDiscovery {
+            subresource: Some(sub.name.clone()),
+            // Subresources served by the framework (status) return the parent's kind.
+            response_kind: Some(gvk(info)),
+            accepted_types: Vec::new(),
+            verbs: sorted_verbs(&sub.verbs),
+        })
+        .collect();
+    subresources.sort_by(|a, b| a.subresource.cmp(&b.subresource));
+    APIResourceDiscovery {
+        resource: Some(info.plural.to_string()),
+        response_kind: Some(gvk(info)),
+        scope: Some(if info.namespaced() { "Namespaced" } else { "Cluster" }.into()),
+        singular_resource: Some(info.singular.to_string()),
+        verbs: sorted_verbs(&resource.verbs),
+        short_names: non_empty(info.short_names).unwrap_or_default(),
+        categories: non_empty(info.categories).unwrap_or_default(),
+        subresources,
+    }
+}
+
+fn gvk(info: &ResourceInfo) -> GroupVersionKind {
+    GroupVersionKind {
+        group: Some(info.group.to_string()),
+        version: Some(info.version.to_string()),
+        kind: Some(info.kind.to_string()),
+    }
+}
+
+/// Drops empty `shortNames`, `categories`, `subresources` and `acceptedTypes`: kube-core always
+/// writes these lists, Go omits them when empty (`omitempty`).
+fn omit_empty_lists(value: &mut Value) {
+    const OMIT_EMPTY: [&str; 4] = ["shortNames", "categories", "subresources", "acceptedTypes"];
+    match value {
+        Value::Object(map) => {
+            drop_empty(map, &OMIT_EMPTY);
+            map.values_mut().for_each(omit_empty_lists);
+        }
+        Value::Array(items) => items.iter_mut().for_each(omit_empty_lists),
+        _ => {}
+    }
+}
+
+fn drop_empty(map: &mut Map<String, Value>, keys: &[&str]) {
+    for key in keys {
+        if map.get(*key).and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            map.remove(*key);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Resource handlers: one per verb. Each decodes its parameters and body, calls the storage
+//! and encodes the answer; none touches storage directly.
+
+mod read;
+mod watch;
+mod write;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+
+use crate::endpoints::installer::{InstalledResource, InstalledResources};
+use crate::endpoints::params::Query;
+use crate::endpoints::request_info::RequestInfo;
+use crate::endpoints::response::add_warnings;
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::server::serve::ShutdownSignal;
+
+/// Shared state of the resource handlers.
+#[derive(Debug)]
+pub struct ApiState {
+    /// Installed resources.
+    pub resources: InstalledResources,
+    /// Largest accepted request body, in bytes (kube-apiserver: 3 MiB).
+    pub max_body_bytes: usize,
+    /// Ends watches when the server shuts down.
+    pub shutdown: ShutdownSignal,
+}
+
+/// Everything a verb handler needs.
+pub(crate) struct Call {
+    pub(crate) parts: Parts,
+    pub(crate) body: Body,
+    pub(crate) info: RequestInfo,
+    pub(crate) resource: Arc<InstalledResource>,
+    pub(crate) ctx: RequestContext,
+    pub(crate) query: Query,
+    pub(crate) state: Arc<ApiState>,
+}
+
+/// The axum handler of every `/apis/{group}/{version}/...` resource path.
+pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let info = parts
+        .extensions
+        .get::<RequestInfo>()
+        .cloned()
+        .unwrap_or_else(|| RequestInfo::parse(&parts.method, parts.uri.path(), parts.uri.query()));
+    let call = match prepare(state, parts, body, info) {
+        Ok(call) => call,
+        Err(e) => return e.into_response(),
+    };
+    let ctx = call.ctx.clone();
+    let mut response = dispatch(call).await.unwrap_or_else(IntoResponse::into_response);
+    add_warnings(&mut response, &ctx.warnings());
+    response
+}
+
+fn prepare(state: Arc<ApiState>, parts: Parts, body: Body, info: RequestInfo) -> Result<Call> {
+    if !info.is_resource_request {
+        return Err(Error::path_not_found());
+    }
+    let path = if info.subresource.is_empty() {
+        info.resource.clone()
+    } else {
+        format!("{}/{}", info.resource, info.subresource)
+    };
+    let resource = state
+        .resources
+        .get(&info.api_group, &info.api_version, &path)
+        .ok_or_else(Error::path_not_found)?;
+    check_scope(&resource, &info)?;
+    let query = Query::parse(parts.uri.query(), &info.verb)?;
+    let ctx = match info.namespace.as_str() {
+        "" => RequestContext::cluster(),
+        ns => RequestContext::namespaced(ns),
+    };
+    Ok(Call { parts, body, info, resource, ctx, query, state })
+}
+
+/// A namespaced kind is reachable without a namespace only to list and watch across all
+/// namespaces; a cluster-scoped kind never under a namespace.
+fn check_scope(resource: &InstalledResource, info: &RequestInfo) -> Result<()> {
+    let namespaced = resource.storage.info.namespaced();
+    let collection_read = matches!(info.verb.as_str(), "list" | "watch");
+    match (namespaced, info.namespace.is_empty()) {
+        (true, true) if !collection_read => Err(Error::path_not_found()),
+        (false, false) => Err(Error::path_not_found()),
+        _ => Ok(()),
+    }
+}
+
+async fn dispatch(call: Call) -> Result<Response> {
+    match call.info.verb.as_str() {
+        "get" => read::get(call).await,
+        "list" => read::list(call).await,
+        "watch" => watch::watch(call).await,
+        "create" => write::create(call).await,
+        "update" => write::update(call).await,
+        "patch" => write::patch(call).await,
+        "delete" => write::delete(call).await,
+        "deletecollection" => write::delete_collection(call).await,
+        _ => Err(Error::method_not_allowed()),
+    }
+}
+
+/// The storage capability a verb needs, or 405.
+pub(crate) fn require<'a, T: ?Sized>(
+    capability: &'a Option<Arc<T>>,
+    call: &Call,
+) -> Result<&'a Arc<T>> {
+    capability
+        .as_ref()
+        .ok_or_else(|| Error::method_not_supported(&call.resource.storage.info, &call.info.verb))
+}

@@ -1,0 +1,36 @@
+//! get and list.
+
+use axum::response::Response;
+use http::{header, StatusCode};
+
+use super::{require, Call};
+use crate::endpoints::negotiation::{negotiate, Endpoint};
+use crate::endpoints::response::{respond, shape_list, shape_object};
+use crate::error::Result;
+
+pub(crate) fn accept(call: &Call) -> Option<&str> {
+    call.parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
+}
+
+pub(crate) async fn get(call: Call) -> Result<Response> {
+    let target = negotiate(accept(&call), Endpoint::Object)?;
+    let include = call.query.include_object()?;
+    let getter = require(&call.resource.storage.getter, &call)?;
+    let options = call.query.get_options()?;
+    let object = getter.get(&call.ctx, &call.info.name, &options).await?;
+    let body = shape_object(target, object, &call.resource.table, include);
+    respond(StatusCode::OK, target, &body)
+}
+
+pub(crate) async fn list(call: Call) -> Result<Response> {
+    let target = negotiate(accept(&call), Endpoint::List)?;
+    let include = call.query.include_object()?;
+    let lister = require(&call.resource.storage.lister, &call)?;
+    let options = call.query.list_options()?;
+    let list = lister.list(&call.ctx, &options).await?;
+    let info = &call.resource.storage.info;
+    let body = shape_list(target, info, list, &call.resource.table, include);
+    respond(StatusCode::OK, target, &body)
+}
+
+pub(crate) use accept as accept_header;

@@ -1,0 +1,49 @@
+//! watch: a chunked stream of `{"type": ..., "object": ...}` lines, one per event, ended by
+//! the watch's timeout, the client, or server shutdown.
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{header, HeaderValue, StatusCode};
+use serde_json::json;
+
+use super::read::accept_header;
+use super::{require, Call};
+use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint};
+use crate::endpoints::response::shape_object;
+use crate::error::{Error, Result};
+use crate::registry::rest::WatchEventType;
+
+pub(crate) async fn watch(call: Call) -> Result<Response> {
+    let target = negotiate(accept_header(&call), Endpoint::Watch)?;
+    if target.encoding != Encoding::Json {
+        return Err(Error::not_acceptable(
+            "only the following media types are accepted for watch: application/json",
+        ));
+    }
+    let include = call.query.include_object()?;
+    let watcher = require(&call.resource.storage.watcher, &call)?;
+    let options = call.query.list_options()?;
+    let events = watcher.watch(&call.ctx, &options).await?;
+    let resource = call.resource.clone();
+    let shutdown = call.state.shutdown.clone();
+    let lines = events
+        .map(move |event| {
+            let object = match event.type_ {
+                WatchEventType::Error | WatchEventType::Bookmark => event.object,
+                _ => shape_object(target, event.object, &resource.table, include),
+            };
+            let mut line = serde_json::to_vec(&json!({"type": event.type_.as_str(), "object": object}))
+                .unwrap_or_default();
+            line.push(b'\n');
+            Ok::<Bytes, std::io::Error>(Bytes::from(line))
+        })
+        .take_until(async move { shutdown.cancelled().await });
+    let mut response = Response::new(Body::from_stream(lines));
+    *response.status_mut() = StatusCode::OK;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(target.content_type()));
+    Ok(response)
+}

@@ -1,0 +1,209 @@
+//! create, update, patch, delete and deletecollection.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use http::{header, StatusCode};
+use serde_json::{json, Value};
+
+use super::read::accept_header;
+use super::{require, Call};
+use crate::endpoints::negotiation::{body_encoding, decode_body, negotiate, Endpoint};
+use crate::endpoints::response::{respond, shape_list, shape_object};
+use crate::error::{status_json, Error, Result};
+use crate::registry::options::DeleteOptions;
+use crate::registry::patch::{apply_patch, PatchType};
+use crate::registry::rest::{DeleteOutcome, UpdateFn};
+use crate::runtime::object;
+use crate::runtime::ResourceInfo;
+
+/// Reads the body, refusing one larger than the limit with 413.
+async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
+    let body = std::mem::take(&mut call.body);
+    let limit = call.state.max_body_bytes;
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            Error::too_large(limit)
+        } else {
+            Error::bad_request(format!("failed to read the request body: {e}"))
+        }
+    })
+}
+
+fn content_type(call: &Call) -> Option<&str> {
+    call.parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+}
+
+/// Decodes an object body and checks its `apiVersion` and `kind` against the URL, filling
+/// them in when absent as kube-apiserver does.
+async fn read_object(call: &mut Call) -> Result<Value> {
+    let encoding = body_encoding(content_type(call))?;
+    let bytes = read_body(call).await?;
+    let mut object = decode_body(&bytes, encoding)?;
+    check_type(&call.resource.storage.info, &mut object)?;
+    Ok(object)
+}
+
+fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
+    let expected_version = info.api_version();
+    let map = object.as_object_mut().ok_or_else(|| Error::bad_request("the request body must be an object"))?;
+    match map.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        None => {
+            map.insert("apiVersion".into(), json!(expected_version));
+        }
+        Some(v) if v != expected_version => {
+            return Err(Error::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({expected_version})"
+            )))
+        }
+        Some(_) => {}
+    }
+    match map.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        None => {
+            map.insert("kind".into(), json!(info.kind));
+        }
+        Some(k) if k != info.kind => {
+            return Err(Error::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                info.kind
+            )))
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+fn respond_object(call: &Call, code: StatusCode, object: Value) -> Result<Response> {
+    let target = negotiate(accept_header(call), Endpoint::Object)?;
+    let include = call.query.include_object()?;
+    let body = shape_object(target, object, &call.resource.table, include);
+    respond(code, target, &body)
+}
+
+pub(crate) async fn create(mut call: Call) -> Result<Response> {
+    negotiate(accept_header(&call), Endpoint::Object)?;
+    let creater = require(&call.resource.storage.creater, &call)?.clone();
+    let options = call.query.write_options()?;
+    if !call.info.name.is_empty() {
+        return Err(Error::method_not_allowed());
+    }
+    let object = read_object(&mut call).await?;
+    let created = creater.create(&call.ctx, object, &options).await?;
+    respond_object(&call, StatusCode::CREATED, created)
+}
+
+pub(crate) async fn update(mut call: Call) -> Result<Response> {
+    negotiate(accept_header(&call), Endpoint::Object)?;
+    let updater = require(&call.resource.storage.updater, &call)?.clone();
+    let options = call.query.write_options()?;
+    let object = Arc::new(read_object(&mut call).await?);
+    let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
+    let (stored, created) = updater.update(&call.ctx, &call.info.name, update, &options).await?;
+    let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+    respond_object(&call, code, stored)
+}
+
+pub(crate) async fn patch(mut call: Call) -> Result<Response> {
+    negotiate(accept_header(&call), Endpoint::Object)?;
+    if !call.resource.storage.can_patch() {
+        return Err(Error::method_not_supported(&call.resource.storage.info, "patch"));
+    }
+    let updater = require(&call.resource.storage.updater, &call)?.clone();
+    let options = call.query.write_options()?;
+    let patch_type = content_type(&call).and_then(PatchType::from_content_type).ok_or_else(|| {
+        Error::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: {}",
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+        ))
+    })?;
+    if patch_type == PatchType::Apply {
+        return Err(Error::unsupported_media_type(
+            "server-side apply (application/apply-patch+yaml) is not supported by this server",
+        ));
+    }
+    let body = read_body(&mut call).await?;
+    let info = call.resource.storage.info;
+    let schema = call.resource.storage.patch_schema.clone();
+    let name = call.info.name.clone();
+    let update: UpdateFn = Arc::new(move |current| {
+        let current = current.ok_or_else(|| Error::not_found(&info, &name))?;
+        let mut patched = apply_patch(patch_type, current, &body, &schema)
+            .map_err(|e| Error::new(e.status_code(), reason_for(e.status_code()), e.to_string()))?;
+        check_type(&info, &mut patched)?;
+        Ok(patched)
+    });
+    let (stored, _) = updater.update(&call.ctx, &call.info.name, update, &options).await?;
+    respond_object(&call, StatusCode::OK, stored)
+}
+
+fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        409 => "Conflict",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        _ => "InternalError",
+    }
+}
+
+/// `DeleteOptions` from the query, overridden by a body when one is sent.
+async fn delete_options(call: &mut Call) -> Result<DeleteOptions> {
+    let mut options = call.query.delete_options()?;
+    let bytes = read_body(call).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(options);
+    }
+    let encoding = body_encoding(content_type(call).or(Some("application/json")))?;
+    let body = decode_body(&bytes, encoding)?;
+    let body: k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions =
+        serde_json::from_value(body).map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))?;
+    if let Some(dry_run) = body.dry_run {
+        options.dry_run = dry_run.iter().any(|d| d == "All");
+    }
+    if let Some(p) = body.preconditions {
+        options.precondition_uid = p.uid;
+        options.precondition_resource_version = p.resource_version;
+    }
+    options.grace_period_seconds = body.grace_period_seconds.or(options.grace_period_seconds);
+    options.propagation_policy = body.propagation_policy.or(options.propagation_policy);
+    Ok(options)
+}
+
+pub(crate) async fn delete(mut call: Call) -> Result<Response> {
+    let target = negotiate(accept_header(&call), Endpoint::Object)?;
+    let deleter = require(&call.resource.storage.deleter, &call)?.clone();
+    let options = delete_options(&mut call).await?;
+    match deleter.delete(&call.ctx, &call.info.name, &options).await? {
+        DeleteOutcome::Pending(object) => respond_object(&call, StatusCode::ACCEPTED, object),
+        DeleteOutcome::Deleted(object) => {
+            let info = &call.resource.storage.info;
+            let status = kube_core::response::Status {
+                status: Some(kube_core::response::StatusSummary::Success),
+                details: Some(kube_core::response::StatusDetails {
+                    name: call.info.name.clone(),
+                    group: info.group.to_string(),
+                    kind: info.plural.to_string(),
+                    uid: object::meta_str(&object, "uid").unwrap_or_default().to_string(),
+                    causes: Vec::new(),
+                    retry_after_seconds: 0,
+                }),
+                ..Default::default()
+            };
+            respond(StatusCode::OK, crate::endpoints::negotiation::Target { shape: crate::endpoints::negotiation::Shape::Object, ..target }, &status_json(&status))
+        }
+    }
+}
+
+pub(crate) async fn delete_collection(mut call: Call) -> Result<Response> {
+    let target = negotiate(accept_header(&call), Endpoint::List)?;
+    let deleter = require(&call.resource.storage.collection_deleter, &call)?.clone();
+    let list_options = call.query.list_options()?;
+    let options = delete_options(&mut call).await?;
+    let deleted = deleter.delete_collection(&call.ctx, &options, &list_options).await?;
+    let include = call.query.include_object()?;
+    let info = &call.resource.storage.info;
+    let body = shape_list(target, info, deleted, &call.resource.table, include);
+    respond(StatusCode::OK, target, &body)
+}

@@ -1,0 +1,228 @@
+//! Content negotiation: which encoding and which shape (object, `Table`,
+//! `PartialObjectMetadata`) a client asked for in `Accept`, and how a body is encoded by its
+//! `Content-Type`. An unsupported media type is a 406 or 415, never a silent fallback.
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// The wire encoding of a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/json`.
+    Json,
+    /// `application/yaml`.
+    Yaml,
+}
+
+/// The shape of a response, from the `as`, `g` and `v` parameters of `Accept`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The object or list as stored.
+    Object,
+    /// `meta.k8s.io/v1` `Table`.
+    Table,
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` (single objects, watch events).
+    PartialObjectMetadata,
+    /// `meta.k8s.io/v1` `PartialObjectMetadataList` (lists).
+    PartialObjectMetadataList,
+}
+
+/// What a response should be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// JSON or YAML.
+    pub encoding: Encoding,
+    /// Object, Table or metadata only.
+    pub shape: Shape,
+}
+
+impl Target {
+    /// Plain JSON objects.
+    pub const JSON: Target = Target { encoding: Encoding::Json, shape: Shape::Object };
+
+    /// The `Content-Type` of a response in this target.
+    pub fn content_type(&self) -> &'static str {
+        match (self.encoding, self.shape) {
+            (Encoding::Json, Shape::Object) => "application/json",
+            (Encoding::Yaml, Shape::Object) => "application/yaml",
+            (Encoding::Json, Shape::Table) => "application/json;as=Table;v=v1;g=meta.k8s.io",
+            (Encoding::Yaml, Shape::Table) => "application/yaml;as=Table;v=v1;g=meta.k8s.io",
+            (Encoding::Json, Shape::PartialObjectMetadata) => {
+                "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+            }
+            (Encoding::Yaml, Shape::PartialObjectMetadata) => {
+                "application/yaml;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+            }
+            (Encoding::Json, Shape::PartialObjectMetadataList) => {
+                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+            }
+            (Encoding::Yaml, Shape::PartialObjectMetadataList) => {
+                "application/yaml;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+            }
+        }
+    }
+}
+
+/// Which shapes an endpoint can produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// get, and writes that return an object.
+    Object,
+    /// list and deletecollection.
+    List,
+    /// watch: events carry single objects.
+    Watch,
+    /// Anything that returns only plain objects or `Status`.
+    Plain,
+}
+
+const ACCEPTED: &str = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
+
+struct MediaRange<'a> {
+    essence: String,
+    params: Vec<(String, &'a str)>,
+    q: f32,
+}
+
+fn parse_range(range: &str) -> MediaRange<'_> {
+    let mut parts = range.split(';');
+    let essence = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    let mut params = Vec::new();
+    let mut q = 1.0;
+    for p in parts {
+        let Some((k, v)) = p.split_once('=') else { continue };
+        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"'));
+        if k == "q" {
+            q = v.parse().unwrap_or(0.0);
+        } else {
+            params.push((k, v));
+        }
+    }
+    MediaRange { essence, params, q }
+}
+
+/// Picks the response target for `accept` at an endpoint of kind `endpoint`.
+pub fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Target> {
+    let accept = accept.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("application/json");
+    let mut ranges: Vec<MediaRange> = accept.split(',').map(parse_range).collect();
+    ranges.sort_by(|a, b| b.q.partial_cmp(&a.q).unwrap_or(std::cmp::Ordering::Equal));
+    ranges
+        .iter()
+        .filter(|r| r.q > 0.0)
+        .find_map(|r| acceptable(r, endpoint))
+        .ok_or_else(|| Error::not_acceptable(format!("only the following media types are accepted: {ACCEPTED}")))
+}
+
+fn acceptable(range: &MediaRange, endpoint: Endpoint) -> Option<Target> {
+    let encoding = match range.essence.as_str() {
+        "application/json" | "application/*" | "*/*" | "*" => Encoding::Json,
+        "application/yaml" => Encoding::Yaml,
+        _ => return None,
+    };
+    let param = |name: &str| range.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    let shape = match param("as") {
+        None => Shape::Object,
+        Some(kind) => {
+            if param("g") != Some("meta.k8s.io") || param("v") != Some("v1") {
+                return None;
+            }
+            let shape = match kind {
+                "Table" => Shape::Table,
+                "PartialObjectMetadata" => Shape::PartialObjectMetadata,
+                "PartialObjectMetadataList" => Shape::PartialObjectMetadataList,
+                _ => return None,
+            };
+            let fits = match (endpoint, shape) {
+                (Endpoint::Plain, _) => false,
+                (_, Shape::Table) => true,
+                (Endpoint::Object | Endpoint::Watch, Shape::PartialObjectMetadata) => true,
+                (Endpoint::List, Shape::PartialObjectMetadataList) => true,
+                _ => false,
+            };
+            if !fits {
+                return None;
+            }
+            shape
+        }
+    };
+    Some(Target { encoding, shape })
+}
+
+/// How a request body is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyEncoding {
+    /// JSON.
+    Json,
+    /// YAML (converted to JSON on decode).
+    Yaml,
+}
+
+/// Reads `Content-Type` of a create or update body.
+pub fn body_encoding(content_type: Option<&str>) -> Result<BodyEncoding> {
+    let essence = content_type
+        .map(|c| c.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    match essence.as_str() {
+        "application/json" => Ok(BodyEncoding::Json),
+        "application/yaml" => Ok(BodyEncoding::Yaml),
+        _ => Err(Error::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: {ACCEPTED}"
+        ))),
+    }
+}
+
+/// Decodes a body into JSON. Malformed input is a 400 that says where it broke.
+pub fn decode_body(bytes: &[u8], encoding: BodyEncoding) -> Result<Value> {
+    let value: Value = match encoding {
+        BodyEncoding::Json => serde_json::from_slice(bytes)
+            .map_err(|e| Error::bad_request(format!("json: cannot unmarshal request body: {e}")))?,
+        BodyEncoding::Yaml => serde_yaml::from_slice(bytes)
+            .map_err(|e| Error::bad_request(format!("yaml: cannot unmarshal request body: {e}")))?,
+    };
+    if !value.is_object() {
+        return Err(Error::bad_request("the request body must be an object"));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_get_asks_for_a_table() {
+        let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        let t = negotiate(Some(accept), Endpoint::List).unwrap();
+        assert_eq!(t.shape, Shape::Table);
+        assert_eq!(negotiate(Some(accept), Endpoint::Plain).unwrap(), Target::JSON);
+    }
+
+    #[test]
+    fn metadata_only_fits_its_endpoint() {
+        let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        assert_eq!(negotiate(Some(one), Endpoint::Object).unwrap().shape, Shape::PartialObjectMetadata);
+        assert_eq!(negotiate(Some(one), Endpoint::List).unwrap_err().code(), 406);
+        let list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+        assert_eq!(negotiate(Some(list), Endpoint::List).unwrap().shape, Shape::PartialObjectMetadataList);
+    }
+
+    #[test]
+    fn unsupported_types_are_refused() {
+        assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf"), Endpoint::Object).unwrap_err().code(), 406);
+        assert_eq!(negotiate(Some("text/html"), Endpoint::Object).unwrap_err().code(), 406);
+        assert_eq!(negotiate(Some("application/yaml"), Endpoint::Object).unwrap().encoding, Encoding::Yaml);
+        assert_eq!(negotiate(None, Endpoint::Object).unwrap(), Target::JSON);
+        assert_eq!(negotiate(Some("*/*"), Endpoint::Object).unwrap(), Target::JSON);
+        assert_eq!(body_encoding(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code(), 415);
+        assert_eq!(body_encoding(Some("application/json; charset=utf-8")).unwrap(), BodyEncoding::Json);
+    }
+
+    #[test]
+    fn malformed_bodies_are_bad_requests() {
+        assert_eq!(decode_body(b"{", BodyEncoding::Json).unwrap_err().code(), 400);
+        assert_eq!(decode_body(b"[1]", BodyEncoding::Json).unwrap_err().code(), 400);
+        assert_eq!(decode_body(b"a: [", BodyEncoding::Yaml).unwrap_err().code(), 400);
+        assert!(decode_body(b"a: 1", BodyEncoding::Yaml).unwrap().is_object());
+    }
+}

@@ -1,0 +1,112 @@
+//! Request info: the verb, group, version, namespace, resource, name and subresource a
+//! request is for, read from method, path and query as kube-apiserver's `RequestInfoFactory`
+//! does. Routing, authorization and audit all read it.
+
+use http::Method;
+
+/// What a resource request is about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// Whether the path is a resource path (`/apis/{g}/{v}/...`) rather than e.g. `/healthz`.
+    pub is_resource_request: bool,
+    /// The request path.
+    pub path: String,
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`, or
+    /// the lower-cased HTTP method for non-resource requests.
+    pub verb: String,
+    /// API group.
+    pub api_group: String,
+    /// API version.
+    pub api_version: String,
+    /// Namespace, empty when none.
+    pub namespace: String,
+    /// Resource (plural), e.g. `flunders`.
+    pub resource: String,
+    /// Subresource, e.g. `status`.
+    pub subresource: String,
+    /// Object name, empty for collections.
+    pub name: String,
+}
+
+impl RequestInfo {
+    /// Reads the request info of `method path?query`.
+    pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+        let mut info = RequestInfo {
+            path: path.to_string(),
+            verb: method.as_str().to_ascii_lowercase(),
+            ..RequestInfo::default()
+        };
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if parts.len() < 4 || parts[0] != "apis" {
+            return info;
+        }
+        info.api_group = parts[1].to_string();
+        info.api_version = parts[2].to_string();
+        let mut rest = &parts[3..];
+        if rest[0] == "namespaces" && rest.len() >= 2 {
+            info.namespace = rest[1].to_string();
+            rest = &rest[2..];
+            if rest.is_empty() {
+                // `/apis/g/v/namespaces/x` names the namespace object itself.
+                return info;
+            }
+        }
+        if rest.len() > 3 {
+            return info;
+        }
+        info.is_resource_request = true;
+        info.resource = rest[0].to_string();
+        info.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
+        info.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
+        info.verb = resource_verb(method, !info.name.is_empty(), is_watch(query)).to_string();
+        info
+    }
+}
+
+fn is_watch(query: Option<&str>) -> bool {
+    query.unwrap_or_default().split('&').any(|kv| matches!(kv, "watch=true" | "watch=1"))
+}
+
+fn resource_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
+    match (method.as_str(), has_name) {
+        ("GET" | "HEAD", _) if watch => "watch",
+        ("GET" | "HEAD", true) => "get",
+        ("GET" | "HEAD", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(method: Method, path: &str, query: Option<&str>) -> RequestInfo {
+        RequestInfo::parse(&method, path, query)
+    }
+
+    #[test]
+    fn namespaced_paths() {
+        let i = parse(Method::GET, "/apis/wardle.example.com/v1alpha1/namespaces/ns/flunders/x/status", None);
+        assert!(i.is_resource_request);
+        assert_eq!((i.verb.as_str(), i.namespace.as_str(), i.resource.as_str(), i.name.as_str(), i.subresource.as_str()),
+            ("get", "ns", "flunders", "x", "status"));
+        let w = parse(Method::GET, "/apis/g/v/namespaces/ns/flunders", Some("watch=true&labelSelector=a"));
+        assert_eq!(w.verb, "watch");
+        assert_eq!(parse(Method::DELETE, "/apis/g/v/namespaces/ns/flunders", None).verb, "deletecollection");
+        assert!(!parse(Method::GET, "/apis/g/v/namespaces/ns", None).is_resource_request);
+    }
+
+    #[test]
+    fn cluster_paths() {
+        let i = parse(Method::PUT, "/apis/g/v/fischers/f", None);
+        assert_eq!((i.verb.as_str(), i.resource.as_str(), i.name.as_str()), ("update", "fischers", "f"));
+        assert_eq!(parse(Method::GET, "/apis/g/v/flunders", None).verb, "list");
+        assert!(!parse(Method::GET, "/healthz", None).is_resource_request);
+        assert!(!parse(Method::GET, "/apis/g/v/a/b/c/d", None).is_resource_request);
+    }
+}

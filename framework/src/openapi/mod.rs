@@ -1,0 +1,1 @@
+//! OpenAPI v2 and v3 documents.

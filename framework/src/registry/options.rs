@@ -1,0 +1,84 @@
+//! Options of the REST verbs, decoded from query parameters and bodies by `endpoints` and
+//! handed to storage. They mirror `meta.k8s.io/v1` `GetOptions`, `ListOptions`, ... .
+
+use crate::registry::selector::{FieldSelector, LabelSelector};
+
+/// How `resourceVersion` on a list is to be interpreted (`resourceVersionMatch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResourceVersionMatch {
+    /// Not given: `resourceVersion` unset means latest, `"0"` means any, `N` not older than N.
+    #[default]
+    Unset,
+    /// `NotOlderThan`.
+    NotOlderThan,
+    /// `Exact`.
+    Exact,
+}
+
+/// Server-side field validation of request bodies (`fieldValidation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Unknown or duplicate fields are dropped silently.
+    Ignore,
+    /// Dropped, with a `Warning` header (the default).
+    #[default]
+    Warn,
+    /// Rejected with 400.
+    Strict,
+}
+
+/// `GetOptions`.
+#[derive(Clone, Debug, Default)]
+pub struct GetOptions {
+    /// `resourceVersion`: `"0"` means any version may be served (from cache).
+    pub resource_version: Option<String>,
+}
+
+/// `ListOptions`, for list and watch.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// `labelSelector`.
+    pub label_selector: Option<LabelSelector>,
+    /// `fieldSelector`.
+    pub field_selector: Option<FieldSelector>,
+    /// `limit`; 0 means none.
+    pub limit: usize,
+    /// `continue`.
+    pub continue_token: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `resourceVersionMatch`.
+    pub resource_version_match: ResourceVersionMatch,
+    /// `timeoutSeconds` (watch).
+    pub timeout_seconds: Option<u64>,
+    /// `allowWatchBookmarks`.
+    pub allow_watch_bookmarks: bool,
+    /// `sendInitialEvents` (watch).
+    pub send_initial_events: Option<bool>,
+}
+
+/// Options of create, update and patch.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+    /// `fieldManager`.
+    pub field_manager: Option<String>,
+    /// `fieldValidation`.
+    pub field_validation: FieldValidation,
+}
+
+/// `DeleteOptions`, from the body and the query.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `preconditions.uid`.
+    pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub precondition_resource_version: Option<String>,
+    /// `gracePeriodSeconds` (accepted; objects of this framework have no grace period).
+    pub grace_period_seconds: Option<i64>,
+    /// `propagationPolicy` (accepted; garbage collection is the cluster's).
+    pub propagation_policy: Option<String>,
+}

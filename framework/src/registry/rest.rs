@@ -1,0 +1,271 @@
+//! REST storage: the verbs one path of a `VersionedResourcesStorageMap` supports.
+//!
+//! Each verb is a trait of its own, so a storage states its capabilities in its type; a
+//! [`RestStorage`] bundles the ones a path has, and the installer registers exactly those
+//! routes and discovery verbs. The generic [`Store`](crate::registry::store::Store) implements
+//! all of them; a computed or external resource implements only what it can.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::Stream;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::registry::context::RequestContext;
+use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOptions};
+use crate::registry::patch::PatchSchema;
+use crate::registry::served::SchemaFn;
+use crate::runtime::ResourceInfo;
+
+/// A page of objects, as a `{Kind}List` without its `apiVersion` and `kind`.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectList {
+    /// The objects, each with `apiVersion`, `kind` and `metadata.resourceVersion`.
+    pub items: Vec<Value>,
+    /// `metadata.resourceVersion` of the list.
+    pub resource_version: String,
+    /// `metadata.continue`, when more pages follow.
+    pub continue_token: Option<String>,
+    /// `metadata.remainingItemCount`, when known.
+    pub remaining_item_count: Option<i64>,
+}
+
+/// The type of a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchEventType {
+    /// `ADDED`.
+    Added,
+    /// `MODIFIED`.
+    Modified,
+    /// `DELETED`.
+    Deleted,
+    /// `BOOKMARK`: only `metadata.resourceVersion` is meaningful.
+    Bookmark,
+    /// `ERROR`: the object is a `Status`.
+    Error,
+}
+
+impl WatchEventType {
+    /// The wire name, e.g. `ADDED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+            Self::Bookmark => "BOOKMARK",
+            Self::Error => "ERROR",
+        }
+    }
+}
+
+/// One event of a watch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchEvent {
+    /// What happened.
+    pub type_: WatchEventType,
+    /// The object (a `Status` for errors).
+    pub object: Value,
+}
+
+/// A stream of watch events; it ends when the watch ends.
+pub type WatchStream = Pin<Box<dyn Stream<Item = WatchEvent> + Send>>;
+
+/// Produces the new object of an update from the current one (`None` when it does not exist).
+/// Called again when a concurrent write forces a retry.
+pub type UpdateFn = Arc<dyn Fn(Option<&Value>) -> Result<Value> + Send + Sync>;
+
+/// `get`.
+#[async_trait]
+pub trait Getter: Send + Sync {
+    /// Reads one object.
+    async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value>;
+}
+
+/// `list`.
+#[async_trait]
+pub trait Lister: Send + Sync {
+    /// Reads a page of objects.
+    async fn list(&self, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList>;
+}
+
+/// `create`.
+#[async_trait]
+pub trait Creater: Send + Sync {
+    /// Creates an object from a decoded body.
+    async fn create(&self, ctx: &RequestContext, object: Value, options: &WriteOptions)
+        -> Result<Value>;
+}
+
+/// `update` and `patch`: both are a function of the current object.
+#[async_trait]
+pub trait Updater: Send + Sync {
+    /// Replaces object `name` with what `update` makes of it. Returns the stored object and
+    /// whether it was created.
+    async fn update(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Value, bool)>;
+}
+
+/// What a delete did.
+#[derive(Clone, Debug)]
+pub enum DeleteOutcome {
+    /// The object is gone; this was its last state.
+    Deleted(Value),
+    /// The object has finalizers: it now has a `deletionTimestamp` and stays until they are
+    /// removed.
+    Pending(Value),
+}
+
+/// `delete`.
+#[async_trait]
+pub trait GracefulDeleter: Send + Sync {
+    /// Deletes one object, or marks it for deletion when it has finalizers.
+    async fn delete(&self, ctx: &RequestContext, name: &str, options: &DeleteOptions)
+        -> Result<DeleteOutcome>;
+}
+
+/// `deletecollection`.
+#[async_trait]
+pub trait CollectionDeleter: Send + Sync {
+    /// Deletes every object the list options select; returns them.
+    async fn delete_collection(
+        &self,
+        ctx: &RequestContext,
+        delete: &DeleteOptions,
+        list: &ListOptions,
+    ) -> Result<ObjectList>;
+}
+
+/// `watch`.
+#[async_trait]
+pub trait Watcher: Send + Sync {
+    /// Starts a watch. Errors found before the stream starts are returned; later ones
+    /// (an expired resourceVersion, for one) are `ERROR` events.
+    async fn watch(&self, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream>;
+}
+
+/// The verbs one path (`flunders`, `flunders/status`) supports, with what describes its type.
+#[derive(Clone)]
+pub struct RestStorage {
+    /// The kind served at this path.
+    pub info: ResourceInfo,
+    /// Its JSON schema, for OpenAPI.
+    pub schema: SchemaFn,
+    /// Merge keys for strategic merge patch, from the schema.
+    pub patch_schema: Arc<PatchSchema>,
+    /// `get`.
+    pub getter: Option<Arc<dyn Getter>>,
+    /// `list`.
+    pub lister: Option<Arc<dyn Lister>>,
+    /// `create`.
+    pub creater: Option<Arc<dyn Creater>>,
+    /// `update`, and `patch` when there is also a getter.
+    pub updater: Option<Arc<dyn Updater>>,
+    /// `delete`.
+    pub deleter: Option<Arc<dyn GracefulDeleter>>,
+    /// `deletecollection`.
+    pub collection_deleter: Option<Arc<dyn CollectionDeleter>>,
+    /// `watch`.
+    pub watcher: Option<Arc<dyn Watcher>>,
+}
+
+impl std::fmt::Debug for RestStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestStorage")
+            .field("kind", &self.info.kind)
+            .field("verbs", &self.verbs())
+            .finish()
+    }
+}
+
+impl RestStorage {
+    /// A storage with no verbs yet, for `info` and the schema of `T`.
+    pub fn new<T: schemars::JsonSchema>(info: ResourceInfo) -> Self {
+        Self {
+            info,
+            schema: crate::registry::served::schema_of::<T>,
+            patch_schema: Arc::new(PatchSchema::for_type::<T>()),
+            getter: None,
+            lister: None,
+            creater: None,
+            updater: None,
+            deleter: None,
+            collection_deleter: None,
+            watcher: None,
+        }
+    }
+
+    /// Adds `get`.
+    pub fn with_getter(mut self, getter: Arc<dyn Getter>) -> Self {
+        self.getter = Some(getter);
+        self
+    }
+
+    /// Adds `list`.
+    pub fn with_lister(mut self, lister: Arc<dyn Lister>) -> Self {
+        self.lister = Some(lister);
+        self
+    }
+
+    /// Adds `create`.
+    pub fn with_creater(mut self, creater: Arc<dyn Creater>) -> Self {
+        self.creater = Some(creater);
+        self
+    }
+
+    /// Adds `update` (and `patch`, with a getter).
+    pub fn with_updater(mut self, updater: Arc<dyn Updater>) -> Self {
+        self.updater = Some(updater);
+        self
+    }
+
+    /// Adds `delete`.
+    pub fn with_deleter(mut self, deleter: Arc<dyn GracefulDeleter>) -> Self {
+        self.deleter = Some(deleter);
+        self
+    }
+
+    /// Adds `deletecollection`.
+    pub fn with_collection_deleter(mut self, deleter: Arc<dyn CollectionDeleter>) -> Self {
+        self.collection_deleter = Some(deleter);
+        self
+    }
+
+    /// Adds `watch`.
+    pub fn with_watcher(mut self, watcher: Arc<dyn Watcher>) -> Self {
+        self.watcher = Some(watcher);
+        self
+    }
+
+    /// Whether `patch` is served: it needs both `get` and `update`.
+    pub fn can_patch(&self) -> bool {
+        self.getter.is_some() && self.updater.is_some()
+    }
+
+    /// The discovery verbs, in kube-apiserver's (alphabetical) order.
+    pub fn verbs(&self) -> Vec<&'static str> {
+        let mut verbs = Vec::new();
+        let has = [
+            ("create", self.creater.is_some()),
+            ("delete", self.deleter.is_some()),
+            ("deletecollection", self.collection_deleter.is_some()),
+            ("get", self.getter.is_some()),
+            ("list", self.lister.is_some()),
+            ("patch", self.can_patch()),
+            ("update", self.updater.is_some()),
+            ("watch", self.watcher.is_some()),
+        ];
+        for (verb, present) in has {
+            if present {
+                verbs.push(verb);
+            }
+        }
+        verbs
+    }
+}

@@ -1,0 +1,53 @@
+//! Label and field selectors applied to objects of one kind.
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::registry::options::ListOptions;
+use crate::registry::selector::{field_value, FieldSelector, LabelSelector};
+use crate::runtime::object;
+use crate::runtime::ResourceInfo;
+
+/// The selectors of a list or watch.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Filter {
+    labels: Option<LabelSelector>,
+    fields: Option<FieldSelector>,
+}
+
+impl Filter {
+    /// Takes the selectors of `options`, refusing fields `info` does not declare selectable.
+    pub(crate) fn new(info: &ResourceInfo, options: &ListOptions) -> Result<Self> {
+        let labels = options.label_selector.clone().filter(|s| !s.is_everything());
+        let fields = options.field_selector.clone().filter(|s| !s.is_everything());
+        if let Some(fields) = &fields {
+            let mut allowed = vec!["metadata.name"];
+            if info.namespaced() {
+                allowed.push("metadata.namespace");
+            }
+            allowed.extend_from_slice(info.selectable_fields);
+            fields
+                .validate_fields(&allowed)
+                .map_err(|e| Error::bad_request(e.message().to_string()))?;
+        }
+        Ok(Self { labels, fields })
+    }
+
+    /// Whether every object matches.
+    pub(crate) fn is_everything(&self) -> bool {
+        self.labels.is_none() && self.fields.is_none()
+    }
+
+    /// Whether `object` is selected.
+    pub(crate) fn matches(&self, object: &Value) -> bool {
+        if let Some(labels) = &self.labels {
+            if !labels.matches(&object::labels(object)) {
+                return false;
+            }
+        }
+        match &self.fields {
+            Some(fields) => fields.matches_with(|field| field_value(object, field)),
+            None => true,
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! List: one page at one revision, selectors applied, `continue` tokens as kube-apiserver
+//! writes them (so a client cannot tell the difference).
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use super::codec::decode_stored;
+use super::filter::Filter;
+use super::Inner;
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::options::{ListOptions, ResourceVersionMatch};
+use crate::registry::rest::ObjectList;
+use crate::storage::{ListRequest, Revision, StorageError};
+
+/// How many keys one backend read fetches when selectors may drop most of them.
+const SELECTOR_PAGE: usize = 500;
+
+/// How long a list waits for a `resourceVersion` not yet reached before a 504.
+const FUTURE_REVISION_WAIT: Duration = Duration::from_secs(3);
+
+/// The decoded `continue` parameter: the revision of the first page and where to go on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinueToken {
+    /// Always `meta.k8s.io/v1`.
+    pub v: String,
+    /// The revision every page is read at.
+    pub rv: Revision,
+    /// The key (relative to the list prefix) to start at, inclusive.
+    pub start: String,
+}
+
+impl ContinueToken {
+    /// Encodes as kube does: unpadded URL-safe base64 of the JSON.
+    pub fn encode(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    /// Decodes, or a 400 that says the token is malformed.
+    pub fn decode(token: &str) -> Result<Self> {
+        let bad = |_| Error::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token.trim_end_matches('='))
+            .map_err(|e| bad(e.to_string()))?;
+        let token: ContinueToken = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        if token.v != "meta.k8s.io/v1" || token.rv <= 0 || token.start.contains("..") {
+            return Err(bad(String::new()));
+        }
+        Ok(token)
+    }
+}
+
+pub(crate) async fn list(inner: &Inner, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList> {
+    let filter = Filter::new(&inner.info, options)?;
+    let prefix = inner.list_prefix(ctx);
+    let (revision, mut start_after) = start_point(inner, options, &prefix).await?;
+    let limit = options.limit;
+    let mut out = ObjectList::default();
+    let mut revision = revision;
+    loop {
+        let page_size = if limit == 0 { 0 } else if filter.is_everything() { limit - out.items.len() } else { SELECTOR_PAGE.max(limit) };
+        let request = ListRequest { prefix: prefix.clone(), start_after: start_after.clone(), revision, limit: page_size };
+        let page = inner.backend.list(&request).await.map_err(|e| list_error(inner, e))?;
+        revision = page.revision;
+        let count = page.items.len();
+        for (i, kv) in page.items.iter().enumerate() {
+            start_after = Some(kv.key.clone());
+            let object = decode_stored(kv)?;
+            if !filter.matches(&object) {
+                continue;
+            }
+            out.items.push(object);
+            if limit > 0 && out.items.len() == limit {
+                let left_in_page = count - i - 1;
+                if left_in_page > 0 || page.more {
+                    let relative = kv.key[prefix.len()..].to_string();
+                    let token = ContinueToken { v: "meta.k8s.io/v1".into(), rv: revision, start: format!("{relative}\u{0}") };
+                    out.continue_token = Some(token.encode());
+                    if filter.is_everything() {
+                        out.remaining_item_count = page.remaining.map(|r| r + left_in_page as i64);
+                    }
+                }
+                out.resource_version = revision.to_string();
+                return Ok(out);
+            }
+        }
+        if !page.more {
+            break;
+        }
+    }
+    out.resource_version = revision.to_string();
+    Ok(out)
+}
+
+/// The revision to read at and the key to start after, from `continue` or `resourceVersion`.
+async fn start_point(inner: &Inner, options: &ListOptions, prefix: &str) -> Result<(Revision, Option<String>)> {
+    let rv = options.resource_version.as_deref().filter(|s| !s.is_empty());
+    if let Some(token) = &options.continue_token {
+        if rv.is_some_and(|rv| rv != "0") {
+            return Err(Error::bad_request("specifying resource version is not allowed when using continue"));
+        }
+        let token = ContinueToken::decode(token)?;
+        let start = token.start.trim_end_matches('\u{0}');
+        return Ok((token.rv, Some(format!("{prefix}{start}"))));
+    }
+    match (rv, options.resource_version_match) {
+        (None, ResourceVersionMatch::Unset) => Ok((0, None)),
+        (None, _) => Err(Error::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")),
+        (Some("0"), ResourceVersionMatch::Exact) => Err(Error::bad_request(
+            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        )),
+        (Some(rv), matching) => {
+            let rv = parse_resource_version(rv)?;
+            if matching == ResourceVersionMatch::Exact {
+                return Ok((rv, None));
+            }
+            wait_for_revision(inner, rv).await?;
+            Ok((0, None))
+        }
+    }
+}
+
+/// Parses a client's resourceVersion.
+pub(crate) fn parse_resource_version(rv: &str) -> Result<Revision> {
+    rv.parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| Error::bad_request(format!("invalid resource version: {rv:?}")))
+}
+
+/// "Not older than": the store must have reached `rv`; wait a little if it has not.
+async fn wait_for_revision(inner: &Inner, rv: Revision) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + FUTURE_REVISION_WAIT;
+    loop {
+        let current = inner.backend.current_revision().await.map_err(|e| list_error(inner, e))?;
+        if current >= rv {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let mut e = Error::timeout(format!("Too large resource version: {rv}, current: {current}"));
+            e = e.with_retry_after(1);
+            return Err(e);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn list_error(inner: &Inner, e: StorageError) -> Error {
+    match e {
+        StorageError::Compacted { .. } => Error::expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        ),
+        other => inner.storage_error("", other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_token_round_trips_like_kube() {
+        let token = ContinueToken { v: "meta.k8s.io/v1".into(), rv: 42, start: "default/b\u{0}".into() };
+        let encoded = token.encode();
+        assert!(!encoded.contains('='));
+        assert_eq!(ContinueToken::decode(&encoded).unwrap(), token);
+        assert_eq!(ContinueToken::decode("not-base64!").unwrap_err().code(), 400);
+    }
+}

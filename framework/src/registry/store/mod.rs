@@ -1,0 +1,225 @@
+//! The generic `Store<T>`: every REST verb over a storage [`Backend`], with the strategy.
+//!
+//! It owns API semantics (names, uid, timestamps, resourceVersion, generation, finalizers,
+//! preconditions, dry run, selectors, pagination, watch) and knows nothing of HTTP. Storage
+//! keys follow kube-apiserver: `{prefix}/{group}/{plural}/{namespace}/{name}`.
+
+mod codec;
+mod delete;
+mod filter;
+mod list;
+mod watch;
+mod write;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOptions};
+use crate::registry::rest::{
+    CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, ObjectList,
+    RestStorage, UpdateFn, Updater, WatchStream, Watcher,
+};
+use crate::registry::strategy::UpdateTarget;
+use crate::runtime::{Resource, ResourceInfo, Scope};
+use crate::storage::{Backend, StorageError};
+
+pub use list::ContinueToken;
+
+/// The default storage prefix, as kube-apiserver's `--etcd-prefix`.
+pub const DEFAULT_PREFIX: &str = "/registry";
+
+/// The generic store of one resource type.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use apiserver::registry::store::Store;
+/// # use apiserver::storage::MemoryBackend;
+/// # fn f<T: apiserver::Resource>() {
+/// let store = Store::<T>::new(Arc::new(MemoryBackend::new()), "/registry");
+/// let storage = store.rest_storage();          // `flunders`
+/// let status = store.status_rest_storage();    // `flunders/status`
+/// # }
+/// ```
+pub struct Store<T: Resource> {
+    inner: Arc<Inner>,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T: Resource> Clone for Store<T> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone(), _type: PhantomData }
+    }
+}
+
+/// What every verb of a store needs; not generic, so most code is compiled once.
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn Backend>,
+    /// `{prefix}/{group}/{plural}/`.
+    pub(crate) key_root: String,
+    pub(crate) info: ResourceInfo,
+}
+
+impl Inner {
+    /// The key of one object.
+    pub(crate) fn key(&self, ctx: &RequestContext, name: &str) -> Result<String> {
+        match self.info.scope {
+            Scope::Cluster => Ok(format!("{}{name}", self.key_root)),
+            Scope::Namespaced => match &ctx.namespace {
+                Some(ns) => Ok(format!("{}{ns}/{name}", self.key_root)),
+                None => Err(Error::bad_request("a namespace is required for this resource")),
+            },
+        }
+    }
+
+    /// The prefix a list or watch reads: one namespace, or all of them.
+    pub(crate) fn list_prefix(&self, ctx: &RequestContext) -> String {
+        match (&self.info.scope, &ctx.namespace) {
+            (Scope::Namespaced, Some(ns)) => format!("{}{ns}/", self.key_root),
+            _ => self.key_root.clone(),
+        }
+    }
+
+    /// Maps a storage error of an operation on object `name` to the API error.
+    pub(crate) fn storage_error(&self, name: &str, err: StorageError) -> Error {
+        match err {
+            StorageError::NotFound(_) => Error::not_found(&self.info, name),
+            StorageError::KeyExists(_) => Error::already_exists(&self.info, name),
+            StorageError::Conflict { .. } => Error::conflict(&self.info, name),
+            StorageError::Compacted { requested, compacted } => Error::expired(format!(
+                "too old resource version: {requested} ({compacted})"
+            )),
+            StorageError::FutureRevision { requested, current } => Error::timeout(format!(
+                "Too large resource version: {requested}, current: {current}"
+            )),
+            StorageError::Unavailable(m) => Error::service_unavailable(m),
+            StorageError::Internal(m) => Error::internal(m),
+        }
+    }
+}
+
+impl<T: Resource> Store<T> {
+    /// A store of `T` on `backend`, with keys under `prefix` (usually `/registry`).
+    pub fn new(backend: Arc<dyn Backend>, prefix: &str) -> Self {
+        let info = T::INFO;
+        let key_root = format!("{}/{}/{}/", prefix.trim_end_matches('/'), info.group, info.plural);
+        let inner = Arc::new(Inner { backend, key_root, info });
+        Self { inner, _type: PhantomData }
+    }
+
+    /// The static description of `T`.
+    pub fn info(&self) -> &ResourceInfo {
+        &self.inner.info
+    }
+
+    /// Every verb of the main resource (`flunders`).
+    pub fn rest_storage(&self) -> RestStorage {
+        let me = Arc::new(self.clone());
+        RestStorage::new::<T>(T::INFO)
+            .with_getter(me.clone())
+            .with_lister(me.clone())
+            .with_creater(me.clone())
+            .with_updater(me.clone())
+            .with_deleter(me.clone())
+            .with_collection_deleter(me.clone())
+            .with_watcher(me)
+    }
+
+    /// `get`, `update` and `patch` of the status subresource (`flunders/status`).
+    pub fn status_rest_storage(&self) -> RestStorage {
+        let status = Arc::new(StatusStore(self.clone()));
+        RestStorage::new::<T>(T::INFO).with_getter(status.clone()).with_updater(status)
+    }
+}
+
+#[async_trait]
+impl<T: Resource> Getter for Store<T> {
+    async fn get(&self, ctx: &RequestContext, name: &str, _: &GetOptions) -> Result<Value> {
+        let key = self.inner.key(ctx, name)?;
+        let kv = self.inner.backend.get(&key).await;
+        match kv.map_err(|e| self.inner.storage_error(name, e))? {
+            Some(kv) => codec::decode_stored(&kv),
+            None => Err(Error::not_found(&self.inner.info, name)),
+        }
+    }
+}
+
+#[async_trait]
+impl<T: Resource> Lister for Store<T> {
+    async fn list(&self, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList> {
+        list::list(&self.inner, ctx, options).await
+    }
+}
+
+#[async_trait]
+impl<T: Resource> Creater for Store<T> {
+    async fn create(&self, ctx: &RequestContext, object: Value, options: &WriteOptions) -> Result<Value> {
+        write::create::<T>(&self.inner, ctx, object, options).await
+    }
+}
+
+#[async_trait]
+impl<T: Resource> Updater for Store<T> {
+    async fn update(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Value, bool)> {
+        write::update::<T>(&self.inner, ctx, name, update, options, UpdateTarget::Main).await
+    }
+}
+
+#[async_trait]
+impl<T: Resource> GracefulDeleter for Store<T> {
+    async fn delete(&self, ctx: &RequestContext, name: &str, options: &DeleteOptions) -> Result<DeleteOutcome> {
+        delete::delete(&self.inner, ctx, name, options).await
+    }
+}
+
+#[async_trait]
+impl<T: Resource> CollectionDeleter for Store<T> {
+    async fn delete_collection(
+        &self,
+        ctx: &RequestContext,
+        delete: &DeleteOptions,
+        list: &ListOptions,
+    ) -> Result<ObjectList> {
+        delete::delete_collection(&self.inner, ctx, delete, list).await
+    }
+}
+
+#[async_trait]
+impl<T: Resource> Watcher for Store<T> {
+    async fn watch(&self, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream> {
+        watch::watch(self.inner.clone(), ctx, options).await
+    }
+}
+
+/// The `status` subresource of a [`Store`]: reads the object, writes only its status.
+pub struct StatusStore<T: Resource>(Store<T>);
+
+#[async_trait]
+impl<T: Resource> Getter for StatusStore<T> {
+    async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value> {
+        self.0.get(ctx, name, options).await
+    }
+}
+
+#[async_trait]
+impl<T: Resource> Updater for StatusStore<T> {
+    async fn update(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Value, bool)> {
+        write::update::<T>(&self.0.inner, ctx, name, update, options, UpdateTarget::Status).await
+    }
+}

@@ -1,0 +1,162 @@
+//! Watch: initial state when asked, then the backend's events, filtered by selectors, with
+//! bookmarks and a timeout. Each watch runs as a task writing into a bounded channel, so a
+//! client that stops reading stops only its own watch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::codec::{decode_stored, set_type_meta};
+use super::filter::Filter;
+use super::list::parse_resource_version;
+use super::Inner;
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::options::ListOptions;
+use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
+use crate::storage::{Event, EventStream, EventType, ListRequest, Revision, StorageError};
+
+/// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Without `timeoutSeconds`, a watch ends after a random time in [30 min, 60 min), as
+/// kube-apiserver's `--min-request-timeout` does, to spread reconnects.
+const MIN_REQUEST_TIMEOUT: u64 = 1800;
+
+/// Events buffered per watcher before the watcher's task waits for the client.
+const CHANNEL_CAPACITY: usize = 256;
+
+struct WatchPlan {
+    filter: Filter,
+    bookmarks: bool,
+    initial_events_end: bool,
+    timeout: Duration,
+}
+
+pub(crate) async fn watch(inner: Arc<Inner>, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream> {
+    let filter = Filter::new(&inner.info, options)?;
+    let prefix = inner.list_prefix(ctx);
+    let rv = options.resource_version.as_deref().filter(|s| !s.is_empty() && *s != "0");
+    let send_initial = options.send_initial_events.unwrap_or(rv.is_none());
+    let timeout = options
+        .timeout_seconds
+        .map(Duration::from_secs)
+        .unwrap_or_else(|| Duration::from_secs(rand::rng().random_range(MIN_REQUEST_TIMEOUT..2 * MIN_REQUEST_TIMEOUT)));
+    let plan = WatchPlan {
+        filter,
+        bookmarks: options.allow_watch_bookmarks,
+        initial_events_end: options.send_initial_events == Some(true),
+        timeout,
+    };
+    let (initial, from) = match rv {
+        Some(rv) if !send_initial => (Vec::new(), parse_resource_version(rv)?),
+        _ => initial_state(&inner, &prefix, &plan.filter).await?,
+    };
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let events = inner.backend.watch(&prefix, from).await;
+    tokio::spawn(run(inner, plan, initial, from, events, tx));
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// Every selected object at the latest revision, as ADDED events, and that revision.
+async fn initial_state(inner: &Inner, prefix: &str, filter: &Filter) -> Result<(Vec<WatchEvent>, Revision)> {
+    let request = ListRequest { prefix: prefix.to_string(), ..ListRequest::default() };
+    let page = inner.backend.list(&request).await.map_err(|e| inner.storage_error("", e))?;
+    let mut events = Vec::new();
+    for kv in &page.items {
+        let object = decode_stored(kv)?;
+        if filter.matches(&object) {
+            events.push(WatchEvent { type_: WatchEventType::Added, object });
+        }
+    }
+    Ok((events, page.revision))
+}
+
+async fn run(
+    inner: Arc<Inner>,
+    plan: WatchPlan,
+    initial: Vec<WatchEvent>,
+    from: Revision,
+    events: Result<EventStream, StorageError>,
+    tx: mpsc::Sender<WatchEvent>,
+) {
+    let deadline = tokio::time::sleep(plan.timeout);
+    tokio::pin!(deadline);
+    for event in initial {
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+    let mut last = from;
+    if plan.initial_events_end && tx.send(bookmark(&inner, last, true)).await.is_err() {
+        return;
+    }
+    let mut events = match events {
+        Ok(events) => events,
+        Err(e) => {
+            let _ = tx.send(error_event(&inner, e)).await;
+            return;
+        }
+    };
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
+    loop {
+        let out = tokio::select! {
+            _ = &mut deadline => return,
+            _ = tx.closed() => return,
+            _ = ticker.tick(), if plan.bookmarks => Some(bookmark(&inner, last, false)),
+            next = events.next() => match next {
+                None => return,
+                Some(Err(e)) => { let _ = tx.send(error_event(&inner, e)).await; return; }
+                Some(Ok(event)) => {
+                    last = event.revision();
+                    translate(&plan.filter, &event)
+                }
+            },
+        };
+        if let Some(out) = out {
+            if tx.send(out).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A storage event as the watcher sees it through its selectors: an object moving out of
+/// the selection is DELETED for it, one moving in is ADDED.
+fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
+    let object = decode_stored(&event.kv).ok()?;
+    let now = filter.matches(&object);
+    let before = match &event.prev_kv {
+        Some(prev) => decode_stored(prev).ok().is_some_and(|o| filter.matches(&o)),
+        None => false,
+    };
+    let type_ = match (event.event_type, before, now) {
+        (EventType::Delete, true, _) => WatchEventType::Deleted,
+        (EventType::Delete, false, _) => return None,
+        (EventType::Put, false, true) => WatchEventType::Added,
+        (EventType::Put, true, true) => WatchEventType::Modified,
+        (EventType::Put, true, false) => WatchEventType::Deleted,
+        (EventType::Put, false, false) => return None,
+    };
+    Some(WatchEvent { type_, object })
+}
+
+fn bookmark(inner: &Inner, revision: Revision, initial_events_end: bool) -> WatchEvent {
+    let mut object = json!({"metadata": {"resourceVersion": revision.to_string()}});
+    if initial_events_end {
+        object["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    set_type_meta(&inner.info, &mut object);
+    WatchEvent { type_: WatchEventType::Bookmark, object }
+}
+
+fn error_event(inner: &Inner, e: StorageError) -> WatchEvent {
+    let error: Error = inner.storage_error("", e);
+    let object: Value = error.to_json();
+    WatchEvent { type_: WatchEventType::Error, object }
+}

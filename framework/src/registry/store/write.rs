@@ -1,0 +1,193 @@
+//! Create and update: the strategy, the user's hooks, validation, then a compare-and-swap.
+
+use rand::Rng;
+use serde_json::{json, Value};
+
+use super::codec::{decode_stored, decode_typed, encode_for_storage, encode_typed};
+use super::Inner;
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::options::WriteOptions;
+use crate::registry::rest::UpdateFn;
+use crate::registry::strategy::{prepare_for_create, prepare_for_update, UpdateTarget};
+use crate::registry::validation::{validate_object_meta, validate_object_meta_update, validate_object_name};
+use crate::runtime::object::{self, metadata_mut, set_meta};
+use crate::runtime::{FieldError, Resource, Scope};
+use crate::storage::StorageError;
+
+/// How often a write retries after losing a compare-and-swap race, or a generated name
+/// collides, before giving up.
+const MAX_ATTEMPTS: usize = 8;
+
+pub(crate) async fn create<T: Resource>(
+    inner: &Inner,
+    ctx: &RequestContext,
+    mut object: Value,
+    options: &WriteOptions,
+) -> Result<Value> {
+    check_namespace(inner, ctx, &mut object)?;
+    prepare_for_create(&inner.info, &mut object);
+    let generate = object::name(&object).is_none() && object::meta_str(&object, "generateName").is_some();
+    for _ in 0..MAX_ATTEMPTS {
+        let mut candidate = object.clone();
+        if generate {
+            let base = object::meta_str(&object, "generateName").unwrap_or_default();
+            set_meta(&mut candidate, "name", json!(generate_name(base)));
+        }
+        let stored = admit_new::<T>(inner, ctx, candidate, options)?;
+        let name = object::name(&stored).unwrap_or_default().to_string();
+        if options.dry_run {
+            return Ok(stored);
+        }
+        let key = inner.key(ctx, &name)?;
+        match inner.backend.create(&key, encode_for_storage(&stored)?).await {
+            Ok(kv) => return decode_stored(&kv),
+            Err(StorageError::KeyExists(_)) if generate => continue,
+            Err(e) => return Err(inner.storage_error(&name, e)),
+        }
+    }
+    Err(Error::new(
+        500,
+        "ServerTimeout",
+        format!(
+            "The POST operation against {} could not be completed at this time, please try again.",
+            inner.info.group_resource()
+        ),
+    ))
+}
+
+/// Runs defaulting and validation on a new object and fills the server-set fields.
+fn admit_new<T: Resource>(
+    inner: &Inner,
+    ctx: &RequestContext,
+    object: Value,
+    options: &WriteOptions,
+) -> Result<Value> {
+    let name = object::name(&object).unwrap_or_default().to_string();
+    let mut typed: T = decode_typed(&object, options.field_validation, ctx)?;
+    typed.default_fields();
+    let mut stored = encode_typed(&typed)?;
+    let mut errors = validate_meta(inner, &stored);
+    errors.extend(typed.validate());
+    if !errors.is_empty() {
+        return Err(Error::invalid(&inner.info, &name, &errors));
+    }
+    let meta = metadata_mut(&mut stored);
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(object::now_timestamp()));
+    Ok(stored)
+}
+
+fn validate_meta(inner: &Inner, object: &Value) -> Vec<FieldError> {
+    let namespaced = inner.info.scope == Scope::Namespaced;
+    validate_object_meta(&object["metadata"], namespaced, validate_object_name)
+}
+
+/// kube's `SimpleNameGenerator`: five characters that cannot spell words.
+fn generate_name(base: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    const MAX_BASE: usize = 63 - 5;
+    let base = if base.len() > MAX_BASE { &base[..MAX_BASE] } else { base };
+    let mut rng = rand::rng();
+    let suffix: String =
+        (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
+    format!("{base}{suffix}")
+}
+
+/// Makes the body's namespace agree with the URL's: filled in when empty, an error when it
+/// differs; cleared for cluster-scoped kinds.
+fn check_namespace(inner: &Inner, ctx: &RequestContext, object: &mut Value) -> Result<()> {
+    if inner.info.scope == Scope::Cluster {
+        metadata_mut(object).remove("namespace");
+        return Ok(());
+    }
+    let url = ctx.namespace.as_deref().unwrap_or_default();
+    match object::namespace(object) {
+        None => set_meta(object, "namespace", json!(url)),
+        Some(ns) if ns != url => {
+            return Err(Error::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ))
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+pub(crate) async fn update<T: Resource>(
+    inner: &Inner,
+    ctx: &RequestContext,
+    name: &str,
+    update: UpdateFn,
+    options: &WriteOptions,
+    target: UpdateTarget,
+) -> Result<(Value, bool)> {
+    let key = inner.key(ctx, name)?;
+    for _ in 0..MAX_ATTEMPTS {
+        let current = inner.backend.get(&key).await.map_err(|e| inner.storage_error(name, e))?;
+        let Some(current) = current else {
+            update(None)?;
+            return Err(Error::not_found(&inner.info, name));
+        };
+        let old = decode_stored(&current)?;
+        let new = update(Some(&old))?;
+        let prepared = prepare_update::<T>(inner, ctx, name, new, &old, options, target)?;
+        let Some(new) = prepared else { return Ok((old, false)) };
+        if options.dry_run {
+            return Ok((new, false));
+        }
+        let result = if object::is_being_deleted(&new) && object::finalizers(&new).is_empty() {
+            inner.backend.delete(&key, Some(current.mod_revision)).await
+        } else {
+            let bytes = encode_for_storage(&new)?;
+            inner.backend.update(&key, bytes, current.mod_revision).await
+        };
+        match result {
+            Ok(kv) => return Ok((decode_stored(&kv)?, false)),
+            Err(StorageError::Conflict { .. }) => continue,
+            Err(e) => return Err(inner.storage_error(name, e)),
+        }
+    }
+    Err(Error::conflict(&inner.info, name))
+}
+
+/// Checks and prepares the new state of an object; `None` when nothing would change.
+fn prepare_update<T: Resource>(
+    inner: &Inner,
+    ctx: &RequestContext,
+    name: &str,
+    mut new: Value,
+    old: &Value,
+    options: &WriteOptions,
+    target: UpdateTarget,
+) -> Result<Option<Value>> {
+    if object::name(&new) != Some(name) {
+        let given = object::name(&new).unwrap_or_default();
+        return Err(Error::bad_request(format!(
+            "the name of the object ({given}) does not match the name on the URL ({name})"
+        )));
+    }
+    check_namespace(inner, ctx, &mut new)?;
+    let old_rv = object::resource_version(old).unwrap_or_default();
+    if let Some(rv) = object::resource_version(&new) {
+        if rv != old_rv {
+            return Err(Error::conflict(&inner.info, name));
+        }
+    }
+    prepare_for_update(&inner.info, target, &mut new, old);
+    let old_typed: T = decode_typed(old, crate::registry::options::FieldValidation::Ignore, ctx)?;
+    let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
+    typed.default_fields();
+    let mut stored = encode_typed(&typed)?;
+    let mut errors: Vec<FieldError> = validate_meta(inner, &stored);
+    errors.extend(validate_object_meta_update(&stored["metadata"], &old["metadata"]));
+    errors.extend(typed.validate_update(&old_typed));
+    if !errors.is_empty() {
+        return Err(Error::invalid(&inner.info, name, &errors));
+    }
+    set_meta(&mut stored, "resourceVersion", json!(old_rv));
+    if &stored == old {
+        return Ok(None);
+    }
+    Ok(Some(stored))
+}

@@ -1,0 +1,290 @@
+//! The builder: groups of resources in, a running HTTPS server out.
+//!
+//! `ApiServer` collects [`ApiGroup`]s (each a set of versions, each a set of resources), then
+//! at start opens the storage backend, instantiates every store, builds the
+//! `APIGroupInfo`s, discovery and OpenAPI documents once, and serves them behind the filters.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::IntoResponse;
+use axum::Router;
+use clap::Parser;
+use tokio::net::TcpListener;
+
+use crate::auth::{AlwaysAllowAuthenticated, UnionAuthenticator, X509Authenticator};
+use crate::endpoints::{self, ApiState, InstalledResources};
+use crate::error::Error;
+use crate::filters::{self, FilterConfig};
+use crate::registry::group::APIGroupInfo;
+use crate::registry::rest::RestStorage;
+use crate::registry::store::Store;
+use crate::runtime::Resource;
+use crate::server::certs::{CertKey, SelfSignedCerts};
+use crate::server::health::{self, HealthState};
+use crate::server::options::{ServerOptions, StorageBackendKind};
+use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions, ShutdownSignal};
+use crate::server::tls;
+use crate::storage::{Backend, MemoryBackend, SqliteBackend};
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is inconsistent (e.g. a resource registered under the wrong version).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Certificates or keys could not be loaded or created.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::server::tls::TlsError),
+    /// The storage backend could not be opened.
+    #[error("storage: {0}")]
+    Storage(#[from] crate::storage::StorageError),
+    /// Listening or serving failed.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+type StorageFactory = Box<dyn Fn(&Arc<dyn Backend>, &str) -> Vec<(String, RestStorage)> + Send + Sync>;
+
+/// The resources of one version of a group.
+#[derive(Default)]
+pub struct VersionBuilder {
+    version: String,
+    factories: Vec<(String, StorageFactory)>,
+}
+
+impl VersionBuilder {
+    /// Serves `T` with the generic [`Store`]: `{plural}` and, when `T` has a status,
+    /// `{plural}/status`.
+    pub fn resource<T: Resource>(mut self) -> Self {
+        let factory: StorageFactory = Box::new(|backend, prefix| {
+            let store = Store::<T>::new(backend.clone(), prefix);
+            let plural = T::INFO.plural;
+            let mut paths = vec![(plural.to_string(), store.rest_storage())];
+            if T::INFO.status {
+                paths.push((format!("{plural}/status"), store.status_rest_storage()));
+            }
+            paths
+        });
+        self.factories.push((format!("{}/{}", T::INFO.group, T::INFO.version), factory));
+        self
+    }
+
+    /// Serves a storage of your own at `path` (`things` or `things/subresource`), for
+    /// computed or external resources.
+    pub fn storage(mut self, path: &str, storage: RestStorage) -> Self {
+        let path = path.to_string();
+        let gv = format!("{}/{}", storage.info.group, storage.info.version);
+        let factory: StorageFactory = Box::new(move |_, _| vec![(path.clone(), storage.clone())]);
+        self.factories.push((gv, factory));
+        self
+    }
+}
+
+/// One API group: its versions, the preferred first.
+pub struct ApiGroup {
+    name: String,
+    versions: Vec<VersionBuilder>,
+}
+
+impl ApiGroup {
+    /// A group named `name`, e.g. `wardle.example.com`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into(), versions: Vec::new() }
+    }
+
+    /// Adds a version and its resources.
+    pub fn version(mut self, version: &str, build: impl FnOnce(VersionBuilder) -> VersionBuilder) -> Self {
+        let builder = build(VersionBuilder { version: version.to_string(), factories: Vec::new() });
+        self.versions.push(builder);
+        self
+    }
+
+    fn build(&self, backend: &Arc<dyn Backend>, prefix: &str) -> Result<APIGroupInfo, ServerError> {
+        let mut info = APIGroupInfo::new(&self.name);
+        for version in &self.versions {
+            let expected = format!("{}/{}", self.name, version.version);
+            for (gv, factory) in &version.factories {
+                if *gv != expected {
+                    return Err(ServerError::Config(format!(
+                        "a resource of {gv} was registered under {expected}"
+                    )));
+                }
+                for (path, storage) in factory(backend, prefix) {
+                    info.add(&version.version, &path, storage);
+                }
+            }
+        }
+        Ok(info)
+    }
+}
+
+#[derive(Parser)]
+#[command(about = "A Kubernetes extension API server")]
+struct Cli {
+    #[command(flatten)]
+    options: ServerOptions,
+}
+
+/// A server under construction.
+///
+/// ```no_run
+/// use apiserver::{ApiGroup, ApiServer};
+/// # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, apiserver::Resource)]
+/// # #[resource(group = "example.com", version = "v1", kind = "Thing", namespaced)]
+/// # struct Thing { metadata: apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta }
+/// # async fn run() -> Result<(), apiserver::server::ServerError> {
+/// ApiServer::from_args()
+///     .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Thing>()))
+///     .run()
+///     .await
+/// # }
+/// ```
+pub struct ApiServer {
+    options: ServerOptions,
+    groups: Vec<ApiGroup>,
+    backend: Option<Arc<dyn Backend>>,
+}
+
+/// A started server.
+pub struct RunningServer {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The standalone admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    shutdown: ShutdownSignal,
+    task: tokio::task::JoinHandle<Result<(), ServerError>>,
+}
+
+impl RunningServer {
+    /// Stops accepting, ends watches, waits for in-flight requests.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
+        self.shutdown.trigger();
+        self.task.await.map_err(|e| ServerError::Config(e.to_string()))?
+    }
+
+    /// Waits until the server stops by itself (SIGTERM / SIGINT).
+    pub async fn wait(self) -> Result<(), ServerError> {
+        self.task.await.map_err(|e| ServerError::Config(e.to_string()))?
+    }
+}
+
+impl ApiServer {
+    /// A server with options from the command line.
+    pub fn from_args() -> Self {
+        Self::new(Cli::parse().options)
+    }
+
+    /// A server with these options.
+    pub fn new(options: ServerOptions) -> Self {
+        Self { options, groups: Vec::new(), backend: None }
+    }
+
+    /// Adds an API group.
+    pub fn group(mut self, group: ApiGroup) -> Self {
+        self.groups.push(group);
+        self
+    }
+
+    /// Uses this backend instead of the one the options name.
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Runs until SIGTERM or SIGINT.
+    pub async fn run(self) -> Result<(), ServerError> {
+        let running = self.start_with_signal(true).await?;
+        tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
+        running.wait().await
+    }
+
+    /// Starts serving and returns at once (for tests and embedding).
+    pub async fn start(self) -> Result<RunningServer, ServerError> {
+        self.start_with_signal(false).await
+    }
+
+    async fn start_with_signal(self, os_signals: bool) -> Result<RunningServer, ServerError> {
+        tls::install_crypto_provider();
+        let options = self.options.clone();
+        let backend = match self.backend.clone() {
+            Some(b) => b,
+            None => open_backend(&options)?,
+        };
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| g.build(&backend, &options.storage_prefix))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut hosts = options.extra_hosts.clone();
+        if !options.bind_address.is_unspecified() {
+            hosts.push(options.bind_address.to_string());
+        }
+        let certs = SelfSignedCerts::load_or_create(&options.cert_dir, &hosts)?;
+        let serving = match (&options.tls_cert_file, &options.tls_private_key_file) {
+            (Some(cert), Some(key)) => CertKey::from_files(cert, key)?,
+            _ => certs.serving.clone(),
+        };
+        let client_ca = certs.client_ca();
+        let tls_config = tls::server_config(&serving, Some(&client_ca))?;
+        let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
+        let addr = listener.local_addr()?;
+        let kubeconfig = certs.write_kubeconfig(addr.port())?;
+        let shutdown = ShutdownSignal::new();
+        let authenticator = UnionAuthenticator::new().with(X509Authenticator::new(&client_ca)?);
+        let router = build_router(&groups, backend.clone(), shutdown.clone(), &options, Arc::new(authenticator));
+        if options.compaction_interval_seconds > 0 {
+            crate::storage::compactor::spawn(backend.clone(), Duration::from_secs(options.compaction_interval_seconds), shutdown.clone());
+        }
+        let serve_options = ServeOptions { signal: shutdown.clone(), ..ServeOptions::default() };
+        let task = tokio::spawn(async move {
+            let stop = async move {
+                if os_signals {
+                    shutdown_signal().await
+                } else {
+                    std::future::pending::<()>().await
+                }
+            };
+            serve_tls_with(listener, tls_config, router, stop, serve_options).await?;
+            Ok(())
+        });
+        Ok(RunningServer { addr, kubeconfig, shutdown, task })
+    }
+}
+
+fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+    Ok(match options.storage_backend {
+        StorageBackendKind::Memory => Arc::new(MemoryBackend::new()),
+        StorageBackendKind::Sqlite => Arc::new(SqliteBackend::open(&options.sqlite_path)?),
+    })
+}
+
+fn build_router(
+    groups: &[APIGroupInfo],
+    backend: Arc<dyn Backend>,
+    shutdown: ShutdownSignal,
+    options: &ServerOptions,
+    authenticator: Arc<UnionAuthenticator>,
+) -> Router {
+    let state = Arc::new(ApiState {
+        resources: InstalledResources::new(groups),
+        max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
+        shutdown: shutdown.clone(),
+    });
+    let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
+    let router = Router::new()
+        .merge(health::router(HealthState { backend, shutdown }))
+        .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
+        .merge(endpoints::resource_router(state))
+        .fallback(|| async { Error::path_not_found().into_response() });
+    let config = FilterConfig {
+        authenticator,
+        authorizer: Arc::new(AlwaysAllowAuthenticated),
+        always_allow_paths: ["/healthz", "/livez", "/readyz", "/version"].map(String::from).to_vec(),
+        anonymous: options.anonymous_auth,
+        request_timeout: Duration::from_secs(options.request_timeout_seconds),
+    };
+    filters::apply(router, config)
+}

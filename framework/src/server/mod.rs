@@ -1,0 +1,19 @@
+//! The server: options, the builder, certificates, TLS, health, and the accept loop every
+//! request enters through.
+
+pub mod builder;
+pub mod certs;
+pub mod health;
+pub mod options;
+pub mod serve;
+pub mod tls;
+
+pub use builder::{ApiGroup, ApiServer, RunningServer, ServerError, VersionBuilder};
+pub use options::{ServerOptions, StorageBackendKind};
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

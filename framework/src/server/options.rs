@@ -1,0 +1,89 @@
+//! Command-line options, with `k8s.io/apiserver`'s flag names where one exists.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// Which storage backend holds the objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StorageBackendKind {
+    /// SQLite in one file: the embedded, persistent default.
+    Sqlite,
+    /// In memory: gone when the process ends. For tests and demos.
+    Memory,
+}
+
+/// Options of the secure serving, storage and standalone authentication.
+///
+/// Flatten it into your own `clap` parser, or let [`ApiServer::from_args`](crate::ApiServer::from_args) parse it.
+#[derive(Clone, Debug, Args)]
+pub struct ServerOptions {
+    /// The port to serve HTTPS on.
+    #[arg(long = "secure-port", default_value_t = 8443)]
+    pub secure_port: u16,
+
+    /// The IP address to listen on.
+    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+
+    /// Where the self-signed serving certificate, client CA and standalone kubeconfig are
+    /// kept (ignored for serving when --tls-cert-file is given).
+    #[arg(long = "cert-dir", default_value = "apiserver.local.config/certificates")]
+    pub cert_dir: PathBuf,
+
+    /// PEM file with the serving certificate (and intermediates).
+    #[arg(long = "tls-cert-file", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM file with the serving certificate's private key.
+    #[arg(long = "tls-private-key-file", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Extra host names and IPs for the self-signed serving certificate.
+    #[arg(long = "tls-sni-hosts", value_delimiter = ',')]
+    pub extra_hosts: Vec<String>,
+
+    /// The storage backend.
+    #[arg(long = "storage-backend", value_enum, default_value_t = StorageBackendKind::Sqlite)]
+    pub storage_backend: StorageBackendKind,
+
+    /// The SQLite database file (with --storage-backend=sqlite).
+    #[arg(long = "sqlite-path", default_value = "apiserver.db")]
+    pub sqlite_path: PathBuf,
+
+    /// The prefix of every storage key, as kube-apiserver's --etcd-prefix.
+    #[arg(long = "etcd-prefix", default_value = "/registry")]
+    pub storage_prefix: String,
+
+    /// How often old revisions are compacted away, in seconds (0: never).
+    #[arg(long = "etcd-compaction-interval", default_value_t = 300)]
+    pub compaction_interval_seconds: u64,
+
+    /// Requests that are not watches fail with 504 after this many seconds.
+    #[arg(long = "request-timeout", default_value_t = 60)]
+    pub request_timeout_seconds: u64,
+
+    /// Let requests without credentials in as system:anonymous.
+    #[arg(long = "anonymous-auth", default_value_t = false)]
+    pub anonymous_auth: bool,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            secure_port: 8443,
+            bind_address: IpAddr::from([0, 0, 0, 0]),
+            cert_dir: PathBuf::from("apiserver.local.config/certificates"),
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            extra_hosts: Vec::new(),
+            storage_backend: StorageBackendKind::Sqlite,
+            sqlite_path: PathBuf::from("apiserver.db"),
+            storage_prefix: "/registry".into(),
+            compaction_interval_seconds: 300,
+            request_timeout_seconds: 60,
+            anonymous_auth: false,
+        }
+    }
+}

@@ -1,0 +1,648 @@
+//! The SQLite backend: the embedded, persistent default (no server to run).
+//!
+//! History is one `log` table, a row per revision; `current` points each live key at its
+//! latest row. WAL with `synchronous=FULL` makes a write that returned Ok survive a crash.
+//! SQLite calls run on the blocking pool: one connection writes, another serves reads/watches.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+
+use super::backend::{
+    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
+    StorageError,
+};
+use super::mvcc::{self, Write};
+use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS log (
+    revision INTEGER PRIMARY KEY,
+    key BLOB NOT NULL,
+    value BLOB,
+    create_revision INTEGER NOT NULL,
+    prev_revision INTEGER,
+    deleted INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS log_key_revision ON log (key, revision);
+CREATE TABLE IF NOT EXISTS current (
+    key BLOB PRIMARY KEY,
+    revision INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+const MAX_REVISION: &str = "SELECT COALESCE(MAX(revision), 0) FROM log";
+const COMPACTED: &str = "SELECT value FROM meta WHERE name = 'compacted'";
+const GET: &str = "SELECT c.key, l.value, l.create_revision, l.revision
+    FROM current c JOIN log l ON l.revision = c.revision WHERE c.key = ?1";
+const LIST_LATEST: &str = "SELECT c.key, l.value, l.create_revision, l.revision
+    FROM current c JOIN log l ON l.revision = c.revision
+    WHERE c.key >= ?1 AND c.key < ?2 ORDER BY c.key LIMIT ?3";
+const COUNT_LATEST: &str = "SELECT COUNT(*) FROM current WHERE key >= ?1 AND key < ?2";
+/// A key's row visible at `?3`: its newest row at or before `?3`, unless that is a delete.
+macro_rules! visible_at {
+    () => {
+        "l.key >= ?1 AND l.key < ?2 AND l.revision <= ?3 AND l.deleted = 0
+        AND NOT EXISTS (SELECT 1 FROM log n
+            WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3)"
+    };
+}
+const LIST_AT: &str = concat!(
+    "SELECT l.key, l.value, l.create_revision, l.revision FROM log l WHERE ",
+    visible_at!(),
+    " ORDER BY l.key LIMIT ?4"
+);
+const COUNT_AT: &str = concat!("SELECT COUNT(*) FROM log l WHERE ", visible_at!());
+const INSERT_LOG: &str = "INSERT INTO log
+    (revision, key, value, create_revision, prev_revision, deleted)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const SET_CURRENT: &str = "INSERT INTO current (key, revision) VALUES (?1, ?2)
+    ON CONFLICT (key) DO UPDATE SET revision = excluded.revision";
+const EVENTS: &str = "SELECT l.revision, l.key, l.value, l.create_revision, l.deleted,
+        p.value, p.create_revision, p.revision
+    FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
+    WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND l.key < ?4
+    ORDER BY l.revision LIMIT ?5";
+/// Keeps, below the compacted revision `?1`, only each key's newest row: reads at `?1` need
+/// it, and so does the key's first later event (as its previous value).
+const COMPACT: [&str; 3] = [
+    "DELETE FROM log WHERE revision < ?1 AND EXISTS (SELECT 1 FROM log n
+        WHERE n.key = log.key AND n.revision > log.revision AND n.revision < ?1)",
+    "DELETE FROM log WHERE revision < ?1 AND deleted = 1",
+    "INSERT INTO meta (name, value) VALUES ('compacted', ?1)
+        ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+];
+
+/// A [`Backend`] stored in one SQLite database file.
+#[derive(Debug)]
+pub struct SqliteBackend {
+    db: Arc<Db>,
+    notifier: Notifier,
+}
+
+impl SqliteBackend {
+    /// Opens (or creates) the database at `path`. The store continues at the revision it had.
+    ///
+    /// This does blocking file I/O; call it at start-up, not from a busy async task.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StorageError> {
+        Self::open_db(path.as_ref()).map_err(StorageError::from)
+    }
+
+    fn open_db(path: &Path) -> Result<Self, Fail> {
+        let mut writer = connect(path)?;
+        migrate(&mut writer)?;
+        let reader = connect(path)?;
+        reader.pragma_update(None, "query_only", true)?;
+        let revision = writer.query_row(MAX_REVISION, [], |row| row.get(0))?;
+        Ok(Self {
+            db: Arc::new(Db {
+                writer: Mutex::new(writer),
+                reader: Mutex::new(reader),
+            }),
+            notifier: Notifier::new(revision),
+        })
+    }
+
+    async fn write(&self, key: &str, write: Write) -> Result<KeyValue, StorageError> {
+        let key = key.to_owned();
+        let notifier = self.notifier.clone();
+        self.db
+            .call(Db::writer, move |conn| {
+                let event = commit_write(conn, &key, write)?;
+                // Published before returning so a caller that drops this future after the
+                // commit still wakes the watchers.
+                notifier.publish(event.revision());
+                Ok(event.kv)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
+        let key = key.to_owned();
+        self.db
+            .call(Db::reader, move |conn| latest(conn, &key))
+            .await
+    }
+
+    async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
+        let request = request.clone();
+        self.db
+            .call(Db::reader, move |conn| list(conn, &request))
+            .await
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError> {
+        self.write(key, Write::Create(value)).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+    ) -> Result<KeyValue, StorageError> {
+        self.write(key, Write::Update(value, expected)).await
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> Result<KeyValue, StorageError> {
+        self.write(key, Write::Delete(expected)).await
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError> {
+        self.notifier.watch(self.db.clone(), prefix, after).await
+    }
+
+    async fn current_revision(&self) -> Result<Revision, StorageError> {
+        self.db
+            .call(Db::reader, |conn| {
+                Ok(conn.query_row(MAX_REVISION, [], |row| row.get(0))?)
+            })
+            .await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
+        self.db
+            .call(Db::writer, move |conn| compact(conn, revision))
+            .await
+    }
+}
+
+/// The two connections; shared with watchers as their [`EventSource`].
+#[derive(Debug)]
+struct Db {
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+}
+
+impl Db {
+    fn writer(&self) -> &Mutex<Connection> {
+        &self.writer
+    }
+
+    fn reader(&self) -> &Mutex<Connection> {
+        &self.reader
+    }
+
+    /// Runs `f` on the blocking pool with the connection `pick` chooses.
+    async fn call<T, F>(
+        self: &Arc<Self>,
+        pick: fn(&Db) -> &Mutex<Connection>,
+        f: F,
+    ) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, Fail> + Send + 'static,
+    {
+        let db = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            // A panic inside a transaction rolls it back, so the connection stays usable.
+            let mut conn = pick(&db).lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut conn).map_err(StorageError::from)
+        })
+        .await
+        .map_err(|e| StorageError::Internal(format!("sqlite task failed: {e}")))?
+    }
+}
+
+impl EventSource for Db {
+    fn events_after(
+        self: Arc<Self>,
+        prefix: String,
+        after: Revision,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<EventBatch, StorageError>> {
+        Box::pin(async move {
+            self.call(Db::reader, move |conn| {
+                events_after(conn, &prefix, after, limit)
+            })
+            .await
+        })
+    }
+}
+
+/// A failure inside a blocking call: SQLite's own, or a storage rule that refused the call.
+#[derive(Debug)]
+enum Fail {
+    Sqlite(rusqlite::Error),
+    Storage(StorageError),
+}
+
+impl From<rusqlite::Error> for Fail {
+    fn from(e: rusqlite::Error) -> Self {
+        Fail::Sqlite(e)
+    }
+}
+
+impl From<StorageError> for Fail {
+    fn from(e: StorageError) -> Self {
+        Fail::Storage(e)
+    }
+}
+
+impl From<Fail> for StorageError {
+    fn from(fail: Fail) -> Self {
+        match fail {
+            Fail::Storage(e) => e,
+            Fail::Sqlite(e) => match e.sqlite_error_code() {
+                Some(
+                    ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::DiskFull
+                    | ErrorCode::CannotOpen,
+                ) => StorageError::Unavailable(format!("sqlite: {e}")),
+                _ => StorageError::Internal(format!("sqlite: {e}")),
+            },
+        }
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection, Fail> {
+    let conn = Connection::open(path)?;
+    // A writer waits for the other connection's checkpoint instead of failing at once.
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StorageError::Internal(format!("sqlite: journal mode {mode}, not wal")).into());
+    }
+    // FULL: a commit is on disk before it returns, so an Ok write survives power loss.
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), Fail> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if version > SCHEMA_VERSION {
+        let message = format!("sqlite: schema version {version} is newer than this build's");
+        return Err(StorageError::Internal(message).into());
+    }
+    tx.execute_batch(SCHEMA)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn commit_write(conn: &mut Connection, key: &str, write: Write) -> Result<Event, Fail> {
+    // IMMEDIATE: take the write lock before reading, so the check and the write are atomic.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let revision: Revision = tx.query_row(MAX_REVISION, [], |row| row.get(0))?;
+    let event = write.apply(key, latest(&tx, key)?, revision + 1)?;
+    let deleted = event.event_type == EventType::Delete;
+    tx.prepare_cached(INSERT_LOG)?.execute(params![
+        event.revision(),
+        key.as_bytes(),
+        (!deleted).then_some(event.kv.value.as_ref()),
+        event.kv.create_revision,
+        event.prev_kv.as_ref().map(|prev| prev.mod_revision),
+        deleted,
+    ])?;
+    if deleted {
+        let sql = "DELETE FROM current WHERE key = ?1";
+        tx.prepare_cached(sql)?.execute([key.as_bytes()])?;
+    } else {
+        tx.prepare_cached(SET_CURRENT)?
+            .execute(params![key.as_bytes(), event.revision()])?;
+    }
+    tx.commit()?;
+    Ok(event)
+}
+
+fn latest(conn: &Connection, key: &str) -> Result<Option<KeyValue>, Fail> {
+    let mut statement = conn.prepare_cached(GET)?;
+    Ok(statement
+        .query_row([key.as_bytes()], key_value)
+        .optional()?)
+}
+
+fn list(conn: &mut Connection, request: &ListRequest) -> Result<ListResult, Fail> {
+    // One read transaction: the revision and the rows come from the same snapshot.
+    let tx = conn.transaction()?;
+    let current: Revision = tx.query_row(MAX_REVISION, [], |row| row.get(0))?;
+    let revision = mvcc::read_revision(request.revision, current, compacted(&tx)?)?;
+    let range = KeyRange::new(&request.prefix, request.start_after.as_deref());
+    let reader = RangeReader {
+        conn: &tx,
+        revision: (revision < current).then_some(revision),
+    };
+    let items = reader.items(&range, request.limit)?;
+    let remaining = match items.last() {
+        Some(last) if items.len() == request.limit => reader.count(&range.after(&last.key))?,
+        _ => 0,
+    };
+    Ok(ListResult {
+        items,
+        revision,
+        more: remaining > 0,
+        remaining: Some(remaining),
+    })
+}
+
+/// The byte range of keys a list covers, as SQLite compares BLOBs (like Rust compares `str`).
+struct KeyRange {
+    start: Vec<u8>,
+    end: Vec<u8>,
+}
+
+impl KeyRange {
+    fn new(prefix: &str, start_after: Option<&str>) -> Self {
+        // 0xFF never occurs in UTF-8, so `prefix + 0xFF` is above every key with the prefix
+        // and below every other key above the prefix.
+        let mut end = prefix.as_bytes().to_vec();
+        end.push(0xFF);
+        let range = Self {
+            start: prefix.as_bytes().to_vec(),
+            end,
+        };
+        match start_after {
+            Some(key) if key >= prefix => range.after(key),
+            _ => range,
+        }
+    }
+
+    /// The same range, from just after `key`.
+    fn after(&self, key: &str) -> Self {
+        // `key + 0x00` is the smallest BLOB greater than `key`.
+        let mut start = key.as_bytes().to_vec();
+        start.push(0);
+        Self {
+            start,
+            end: self.end.clone(),
+        }
+    }
+}
+
+/// Reads a key range at the latest revision (`revision: None`) or at an older one.
+struct RangeReader<'a> {
+    conn: &'a Connection,
+    revision: Option<Revision>,
+}
+
+impl RangeReader<'_> {
+    fn items(&self, range: &KeyRange, limit: usize) -> Result<Vec<KeyValue>, Fail> {
+        // LIMIT -1: no limit.
+        let limit = if limit == 0 { -1 } else { limit as i64 };
+        let rows = match self.revision {
+            None => self
+                .conn
+                .prepare_cached(LIST_LATEST)?
+                .query_map(params![range.start, range.end, limit], key_value)?
+                .collect::<Result<_, _>>(),
+            Some(revision) => self
+                .conn
+                .prepare_cached(LIST_AT)?
+                .query_map(params![range.start, range.end, revision, limit], key_value)?
+                .collect::<Result<_, _>>(),
+        };
+        Ok(rows?)
+    }
+
+    fn count(&self, range: &KeyRange) -> Result<i64, Fail> {
+        let count = match self.revision {
+            None => self
+                .conn
+                .prepare_cached(COUNT_LATEST)?
+                .query_row(params![range.start, range.end], |row| row.get(0)),
+            Some(revision) => self
+                .conn
+                .prepare_cached(COUNT_AT)?
+                .query_row(params![range.start, range.end, revision], |row| row.get(0)),
+        };
+        Ok(count?)
+    }
+}
+
+fn events_after(
+    conn: &mut Connection,
+    prefix: &str,
+    after: Revision,
+    limit: usize,
+) -> Result<EventBatch, Fail> {
+    let tx = conn.transaction()?;
+    mvcc::check_watch_start(after, compacted(&tx)?)?;
+    let current: Revision = tx.query_row(MAX_REVISION, [], |row| row.get(0))?;
+    let window_end = current.min(after.saturating_add(SCAN_WINDOW));
+    let range = KeyRange::new(prefix, None);
+    let events: Vec<Event> = tx
+        .prepare_cached(EVENTS)?
+        .query_map(
+            params![after, window_end, range.start, range.end, limit as i64],
+            event,
+        )?
+        .collect::<Result<_, _>>()?;
+    let scanned_to = match events.last() {
+        Some(last) if events.len() == limit => last.revision(),
+        _ => window_end.max(after),
+    };
+    Ok(EventBatch { events, scanned_to })
+}
+
+fn compact(conn: &mut Connection, revision: Revision) -> Result<(), Fail> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: Revision = tx.query_row(MAX_REVISION, [], |row| row.get(0))?;
+    if mvcc::compaction_needed(revision, current, compacted(&tx)?)? {
+        for sql in COMPACT {
+            tx.execute(sql, [revision])?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+fn compacted(conn: &Connection) -> Result<Revision, Fail> {
+    let value = conn.query_row(COMPACTED, [], |row| row.get(0)).optional()?;
+    Ok(value.unwrap_or(0))
+}
+
+/// A row of (key, value, create_revision, mod_revision).
+fn key_value(row: &Row<'_>) -> rusqlite::Result<KeyValue> {
+    Ok(KeyValue {
+        key: key_at(row, 0)?,
+        value: row.get::<_, Vec<u8>>(1)?.into(),
+        create_revision: row.get(2)?,
+        mod_revision: row.get(3)?,
+    })
+}
+
+/// A row of [`EVENTS`]: the log row, then its previous row's value, create and mod revision.
+fn event(row: &Row<'_>) -> rusqlite::Result<Event> {
+    let revision: Revision = row.get(0)?;
+    let key = key_at(row, 1)?;
+    let prev_kv = match row.get::<_, Option<Revision>>(7)? {
+        Some(mod_revision) => Some(KeyValue {
+            key: key.clone(),
+            value: row.get::<_, Vec<u8>>(5)?.into(),
+            create_revision: row.get(6)?,
+            mod_revision,
+        }),
+        None => None,
+    };
+    if row.get(4)? {
+        // A delete row stores no value: the event carries the one it removed.
+        let kv = prev_kv.clone().ok_or_else(|| missing_previous(revision))?;
+        return Ok(Event {
+            event_type: EventType::Delete,
+            kv: KeyValue {
+                mod_revision: revision,
+                ..kv
+            },
+            prev_kv,
+        });
+    }
+    let kv = KeyValue {
+        key,
+        value: row.get::<_, Vec<u8>>(2)?.into(),
+        create_revision: row.get(3)?,
+        mod_revision: revision,
+    };
+    Ok(Event {
+        event_type: EventType::Put,
+        kv,
+        prev_kv,
+    })
+}
+
+fn key_at(row: &Row<'_>, index: usize) -> rusqlite::Result<String> {
+    String::from_utf8(row.get(index)?).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, e.into())
+    })
+}
+
+fn missing_previous(revision: Revision) -> rusqlite::Error {
+    let message = format!("delete at revision {revision} has no previous value");
+    rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Integer, message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::storage::notify::tests;
+
+    fn open(path: &Path) -> SqliteBackend {
+        SqliteBackend::open(path).expect("open sqlite")
+    }
+
+    fn list_request(revision: Revision) -> ListRequest {
+        ListRequest {
+            prefix: "/t/".into(),
+            revision,
+            ..ListRequest::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn reopening_keeps_data_revision_and_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let store = open(&path);
+        let a = store.create("/t/a", "a1".into()).await.unwrap();
+        let old = store
+            .create("/t/b", "b1".into())
+            .await
+            .unwrap()
+            .mod_revision;
+        store
+            .update("/t/a", "a2".into(), a.mod_revision)
+            .await
+            .unwrap();
+        store.delete("/t/b", None).await.unwrap();
+        let before = store.list(&list_request(0)).await.unwrap();
+        let history = store.list(&list_request(old)).await.unwrap();
+        drop(store);
+
+        let store = open(&path);
+        assert_eq!(store.current_revision().await.unwrap(), 4);
+        assert_eq!(store.list(&list_request(0)).await.unwrap(), before);
+        assert_eq!(store.list(&list_request(old)).await.unwrap(), history);
+        let mut replay = store.watch("/t/", 0).await.unwrap();
+        for revision in 1..=4 {
+            let event = replay.next().await.unwrap().unwrap();
+            assert_eq!(event.revision(), revision);
+        }
+        let c = store.create("/t/c", "c1".into()).await.unwrap();
+        assert_eq!(c.mod_revision, 5);
+    }
+
+    #[tokio::test]
+    async fn compacted_revision_persists() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let store = open(&path);
+        let mut kv = store.create("/t/a", "0".into()).await.unwrap();
+        for value in ["1", "2", "3"] {
+            kv = store
+                .update("/t/a", value.into(), kv.mod_revision)
+                .await
+                .unwrap();
+        }
+        store.compact(3).await.unwrap();
+        drop(store);
+
+        let store = open(&path);
+        let too_old = store.list(&list_request(2)).await;
+        let compacted = StorageError::Compacted {
+            requested: 2,
+            compacted: 3,
+        };
+        assert_eq!(too_old, Err(compacted));
+        assert!(store.watch("/t/", 1).await.is_err());
+        let at = store.list(&list_request(3)).await.unwrap();
+        assert_eq!(at.items[0].value, Bytes::from("2"));
+        assert_eq!(store.get("/t/a").await.unwrap(), Some(kv));
+    }
+
+    #[tokio::test]
+    async fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        drop(open(&path));
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(conn);
+        assert!(matches!(
+            SqliteBackend::open(&path),
+            Err(StorageError::Internal(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn opening_a_directory_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(SqliteBackend::open(dir.path()).is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lagging_watcher_is_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        tests::lagging_watcher_is_compacted(&open(&dir.path().join("store.db"))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn quiet_prefix_crosses_scan_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        tests::quiet_prefix_crosses_scan_windows(&open(&dir.path().join("store.db"))).await;
+    }
+}

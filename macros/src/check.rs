@@ -1,0 +1,147 @@
+//! Checks of the model against the rules kube-apiserver enforces on names and on CRDs'
+//! printer columns, so a mistake is a compile error with a span instead of a server that
+//! fails at start or serves a broken discovery document.
+
+use syn::LitStr;
+
+use crate::ast::Container;
+use crate::attrs::{PrintColumn, ResourceAttrs};
+use crate::ctxt::Ctxt;
+use crate::names;
+
+/// The values of a printer column's `type`, as in `additionalPrinterColumns`.
+pub const COLUMN_TYPES: &[&str] = &["string", "integer", "number", "boolean", "date"];
+
+/// The values of a printer column's `format`, as in `additionalPrinterColumns`.
+pub const COLUMN_FORMATS: &[&str] = &["int32", "int64", "float", "double", "byte", "date", "date-time", "password"];
+
+const LABEL_RULE: &str = "must be a lower-case DNS-1123 label (a-z, 0-9 and `-`, at most 63 characters)";
+
+/// Reports every problem of `cont` into `cx`.
+pub fn check(cx: &Ctxt, cont: &Container) {
+    check_required(cx, cont);
+    check_names(cx, &cont.attrs);
+    check_fields(cx, cont);
+    for column in &cont.attrs.printcolumns {
+        check_printcolumn(cx, column);
+    }
+    for field in &cont.attrs.selectable_fields {
+        check_selectable_field(cx, field);
+    }
+}
+
+/// `group`, `version` and `kind` have no sensible default.
+fn check_required(cx: &Ctxt, cont: &Container) {
+    let Some(attr) = &cont.attrs.attr else {
+        let msg = r#"missing #[resource(group = "...", version = "...", kind = "...")]"#;
+        return cx.error_spanned_by(cont.ident, msg);
+    };
+    let required = [
+        ("group", r#"e.g. `group = "wardle.example.com"`, or `group = ""` for the core group"#),
+        ("version", r#"e.g. `version = "v1alpha1"`"#),
+        ("kind", r#"e.g. `kind = "Flunder"`"#),
+    ];
+    for (key, hint) in required {
+        if !cont.attrs.given.contains(key) {
+            cx.error_spanned_by(attr, format!("missing `{key}` in #[resource(...)], {hint}"));
+        }
+    }
+}
+
+fn check_names(cx: &Ctxt, attrs: &ResourceAttrs) {
+    if let Some(group) = attrs.group.as_ref().filter(|g| !g.value().is_empty()) {
+        let rule = r#"must be a lower-case DNS-1123 subdomain such as "wardle.example.com", or "" for the core group"#;
+        require(cx, group, names::is_dns1123_subdomain, "group", rule);
+    }
+    if let Some(version) = &attrs.version {
+        let rule = r#"must look like "v1", "v1alpha1" or "v2beta3""#;
+        require(cx, version, names::is_version, "version", rule);
+    }
+    if let Some(kind) = &attrs.kind {
+        let rule = r#"must be UpperCamelCase ASCII letters and digits, such as "Flunder""#;
+        require(cx, kind, names::is_kind, "kind", rule);
+    }
+    let labels = [("plural", attrs.plural.iter()), ("singular", attrs.singular.iter())];
+    for (what, lits) in labels {
+        lits.for_each(|lit| require(cx, lit, names::is_dns1123_label, what, LABEL_RULE));
+    }
+    let lists = [("short name", &attrs.shortnames), ("category", &attrs.categories)];
+    for (what, lits) in lists {
+        lits.iter().for_each(|lit| require(cx, lit, names::is_dns1123_label, what, LABEL_RULE));
+    }
+}
+
+/// Reports `lit` unless `valid` accepts its value.
+fn require(cx: &Ctxt, lit: &LitStr, valid: fn(&str) -> bool, what: &str, rule: &str) {
+    let value = lit.value();
+    if !valid(&value) {
+        cx.error_spanned_by(lit, format!("invalid {what} {value:?}: {rule}"));
+    }
+}
+
+/// The generated code reads `self.metadata`, and `self.status` when `status` is given.
+fn check_fields(cx: &Ctxt, cont: &Container) {
+    if cont.fields.is_none() {
+        return; // not a struct with named fields: already reported
+    }
+    let ident = cont.ident;
+    if cont.field("metadata").is_none() {
+        let msg = format!("`{ident}` needs a `metadata` field, e.g. `pub metadata: ObjectMeta`");
+        cx.error_spanned_by(ident, msg);
+    }
+    if let Some(status) = &cont.attrs.status {
+        if cont.field("status").is_none() {
+            let ty = status.lit.value();
+            let msg = format!(
+                "`status` declares a status subresource, so `{ident}` needs a `status` field, \
+                 e.g. `pub status: Option<{ty}>`"
+            );
+            cx.error_spanned_by(&status.item, msg);
+        }
+    }
+}
+
+fn check_printcolumn(cx: &Ctxt, column: &PrintColumn) {
+    let required = [
+        ("name", r#"name = "Reference""#),
+        ("json_path", r#"json_path = ".spec.reference""#),
+    ];
+    for (key, example) in required {
+        if !column.given.contains(key) {
+            cx.error_spanned_by(&column.item, format!("printcolumn(...) needs a `{key}`, e.g. `{example}`"));
+        }
+    }
+    if let Some(name) = column.name.as_ref().filter(|n| n.value().is_empty()) {
+        cx.error_spanned_by(name, "the column name must not be empty");
+    }
+    if let Some(path) = column.json_path.as_ref().filter(|p| !p.value().starts_with('.')) {
+        let msg = format!(r#"invalid json_path {:?}: must start with `.`, e.g. ".spec.reference""#, path.value());
+        cx.error_spanned_by(path, msg);
+    }
+    if let Some(type_) = &column.type_ {
+        one_of(cx, type_, "column type", COLUMN_TYPES);
+    }
+    if let Some(format) = column.format.as_ref().filter(|f| !f.value().is_empty()) {
+        one_of(cx, format, "column format", COLUMN_FORMATS);
+    }
+}
+
+/// Reports `lit` unless its value is one of `allowed`.
+fn one_of(cx: &Ctxt, lit: &LitStr, what: &str, allowed: &[&str]) {
+    let value = lit.value();
+    if !allowed.contains(&value.as_str()) {
+        let list: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
+        cx.error_spanned_by(lit, format!("unsupported {what} {value:?}: expected one of {}", list.join(", ")));
+    }
+}
+
+/// A field selector path is written as a JSONPath (`.spec.reference`), as in CRDs'
+/// `selectableFields`.
+fn check_selectable_field(cx: &Ctxt, lit: &LitStr) {
+    let value = lit.value();
+    let valid = value.strip_prefix('.').is_some_and(|p| p.split('.').all(|s| !s.is_empty()));
+    if !valid {
+        let msg = format!(r#"invalid selectable_field {value:?}: must be a JSONPath to a field such as ".spec.reference""#);
+        cx.error_spanned_by(lit, msg);
+    }
+}
