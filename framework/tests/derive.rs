@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
            status = "FlunderStatus", shortnames = ["fl"], categories = ["all", "wardle"],
            printcolumn(name = "Reference", type = "string", json_path = ".spec.reference",
                        description = "The referenced object", priority = 0),
-           printcolumn(name = "Count", type = "integer", format = "int32", json_path = ".spec.count",
-                       priority = 1),
+           printcolumn(name = "Count", type = "integer", format = "int32",
+                       json_path = ".spec.count", priority = 1),
            selectable_field = ".spec.reference", selectable_field = ".status.phase",
            validate = validate_flunder, defaults = default_flunder,
            validate_update = validate_flunder_update)]
@@ -48,7 +48,10 @@ fn validate_flunder_update(new: &Flunder, old: &Flunder) -> Vec<FieldError> {
     if new.spec.reference == old.spec.reference {
         Vec::new()
     } else {
-        vec![FieldError::forbidden("spec.reference", "field is immutable")]
+        vec![FieldError::forbidden(
+            "spec.reference",
+            "field is immutable",
+        )]
     }
 }
 
@@ -70,8 +73,15 @@ pub struct Policy {
 /// A kind ending in `s`, in the core group, with a non-`Option` status, overridden names and
 /// the runtime named through another path.
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[resource(crate = "runtime", group = "", version = "v2beta3", kind = "Class", status = "ClassStatus",
-           singular = "klass", plural = "klasses")]
+#[resource(
+    crate = "runtime",
+    group = "",
+    version = "v2beta3",
+    kind = "Class",
+    status = "ClassStatus",
+    singular = "klass",
+    plural = "klasses"
+)]
 pub struct Class {
     pub metadata: ObjectMeta,
     pub status: ClassStatus,
@@ -97,7 +107,10 @@ pub struct Gateway {
 }
 
 fn named(name: &str) -> ObjectMeta {
-    ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() }
+    ObjectMeta {
+        name: Some(name.to_string()),
+        ..ObjectMeta::default()
+    }
 }
 
 #[test]
@@ -163,7 +176,10 @@ fn overrides_and_core_group() {
 
 #[test]
 fn metadata_accessors_reach_the_field() {
-    let mut flunder = Flunder { metadata: named("a"), ..Flunder::default() };
+    let mut flunder = Flunder {
+        metadata: named("a"),
+        ..Flunder::default()
+    };
     assert_eq!(flunder.metadata().name.as_deref(), Some("a"));
     flunder.metadata_mut().namespace = Some("ns".to_string());
     assert_eq!(flunder.metadata.namespace.as_deref(), Some("ns"));
@@ -172,13 +188,34 @@ fn metadata_accessors_reach_the_field() {
 #[test]
 fn hooks_delegate_to_the_given_functions() {
     let mut flunder = Flunder::default();
-    assert_eq!(flunder.validate(), vec![FieldError::required("spec.reference", "")]);
+    assert_eq!(
+        flunder.validate(),
+        vec![FieldError::required("spec.reference", "")]
+    );
     flunder.default_fields();
     assert_eq!(flunder.spec.count, 1);
 
-    let old = Flunder { spec: FlunderSpec { reference: "x".into(), count: 1 }, ..Flunder::default() };
-    let new = Flunder { spec: FlunderSpec { reference: "y".into(), count: 1 }, ..Flunder::default() };
-    assert_eq!(new.validate_update(&old), vec![FieldError::forbidden("spec.reference", "field is immutable")]);
+    let old = Flunder {
+        spec: FlunderSpec {
+            reference: "x".into(),
+            count: 1,
+        },
+        ..Flunder::default()
+    };
+    let new = Flunder {
+        spec: FlunderSpec {
+            reference: "y".into(),
+            count: 1,
+        },
+        ..Flunder::default()
+    };
+    assert_eq!(
+        new.validate_update(&old),
+        vec![FieldError::forbidden(
+            "spec.reference",
+            "field is immutable"
+        )]
+    );
     assert!(old.validate_update(&old).is_empty());
 }
 
@@ -199,12 +236,21 @@ fn kube_core_resource_matches_info() {
     assert_eq!(Flunder::version(&()), "v1alpha1");
     assert_eq!(Flunder::plural(&()), "flunders");
     assert_eq!(Flunder::api_version(&()), "wardle.example.com/v1alpha1");
-    assert!(matches!(Flunder::plural(&()), Cow::Borrowed(_)), "names are static strings");
-    assert_eq!(Flunder::url_path(&(), Some("ns")), "/apis/wardle.example.com/v1alpha1/namespaces/ns/flunders");
+    assert!(
+        matches!(Flunder::plural(&()), Cow::Borrowed(_)),
+        "names are static strings"
+    );
+    assert_eq!(
+        Flunder::url_path(&(), Some("ns")),
+        "/apis/wardle.example.com/v1alpha1/namespaces/ns/flunders"
+    );
 
     assert_eq!(Class::api_version(&()), "v2beta3");
     assert_eq!(Class::url_path(&(), None), "/api/v2beta3/klasses");
-    assert_eq!(Policy::url_path(&(), None), "/apis/wardle.example.com/v1/policies");
+    assert_eq!(
+        Policy::url_path(&(), None),
+        "/apis/wardle.example.com/v1/policies"
+    );
 }
 
 #[test]
@@ -214,13 +260,25 @@ fn kube_core_resource_scope_and_meta() {
     fn scope_of<K: KubeResource>() -> &'static str {
         std::any::type_name::<K::Scope>()
     }
-    assert_eq!(scope_of::<Flunder>(), std::any::type_name::<NamespaceResourceScope>());
-    assert_eq!(scope_of::<Policy>(), std::any::type_name::<ClusterResourceScope>());
+    assert_eq!(
+        scope_of::<Flunder>(),
+        std::any::type_name::<NamespaceResourceScope>()
+    );
+    assert_eq!(
+        scope_of::<Policy>(),
+        std::any::type_name::<ClusterResourceScope>()
+    );
 
-    let mut flunder = Flunder { metadata: named("a"), ..Flunder::default() };
+    let mut flunder = Flunder {
+        metadata: named("a"),
+        ..Flunder::default()
+    };
     flunder.meta_mut().uid = Some("u".to_string());
     assert_eq!(flunder.meta().uid.as_deref(), Some("u"));
     let reference = flunder.object_ref(&());
     assert_eq!(reference.kind.as_deref(), Some("Flunder"));
-    assert_eq!(reference.api_version.as_deref(), Some("wardle.example.com/v1alpha1"));
+    assert_eq!(
+        reference.api_version.as_deref(),
+        Some("wardle.example.com/v1alpha1")
+    );
 }

@@ -33,7 +33,10 @@ impl<'a> Container<'a> {
     /// The field called `name`, if the type has named fields and one of them is it.
     pub fn field(&self, name: &str) -> Option<&'a Field> {
         let fields = self.fields?;
-        fields.named.iter().find(|f| f.ident.as_ref().is_some_and(|i| i == name))
+        fields
+            .named
+            .iter()
+            .find(|f| f.ident.as_ref().is_some_and(|i| i == name))
     }
 }
 
@@ -60,6 +63,9 @@ fn reject_inner_attributes(cx: &Ctxt, data: &Data) {
         Data::Union(u) => u.fields.named.iter().flat_map(|f| &f.attrs).collect(),
     };
     for attr in attrs.into_iter().filter(|a| a.path().is_ident("resource")) {
-        cx.error_spanned_by(attr, "#[resource(...)] belongs on the type, not on a field or variant");
+        cx.error_spanned_by(
+            attr,
+            "#[resource(...)] belongs on the type, not on a field or variant",
+        );
     }
 }

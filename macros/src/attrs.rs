@@ -118,7 +118,10 @@ impl ResourceAttrs {
             "validate" => self.validate = value::path(cx, item),
             "validate_update" => self.validate_update = value::path(cx, item),
             "defaults" => self.defaults = value::path(cx, item),
-            "crate" => self.crate_path = value::parsed(cx, item, "a path such as `my::path`").map(|(_, p)| p),
+            "crate" => {
+                self.crate_path =
+                    value::parsed(cx, item, "a path such as `my::path`").map(|(_, p)| p)
+            }
             _ => unreachable!("`Keys` accepts only the keys in `KEYS`"),
         }
     }
@@ -127,6 +130,10 @@ impl ResourceAttrs {
 impl Status {
     fn from_meta(cx: &Ctxt, item: &Meta) -> Option<Self> {
         let (lit, ty) = value::parsed(cx, item, "a type such as `FlunderStatus`")?;
-        Some(Self { item: item.clone(), lit, ty })
+        Some(Self {
+            item: item.clone(),
+            lit,
+            ty,
+        })
     }
 }

@@ -13,9 +13,19 @@ use crate::names;
 pub const COLUMN_TYPES: &[&str] = &["string", "integer", "number", "boolean", "date"];
 
 /// The values of a printer column's `format`, as in `additionalPrinterColumns`.
-pub const COLUMN_FORMATS: &[&str] = &["int32", "int64", "float", "double", "byte", "date", "date-time", "password"];
+pub const COLUMN_FORMATS: &[&str] = &[
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "byte",
+    "date",
+    "date-time",
+    "password",
+];
 
-const LABEL_RULE: &str = "must be a lower-case DNS-1123 label (a-z, 0-9 and `-`, at most 63 characters)";
+const LABEL_RULE: &str =
+    "must be a lower-case DNS-1123 label (a-z, 0-9 and `-`, at most 63 characters)";
 
 /// Reports every problem of `cont` into `cx`.
 pub fn check(cx: &Ctxt, cont: &Container) {
@@ -37,7 +47,10 @@ fn check_required(cx: &Ctxt, cont: &Container) {
         return cx.error_spanned_by(cont.ident, msg);
     };
     let required = [
-        ("group", r#"e.g. `group = "wardle.example.com"`, or `group = ""` for the core group"#),
+        (
+            "group",
+            r#"e.g. `group = "wardle.example.com"`, or `group = ""` for the core group"#,
+        ),
         ("version", r#"e.g. `version = "v1alpha1"`"#),
         ("kind", r#"e.g. `kind = "Flunder"`"#),
     ];
@@ -50,7 +63,10 @@ fn check_required(cx: &Ctxt, cont: &Container) {
 
 fn check_names(cx: &Ctxt, attrs: &ResourceAttrs) {
     if let Some(group) = attrs.group.as_ref().filter(|g| !g.value().is_empty()) {
-        let rule = r#"must be a lower-case DNS-1123 subdomain such as "wardle.example.com", or "" for the core group"#;
+        let rule = concat!(
+            r#"must be a lower-case DNS-1123 subdomain such as "wardle.example.com", "#,
+            r#"or "" for the core group"#
+        );
         require(cx, group, names::is_dns1123_subdomain, "group", rule);
     }
     if let Some(version) = &attrs.version {
@@ -61,13 +77,20 @@ fn check_names(cx: &Ctxt, attrs: &ResourceAttrs) {
         let rule = r#"must be UpperCamelCase ASCII letters and digits, such as "Flunder""#;
         require(cx, kind, names::is_kind, "kind", rule);
     }
-    let labels = [("plural", attrs.plural.iter()), ("singular", attrs.singular.iter())];
+    let labels = [
+        ("plural", attrs.plural.iter()),
+        ("singular", attrs.singular.iter()),
+    ];
     for (what, lits) in labels {
         lits.for_each(|lit| require(cx, lit, names::is_dns1123_label, what, LABEL_RULE));
     }
-    let lists = [("short name", &attrs.shortnames), ("category", &attrs.categories)];
+    let lists = [
+        ("short name", &attrs.shortnames),
+        ("category", &attrs.categories),
+    ];
     for (what, lits) in lists {
-        lits.iter().for_each(|lit| require(cx, lit, names::is_dns1123_label, what, LABEL_RULE));
+        lits.iter()
+            .for_each(|lit| require(cx, lit, names::is_dns1123_label, what, LABEL_RULE));
     }
 }
 
@@ -108,14 +131,24 @@ fn check_printcolumn(cx: &Ctxt, column: &PrintColumn) {
     ];
     for (key, example) in required {
         if !column.given.contains(key) {
-            cx.error_spanned_by(&column.item, format!("printcolumn(...) needs a `{key}`, e.g. `{example}`"));
+            cx.error_spanned_by(
+                &column.item,
+                format!("printcolumn(...) needs a `{key}`, e.g. `{example}`"),
+            );
         }
     }
     if let Some(name) = column.name.as_ref().filter(|n| n.value().is_empty()) {
         cx.error_spanned_by(name, "the column name must not be empty");
     }
-    if let Some(path) = column.json_path.as_ref().filter(|p| !p.value().starts_with('.')) {
-        let msg = format!(r#"invalid json_path {:?}: must start with `.`, e.g. ".spec.reference""#, path.value());
+    if let Some(path) = column
+        .json_path
+        .as_ref()
+        .filter(|p| !p.value().starts_with('.'))
+    {
+        let msg = format!(
+            r#"invalid json_path {:?}: must start with `.`, e.g. ".spec.reference""#,
+            path.value()
+        );
         cx.error_spanned_by(path, msg);
     }
     if let Some(type_) = &column.type_ {
@@ -131,7 +164,13 @@ fn one_of(cx: &Ctxt, lit: &LitStr, what: &str, allowed: &[&str]) {
     let value = lit.value();
     if !allowed.contains(&value.as_str()) {
         let list: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
-        cx.error_spanned_by(lit, format!("unsupported {what} {value:?}: expected one of {}", list.join(", ")));
+        cx.error_spanned_by(
+            lit,
+            format!(
+                "unsupported {what} {value:?}: expected one of {}",
+                list.join(", ")
+            ),
+        );
     }
 }
 
@@ -139,9 +178,12 @@ fn one_of(cx: &Ctxt, lit: &LitStr, what: &str, allowed: &[&str]) {
 /// `selectableFields`.
 fn check_selectable_field(cx: &Ctxt, lit: &LitStr) {
     let value = lit.value();
-    let valid = value.strip_prefix('.').is_some_and(|p| p.split('.').all(|s| !s.is_empty()));
+    let valid = value
+        .strip_prefix('.')
+        .is_some_and(|p| p.split('.').all(|s| !s.is_empty()));
     if !valid {
-        let msg = format!(r#"invalid selectable_field {value:?}: must be a JSONPath to a field such as ".spec.reference""#);
+        let rule = r#"must be a JSONPath to a field such as ".spec.reference""#;
+        let msg = format!("invalid selectable_field {value:?}: {rule}");
         cx.error_spanned_by(lit, msg);
     }
 }

@@ -57,7 +57,12 @@ mod tests {
         let cx = Ctxt::new();
         cx.error_spanned_by(quote::quote!(a), "first");
         cx.error_spanned_by(quote::quote!(b), "second");
-        let messages: Vec<String> = cx.check().unwrap_err().into_iter().map(|e| e.to_string()).collect();
+        let messages: Vec<String> = cx
+            .check()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect();
         assert_eq!(messages, ["first", "second"]);
     }
 }

@@ -24,7 +24,11 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
 }
 
 fn expand(cont: &Container) -> TokenStream {
-    let krate = cont.attrs.crate_path.clone().unwrap_or_else(|| parse_quote!(::apiserver));
+    let krate = cont
+        .attrs
+        .crate_path
+        .clone()
+        .unwrap_or_else(|| parse_quote!(::apiserver));
     let names = Names::new(&cont.attrs);
     let resource = impl_resource(cont, &names, &krate);
     let kube_resource = impl_kube_resource(cont, &names, &krate);
@@ -49,7 +53,10 @@ impl Names {
             group: value(&attrs.group),
             version: value(&attrs.version),
             kind: value(&attrs.kind),
-            plural: attrs.plural.as_ref().map_or_else(|| names::plural(&lower_kind), LitStr::value),
+            plural: attrs
+                .plural
+                .as_ref()
+                .map_or_else(|| names::plural(&lower_kind), LitStr::value),
             singular: attrs.singular.as_ref().map_or(lower_kind, LitStr::value),
         }
     }
@@ -85,12 +92,25 @@ fn impl_resource(cont: &Container, names: &Names, krate: &Path) -> TokenStream {
 }
 
 fn resource_info(attrs: &ResourceAttrs, names: &Names, krate: &Path) -> TokenStream {
-    let Names { group, version, kind, plural, singular } = names;
-    let scope = if attrs.namespaced { quote!(Namespaced) } else { quote!(Cluster) };
+    let Names {
+        group,
+        version,
+        kind,
+        plural,
+        singular,
+    } = names;
+    let scope = if attrs.namespaced {
+        quote!(Namespaced)
+    } else {
+        quote!(Cluster)
+    };
     let short_names = &attrs.shortnames;
     let categories = &attrs.categories;
     let status = attrs.status.is_some();
-    let columns = attrs.printcolumns.iter().map(|column| printer_column(column, krate));
+    let columns = attrs
+        .printcolumns
+        .iter()
+        .map(|column| printer_column(column, krate));
     let selectable_fields = attrs.selectable_fields.iter().map(selectable_field);
     quote! {
         #krate::ResourceInfo {
@@ -110,7 +130,9 @@ fn resource_info(attrs: &ResourceAttrs, names: &Names, krate: &Path) -> TokenStr
 }
 
 fn printer_column(column: &PrintColumn, krate: &Path) -> TokenStream {
-    let value = |lit: &Option<LitStr>, default: &str| lit.as_ref().map_or(default.to_owned(), LitStr::value);
+    let value = |lit: &Option<LitStr>, default: &str| {
+        lit.as_ref().map_or(default.to_owned(), LitStr::value)
+    };
     let name = value(&column.name, "");
     let type_ = value(&column.type_, "string");
     let format = value(&column.format, "");
@@ -142,8 +164,13 @@ fn object_meta(krate: &Path) -> TokenStream {
 /// `&self.metadata` and `&mut self.metadata`, spanned at the field's type so that a field of
 /// the wrong type is reported there.
 fn metadata_access(cont: &Container) -> (TokenStream, TokenStream) {
-    let span = cont.field("metadata").map_or_else(proc_macro2::Span::call_site, |f| f.ty.span());
-    (quote_spanned!(span=> &self.metadata), quote_spanned!(span=> &mut self.metadata))
+    let span = cont
+        .field("metadata")
+        .map_or_else(proc_macro2::Span::call_site, |f| f.ty.span());
+    (
+        quote_spanned!(span=> &self.metadata),
+        quote_spanned!(span=> &mut self.metadata),
+    )
 }
 
 /// The strategy hooks that were given, each delegating to the user's function. A function of
@@ -169,7 +196,11 @@ fn hooks(attrs: &ResourceAttrs, krate: &Path) -> TokenStream {
 fn impl_kube_resource(cont: &Container, names: &Names, krate: &Path) -> TokenStream {
     let ident = cont.ident;
     let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
-    let scope = if cont.attrs.namespaced { quote!(NamespaceResourceScope) } else { quote!(ClusterResourceScope) };
+    let scope = if cont.attrs.namespaced {
+        quote!(NamespaceResourceScope)
+    } else {
+        quote!(ClusterResourceScope)
+    };
     let (meta, meta_mut) = metadata_access(cont);
     let meta_ty = object_meta(krate);
     let statics = [
@@ -218,7 +249,8 @@ fn assert_status_type(cont: &Container) -> TokenStream {
     quote! {
         const _: () = {
             #[diagnostic::on_unimplemented(
-                message = "the `status` field must be `{S}` or `Option<{S}>`, as `status = \"...\"` says",
+                message = "the `status` field must be `{S}` or `Option<{S}>`, \
+                           as `status = \"...\"` says",
                 label = "`status` names this type"
             )]
             trait StatusOf<S> {}
@@ -232,4 +264,3 @@ fn assert_status_type(cont: &Container) -> TokenStream {
         };
     }
 }
-

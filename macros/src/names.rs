@@ -43,7 +43,10 @@ pub fn is_version(s: &str) -> bool {
     if !is_positive(major) {
         return false;
     }
-    match level.strip_prefix("alpha").or_else(|| level.strip_prefix("beta")) {
+    match level
+        .strip_prefix("alpha")
+        .or_else(|| level.strip_prefix("beta"))
+    {
         Some(n) => is_positive(n),
         None => level.is_empty(),
     }
@@ -104,7 +107,14 @@ mod tests {
     fn subdomains() {
         assert!(is_dns1123_subdomain("wardle.example.com"));
         assert!(is_dns1123_subdomain("metrics"));
-        for bad in ["", "Wardle.example.com", "wardle..com", ".wardle", "wardle.", "a_b.com"] {
+        for bad in [
+            "",
+            "Wardle.example.com",
+            "wardle..com",
+            ".wardle",
+            "wardle.",
+            "a_b.com",
+        ] {
             assert!(!is_dns1123_subdomain(bad), "{bad:?} is not a subdomain");
         }
     }
@@ -114,7 +124,9 @@ mod tests {
         for good in ["v1", "v12", "v1alpha1", "v2beta3", "v1beta10"] {
             assert!(is_version(good), "{good:?} is a version");
         }
-        for bad in ["", "v", "1", "v0", "v01", "V1", "v1alpha", "v1gamma1", "v1alpha0", "v1-beta1"] {
+        for bad in [
+            "", "v", "1", "v0", "v01", "V1", "v1alpha", "v1gamma1", "v1alpha0", "v1-beta1",
+        ] {
             assert!(!is_version(bad), "{bad:?} is not a version");
         }
     }

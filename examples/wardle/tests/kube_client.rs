@@ -124,28 +124,28 @@ async fn bad_input_gets_status_and_changes_nothing() {
     let coll = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
     let one = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders/keep";
     let json = "application/json";
-    let cases: Vec<(&str, &str, &str, Vec<u8>, u16, &str)> = vec![
-        ("POST", coll, json, b"{not json".to_vec(), 400, "BadRequest"),
-        ("POST", coll, "application/yaml", b"a: [".to_vec(), 400, "BadRequest"),
-        ("POST", coll, json, br#"{"apiVersion":"v1","kind":"Flunder","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
-        ("POST", coll, json, br#"{"apiVersion":"wardle.example.com/v1alpha1","kind":"Fischer","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
-        ("POST", coll, json, br#"{"metadata":{"name":"Not_A_Name"}}"#.to_vec(), 422, "Invalid"),
-        ("POST", coll, json, br#"{"metadata":{"name":"x","namespace":"other"}}"#.to_vec(), 400, "BadRequest"),
-        ("POST", coll, json, br#"{"metadata":{"name":"x"},"spec":{"referenceType":"Bogus","reference":"r"}}"#.to_vec(), 422, "Invalid"),
-        ("POST", coll, json, br#"{"metadata":{"name":"keep"}}"#.to_vec(), 409, "AlreadyExists"),
-        ("POST", coll, "application/vnd.kubernetes.protobuf", b"\x00".to_vec(), 415, "UnsupportedMediaType"),
-        ("POST", &format!("{coll}?bogus=1"), json, br#"{"metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
-        ("POST", &format!("{coll}?fieldValidation=Strict"), json, br#"{"metadata":{"name":"x"},"spec":{"nope":1}}"#.to_vec(), 400, "BadRequest"),
-        ("PATCH", one, "text/plain", b"{}".to_vec(), 415, "UnsupportedMediaType"),
-        ("PATCH", one, "application/json-patch+json", br#"[{"op":"test","path":"/spec/reference","value":"zzz"}]"#.to_vec(), 422, "Invalid"),
-        ("PATCH", one, "application/merge-patch+json", br#"{"metadata":{"resourceVersion":"1"}}"#.to_vec(), 409, "Conflict"),
-        ("PUT", one, json, br#"{"metadata":{"name":"other"}}"#.to_vec(), 400, "BadRequest"),
-        ("GET", &format!("{coll}?limit=abc"), json, Vec::new(), 400, "BadRequest"),
-        ("GET", &format!("{coll}?fieldSelector=spec.nope%3Dx"), json, Vec::new(), 400, "BadRequest"),
-        ("GET", &format!("{coll}?continue=garbage"), json, Vec::new(), 400, "BadRequest"),
+    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+        ("POST", coll.to_string(), json, b"{not json".to_vec(), 400, "BadRequest"),
+        ("POST", coll.to_string(), "application/yaml", b"a: [".to_vec(), 400, "BadRequest"),
+        ("POST", coll.to_string(), json, br#"{"apiVersion":"v1","kind":"Flunder","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", coll.to_string(), json, br#"{"apiVersion":"wardle.example.com/v1alpha1","kind":"Fischer","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", coll.to_string(), json, br#"{"metadata":{"name":"Not_A_Name"}}"#.to_vec(), 422, "Invalid"),
+        ("POST", coll.to_string(), json, br#"{"metadata":{"name":"x","namespace":"other"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", coll.to_string(), json, br#"{"metadata":{"name":"x"},"spec":{"referenceType":"Bogus","reference":"r"}}"#.to_vec(), 422, "Invalid"),
+        ("POST", coll.to_string(), json, br#"{"metadata":{"name":"keep"}}"#.to_vec(), 409, "AlreadyExists"),
+        ("POST", coll.to_string(), "application/vnd.kubernetes.protobuf", b"\x00".to_vec(), 415, "UnsupportedMediaType"),
+        ("POST", format!("{coll}?bogus=1"), json, br#"{"metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", format!("{coll}?fieldValidation=Strict"), json, br#"{"metadata":{"name":"x"},"spec":{"nope":1}}"#.to_vec(), 400, "BadRequest"),
+        ("PATCH", one.to_string(), "text/plain", b"{}".to_vec(), 415, "UnsupportedMediaType"),
+        ("PATCH", one.to_string(), "application/json-patch+json", br#"[{"op":"test","path":"/spec/reference","value":"zzz"}]"#.to_vec(), 422, "Invalid"),
+        ("PATCH", one.to_string(), "application/merge-patch+json", br#"{"metadata":{"resourceVersion":"999"}}"#.to_vec(), 409, "Conflict"),
+        ("PUT", one.to_string(), json, br#"{"metadata":{"name":"other"}}"#.to_vec(), 400, "BadRequest"),
+        ("GET", format!("{coll}?limit=abc"), json, Vec::new(), 400, "BadRequest"),
+        ("GET", format!("{coll}?fieldSelector=spec.nope%3Dx"), json, Vec::new(), 400, "BadRequest"),
+        ("GET", format!("{coll}?continue=garbage"), json, Vec::new(), 400, "BadRequest"),
     ];
     for (method, path, content_type, body, code, reason) in cases {
-        let (got, status) = raw(&client, method, path, content_type, body).await;
+        let (got, status) = raw(&client, method, &path, content_type, body).await;
         assert_eq!((got, status["reason"].as_str().unwrap_or_default()), (code, reason), "{method} {path}: {status}");
     }
     let huge = vec![b' '; 3 * 1024 * 1024 + 10];

@@ -1,6 +1,7 @@
 //! Client-certificate authentication: the TLS layer puts the peer's certificate chain in the
 //! request extensions ([`PeerCertificates`]); this authenticator verifies it against the
-//! client CA and maps it to a user as kube's `CommonNameUserConversion` does (CN → name, O → groups).
+//! client CA and maps it to a user as kube's `CommonNameUserConversion` does (CN → name,
+//! O → groups).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -33,7 +33,9 @@ impl<'a> MediaRange<'a> {
     /// Whether the clause asks for a conversion (`as`, `g`, `v`) or a stream (`stream`), which
     /// plain documents cannot honour.
     pub(crate) fn is_qualified(&self) -> bool {
-        ["as", "g", "v", "stream"].iter().any(|name| self.param(name).is_some())
+        ["as", "g", "v", "stream"]
+            .iter()
+            .any(|name| self.param(name).is_some())
     }
 
     fn specificity(&self) -> u8 {
@@ -68,7 +70,12 @@ fn parse_clause(clause: &str) -> Option<MediaRange<'_>> {
     if type_.is_empty() || subtype.is_empty() {
         return None;
     }
-    let mut range = MediaRange { type_, subtype, params: Vec::new(), q: 1.0 };
+    let mut range = MediaRange {
+        type_,
+        subtype,
+        params: Vec::new(),
+        q: 1.0,
+    };
     for param in parts {
         let Some((key, value)) = param.split_once('=') else {
             continue;
@@ -108,12 +115,18 @@ mod tests {
     #[test]
     fn sorts_by_quality_then_specificity_keeping_order() {
         let order = ranges("*/*;q=0.5, application/yaml, text/*, application/json;q=0.9");
-        assert_eq!(order, ["application/yaml", "text/*", "application/json", "*/*"]);
+        assert_eq!(
+            order,
+            ["application/yaml", "text/*", "application/json", "*/*"]
+        );
     }
 
     #[test]
     fn drops_refused_and_malformed_clauses() {
-        assert_eq!(ranges("application/json;q=0, garbage, text/plain"), ["text/plain"]);
+        assert_eq!(
+            ranges("application/json;q=0, garbage, text/plain"),
+            ["text/plain"]
+        );
     }
 
     #[test]

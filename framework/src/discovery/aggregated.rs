@@ -2,11 +2,11 @@
 //! group, version and resource in one document at `/apis`, which kubectl and client-go ask for
 //! first and which the aggregator merges into the cluster's own.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_core::discovery::v2::{
     APIGroupDiscovery, APIGroupDiscoveryList, APIResourceDiscovery, APISubresourceDiscovery,
     APIVersionDiscovery, GroupVersionKind,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value};
 
 use super::legacy::{non_empty, sorted_verbs};
@@ -17,13 +17,22 @@ use crate::runtime::ResourceInfo;
 pub(super) const GROUP: &str = "apidiscovery.k8s.io";
 /// The kind a client names in `Accept` (`as=APIGroupDiscoveryList`).
 pub(super) const KIND: &str = "APIGroupDiscoveryList";
+/// `Content-Type` of the `v2` document; clients check it to tell it from `APIGroupList`.
+pub(super) const V2_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+/// `Content-Type` of the `v2beta1` document.
+pub(super) const V2BETA1_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// The document for `apidiscovery.k8s.io/{version}` (`v2` or `v2beta1`, same shape).
 pub(super) fn document(groups: &[ServedGroup], version: &str) -> Value {
     // All our groups share kube's default priority, so, like kube, they are sorted by name.
     let mut items: Vec<APIGroupDiscovery> = groups.iter().map(group).collect();
     items.sort_by(|a, b| group_name(a).cmp(group_name(b)));
-    let list = APIGroupDiscoveryList { metadata: Some(Default::default()), items };
+    let list = APIGroupDiscoveryList {
+        metadata: Some(Default::default()),
+        items,
+    };
     let mut value = serde_json::to_value(list).expect("APIGroupDiscoveryList serializes");
     omit_empty_lists(&mut value);
     if let Value::Object(map) = &mut value {
@@ -34,12 +43,19 @@ pub(super) fn document(groups: &[ServedGroup], version: &str) -> Value {
 }
 
 fn group_name(group: &APIGroupDiscovery) -> &str {
-    group.metadata.as_ref().and_then(|m| m.name.as_deref()).unwrap_or_default()
+    group
+        .metadata
+        .as_ref()
+        .and_then(|m| m.name.as_deref())
+        .unwrap_or_default()
 }
 
 fn group(group: &ServedGroup) -> APIGroupDiscovery {
     APIGroupDiscovery {
-        metadata: Some(ObjectMeta { name: Some(group.name.clone()), ..ObjectMeta::default() }),
+        metadata: Some(ObjectMeta {
+            name: Some(group.name.clone()),
+            ..ObjectMeta::default()
+        }),
         versions: group.versions.iter().map(version).collect(),
     }
 }
@@ -71,7 +87,14 @@ fn resource(resource: &ServedResource) -> APIResourceDiscovery {
     APIResourceDiscovery {
         resource: Some(info.plural.to_string()),
         response_kind: Some(gvk(info)),
-        scope: Some(if info.namespaced() { "Namespaced" } else { "Cluster" }.into()),
+        scope: Some(
+            if info.namespaced() {
+                "Namespaced"
+            } else {
+                "Cluster"
+            }
+            .into(),
+        ),
         singular_resource: Some(info.singular.to_string()),
         verbs: sorted_verbs(&resource.verbs),
         short_names: non_empty(info.short_names).unwrap_or_default(),
@@ -104,7 +127,11 @@ fn omit_empty_lists(value: &mut Value) {
 
 fn drop_empty(map: &mut Map<String, Value>, keys: &[&str]) {
     for key in keys {
-        if map.get(*key).and_then(Value::as_array).is_some_and(Vec::is_empty) {
+        if map
+            .get(*key)
+            .and_then(Value::as_array)
+            .is_some_and(Vec::is_empty)
+        {
             map.remove(*key);
         }
     }

@@ -58,12 +58,6 @@ impl Document {
         &self.hash
     }
 
-    /// The encoded bytes.
-    #[cfg(test)]
-    pub(crate) fn body(&self) -> &[u8] {
-        &self.body
-    }
-
     /// `200` with the document, or `304` when `If-None-Match` names its ETag. Both carry the
     /// ETag, `Vary: Accept` (the representation depends on it) and `cache_control`.
     pub(crate) fn respond(&self, request: &HeaderMap, cache_control: HeaderValue) -> Response {
@@ -98,10 +92,12 @@ impl Document {
 
 fn hex_upper(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
-        let _ = write!(out, "{byte:02X}");
-        out
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
+            let _ = write!(out, "{byte:02X}");
+            out
+        })
 }
 
 #[cfg(test)]
@@ -110,7 +106,10 @@ mod tests {
 
     fn request(if_none_match: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert(header::IF_NONE_MATCH, HeaderValue::from_str(if_none_match).unwrap());
+        headers.insert(
+            header::IF_NONE_MATCH,
+            HeaderValue::from_str(if_none_match).unwrap(),
+        );
         headers
     }
 
@@ -118,7 +117,10 @@ mod tests {
     fn etag_is_the_quoted_sha512_of_the_bytes() {
         let doc = Document::new(b"{}".to_vec(), "application/json");
         assert_eq!(doc.hash().len(), 128);
-        assert!(doc.hash().chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+        assert!(doc
+            .hash()
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
         assert_eq!(doc.etag.to_str().unwrap(), format!("\"{}\"", doc.hash()));
     }
 
@@ -139,6 +141,9 @@ mod tests {
         let response = doc.respond(&request("\"nope\""), no_cache());
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
-        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-cache, private");
+        assert_eq!(
+            response.headers()[header::CACHE_CONTROL],
+            "no-cache, private"
+        );
     }
 }

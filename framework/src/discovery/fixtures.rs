@@ -11,7 +11,9 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use tower::ServiceExt;
 
-use crate::registry::served::{schema_of, ServedGroup, ServedResource, ServedSubresource, ServedVersion};
+use crate::registry::served::{
+    schema_of, ServedGroup, ServedResource, ServedSubresource, ServedVersion,
+};
 use crate::runtime::{ResourceInfo, Scope};
 
 /// A Flunder is an example type with spec and status.
@@ -48,6 +50,7 @@ struct FlunderSpec {
 
 /// The kind of object a reference names.
 #[derive(Serialize, JsonSchema)]
+#[allow(dead_code)] // only its schema is used
 enum ReferenceType {
     /// Another Flunder.
     Flunder,
@@ -99,8 +102,16 @@ const FISCHER: ResourceInfo = ResourceInfo {
 };
 
 /// Every verb of a generic store, in discovery order.
-pub(crate) const ALL_VERBS: [&str; 8] =
-    ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+pub(crate) const ALL_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 pub(crate) const PATCH_TYPES: [&str; 4] = [
     "application/json-patch+json",
@@ -113,7 +124,16 @@ fn flunders(version: &'static str) -> ServedResource {
     ServedResource {
         info: ResourceInfo { version, ..FLUNDER },
         // Deliberately out of order: discovery sorts verbs as kube does.
-        verbs: vec!["watch", "update", "patch", "list", "get", "deletecollection", "delete", "create"],
+        verbs: vec![
+            "watch",
+            "update",
+            "patch",
+            "list",
+            "get",
+            "deletecollection",
+            "delete",
+            "create",
+        ],
         subresources: vec![ServedSubresource {
             name: "status".into(),
             verbs: vec!["get", "patch", "update"],
@@ -139,7 +159,10 @@ pub(crate) fn groups() -> Vec<ServedGroup> {
     let wardle = ServedGroup {
         name: GROUP.into(),
         versions: vec![
-            ServedVersion { version: "v1beta1".into(), resources: vec![flunders("v1beta1")] },
+            ServedVersion {
+                version: "v1beta1".into(),
+                resources: vec![flunders("v1beta1")],
+            },
             ServedVersion {
                 version: "v1alpha1".into(),
                 resources: vec![flunders("v1alpha1"), fischers("v1alpha1")],
@@ -147,7 +170,11 @@ pub(crate) fn groups() -> Vec<ServedGroup> {
         ],
     };
     let read_only = ServedResource {
-        info: ResourceInfo { group: "aaa.example.com", version: "v1", ..FISCHER },
+        info: ResourceInfo {
+            group: "aaa.example.com",
+            version: "v1",
+            ..FISCHER
+        },
         verbs: vec!["get", "list"],
         subresources: Vec::new(),
         patch_types: Vec::new(),
@@ -155,7 +182,10 @@ pub(crate) fn groups() -> Vec<ServedGroup> {
     };
     let aaa = ServedGroup {
         name: "aaa.example.com".into(),
-        versions: vec![ServedVersion { version: "v1".into(), resources: vec![read_only] }],
+        versions: vec![ServedVersion {
+            version: "v1".into(),
+            resources: vec![read_only],
+        }],
     };
     vec![wardle, aaa]
 }
@@ -185,8 +215,16 @@ pub(crate) async fn get(router: &Router, uri: &str, headers: &[(&str, &str)]) ->
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = router.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+    let response = router
+        .clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
     let (parts, body) = response.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-    Reply { status: parts.status, headers: parts.headers, body }
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
 }

@@ -14,7 +14,9 @@ use crate::registry::served::{ServedGroup, ServedResource, ServedVersion};
 /// k8s-openapi writes `kind` and `apiVersion` on every `APIGroup`, also inside the list; Go's
 /// `TypeMeta` is empty there and so omitted, and clients compare shapes, so they are removed.
 pub(super) fn group_list(groups: &[ServedGroup]) -> Value {
-    let list = APIGroupList { groups: groups.iter().map(group).collect() };
+    let list = APIGroupList {
+        groups: groups.iter().map(group).collect(),
+    };
     let mut value = serde_json::to_value(list).expect("APIGroupList serializes");
     if let Some(items) = value.get_mut("groups").and_then(Value::as_array_mut) {
         for item in items.iter_mut().filter_map(Value::as_object_mut) {
@@ -46,10 +48,16 @@ pub(super) fn group(group: &ServedGroup) -> APIGroup {
 /// `APIResourceList` for `/apis/{group}/{version}`: each resource and each of its
 /// subresources (`flunders/status`), sorted by name as kube's installer registers them.
 pub(super) fn resource_list(group: &str, version: &ServedVersion) -> APIResourceList {
-    let mut resources: Vec<APIResource> =
-        version.resources.iter().flat_map(resource_entries).collect();
+    let mut resources: Vec<APIResource> = version
+        .resources
+        .iter()
+        .flat_map(resource_entries)
+        .collect();
     resources.sort_by(|a, b| a.name.cmp(&b.name));
-    APIResourceList { group_version: format!("{group}/{}", version.version), resources }
+    APIResourceList {
+        group_version: format!("{group}/{}", version.version),
+        resources,
+    }
 }
 
 fn resource_entries(resource: &ServedResource) -> Vec<APIResource> {

@@ -65,7 +65,10 @@ struct Plain {
 
 impl Plain {
     fn new(value: &impl Serialize) -> Self {
-        Self { json: Document::json(value, "application/json"), yaml: Document::yaml(value) }
+        Self {
+            json: Document::json(value, "application/json"),
+            yaml: Document::yaml(value),
+        }
     }
 }
 
@@ -74,27 +77,30 @@ impl Plain {
 enum Representation {
     Json,
     Yaml,
-    /// Aggregated discovery in `apidiscovery.k8s.io/v2` (`true`) or `v2beta1` (`false`).
-    Aggregated { v2: bool },
+    /// Aggregated discovery, `apidiscovery.k8s.io/v2`.
+    AggregatedV2,
+    /// Aggregated discovery, `apidiscovery.k8s.io/v2beta1` (same shape, older clients).
+    AggregatedV2Beta1,
 }
 
 impl DiscoveryDocuments {
     /// Encodes every discovery document for `groups` (versions preferred first).
     pub fn build(groups: &[ServedGroup]) -> Self {
-        let aggregated = |version: &str| {
-            let content_type = match version {
-                "v2" => "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-                _ => "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
-            };
+        let aggregated = |version, content_type| {
             Document::json(&aggregated::document(groups, version), content_type)
         };
         let documents = Documents {
             root: Plain::new(&legacy::group_list(groups)),
-            aggregated_v2: aggregated("v2"),
-            aggregated_v2beta1: aggregated("v2beta1"),
-            groups: groups.iter().map(|g| (g.name.clone(), GroupDocuments::new(g))).collect(),
+            aggregated_v2: aggregated("v2", aggregated::V2_CONTENT_TYPE),
+            aggregated_v2beta1: aggregated("v2beta1", aggregated::V2BETA1_CONTENT_TYPE),
+            groups: groups
+                .iter()
+                .map(|g| (g.name.clone(), GroupDocuments::new(g)))
+                .collect(),
         };
-        Self { inner: Arc::new(documents) }
+        Self {
+            inner: Arc::new(documents),
+        }
     }
 
     /// Routes `GET /apis`, `/apis/{group}` and `/apis/{group}/{version}` (with or without a
@@ -119,18 +125,26 @@ impl GroupDocuments {
         let versions = group
             .versions
             .iter()
-            .map(|v| (v.version.clone(), Plain::new(&legacy::resource_list(&group.name, v))))
+            .map(|v| {
+                (
+                    v.version.clone(),
+                    Plain::new(&legacy::resource_list(&group.name, v)),
+                )
+            })
             .collect();
-        Self { group: Plain::new(&legacy::group(group)), versions }
+        Self {
+            group: Plain::new(&legacy::group(group)),
+            versions,
+        }
     }
 }
 
 async fn root(State(docs): State<Arc<Documents>>, headers: HeaderMap) -> Response {
     match negotiate(&headers, true) {
-        Some(Representation::Aggregated { v2 }) => {
-            let doc = if v2 { &docs.aggregated_v2 } else { &docs.aggregated_v2beta1 };
-            // kube-apiserver lets shared caches keep aggregated discovery (it has an ETag).
-            doc.respond(&headers, HeaderValue::from_static("public"))
+        // kube-apiserver lets shared caches keep aggregated discovery (it has an ETag).
+        Some(Representation::AggregatedV2) => docs.aggregated_v2.respond(&headers, public()),
+        Some(Representation::AggregatedV2Beta1) => {
+            docs.aggregated_v2beta1.respond(&headers, public())
         }
         wanted => respond_plain(&docs.root, wanted, &headers),
     }
@@ -152,10 +166,18 @@ async fn version(
     Path((group, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    match docs.groups.get(&group).and_then(|g| g.versions.get(&version)) {
+    match docs
+        .groups
+        .get(&group)
+        .and_then(|g| g.versions.get(&version))
+    {
         Some(found) => respond_plain(found, negotiate(&headers, false), &headers),
         None => Error::path_not_found().into_response(),
     }
+}
+
+fn public() -> HeaderValue {
+    HeaderValue::from_static("public")
 }
 
 fn respond_plain(doc: &Plain, wanted: Option<Representation>, headers: &HeaderMap) -> Response {
@@ -177,7 +199,11 @@ pub(crate) fn not_acceptable(types: &str) -> Response {
 fn negotiate(headers: &HeaderMap, aggregated_allowed: bool) -> Option<Representation> {
     accept::media_ranges(headers).iter().find_map(|range| {
         if range.is_qualified() {
-            return aggregated_allowed.then(|| aggregated_version(range)).flatten();
+            return if aggregated_allowed {
+                aggregated_version(range)
+            } else {
+                None
+            };
         }
         if range.matches("application", "json") {
             Some(Representation::Json)
@@ -195,8 +221,8 @@ fn aggregated_version(range: &accept::MediaRange<'_>) -> Option<Representation> 
         && range.param("as") == Some(aggregated::KIND)
         && range.param("stream").is_none();
     match range.param("v") {
-        Some("v2") if is_list => Some(Representation::Aggregated { v2: true }),
-        Some("v2beta1") if is_list => Some(Representation::Aggregated { v2: false }),
+        Some("v2") if is_list => Some(Representation::AggregatedV2),
+        Some("v2beta1") if is_list => Some(Representation::AggregatedV2Beta1),
         _ => None,
     }
 }

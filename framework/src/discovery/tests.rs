@@ -54,11 +54,22 @@ async fn group_document_has_type_meta() {
 
 #[tokio::test]
 async fn resource_list_has_resources_and_subresources() {
-    let body = fetch("/apis/wardle.example.com/v1alpha1", "application/json").await.json();
+    let body = fetch("/apis/wardle.example.com/v1alpha1", "application/json")
+        .await
+        .json();
     assert_eq!(body["kind"], "APIResourceList");
     assert_eq!(body["apiVersion"], "v1");
     assert_eq!(body["groupVersion"], "wardle.example.com/v1alpha1");
-    let all = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+    let all = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
     assert_eq!(
         body["resources"],
         json!([
@@ -74,7 +85,11 @@ async fn resource_list_has_resources_and_subresources() {
 
 #[tokio::test]
 async fn unknown_group_or_version_is_a_404_status() {
-    for uri in ["/apis/nope.example.com", "/apis/wardle.example.com/v9", "/apis/nope/v1"] {
+    for uri in [
+        "/apis/nope.example.com",
+        "/apis/wardle.example.com/v9",
+        "/apis/nope/v1",
+    ] {
         let reply = fetch(uri, "application/json").await;
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{uri}");
         let body = reply.json();
@@ -86,8 +101,16 @@ async fn unknown_group_or_version_is_a_404_status() {
 
 #[tokio::test]
 async fn trailing_slashes_are_served() {
-    for uri in ["/apis/", "/apis/wardle.example.com/", "/apis/wardle.example.com/v1beta1/"] {
-        assert_eq!(fetch(uri, "application/json").await.status, StatusCode::OK, "{uri}");
+    for uri in [
+        "/apis/",
+        "/apis/wardle.example.com/",
+        "/apis/wardle.example.com/v1beta1/",
+    ] {
+        assert_eq!(
+            fetch(uri, "application/json").await.status,
+            StatusCode::OK,
+            "{uri}"
+        );
     }
 }
 
@@ -110,7 +133,10 @@ async fn aggregated_v2_document() {
     assert_eq!(body["apiVersion"], "apidiscovery.k8s.io/v2");
     assert_eq!(body["metadata"], json!({}));
     // Sorted by name, like kube's resource manager with equal priorities.
-    assert_eq!(body["items"][0]["metadata"], json!({"name": "aaa.example.com"}));
+    assert_eq!(
+        body["items"][0]["metadata"],
+        json!({"name": "aaa.example.com"})
+    );
     let wardle = &body["items"][1];
     assert_eq!(wardle["metadata"]["name"], GROUP);
     assert_eq!(wardle["versions"][0]["version"], "v1beta1");
@@ -174,23 +200,43 @@ async fn unsupported_accept_is_a_406_status() {
         assert_eq!(body["kind"], "Status");
         assert_eq!(body["reason"], "NotAcceptable");
         assert_eq!(body["code"], 406);
-        assert!(body["message"].as_str().unwrap().contains("application/json"));
+        assert!(body["message"]
+            .as_str()
+            .unwrap()
+            .contains("application/json"));
     }
 }
 
 #[tokio::test]
 async fn etag_and_304() {
     let router = router();
-    for (uri, accept) in [("/apis", "application/json"), ("/apis", V2), ("/apis/wardle.example.com/v1alpha1", "*/*")] {
+    for (uri, accept) in [
+        ("/apis", "application/json"),
+        ("/apis", V2),
+        ("/apis/wardle.example.com/v1alpha1", "*/*"),
+    ] {
         let first = get(&router, uri, &[("accept", accept)]).await;
         let etag = first.header("etag").to_string();
-        assert!(etag.starts_with('"') && etag.ends_with('"') && etag.len() == 130, "{etag}");
+        assert!(
+            etag.starts_with('"') && etag.ends_with('"') && etag.len() == 130,
+            "{etag}"
+        );
         assert_eq!(first.header("vary"), "Accept");
-        let again = get(&router, uri, &[("accept", accept), ("if-none-match", &etag)]).await;
+        let again = get(
+            &router,
+            uri,
+            &[("accept", accept), ("if-none-match", &etag)],
+        )
+        .await;
         assert_eq!(again.status, StatusCode::NOT_MODIFIED);
         assert!(again.body.is_empty());
         assert_eq!(again.header("etag"), etag);
-        let stale = get(&router, uri, &[("accept", accept), ("if-none-match", "\"old\"")]).await;
+        let stale = get(
+            &router,
+            uri,
+            &[("accept", accept), ("if-none-match", "\"old\"")],
+        )
+        .await;
         assert_eq!(stale.status, StatusCode::OK);
     }
 }
@@ -205,8 +251,14 @@ async fn representations_have_their_own_etags() {
 #[tokio::test]
 async fn merges_with_resource_routes() {
     let resources = Router::new()
-        .route("/apis/{group}/{version}/{resource}", route_get(|| async { "list" }))
-        .route("/apis/{group}/{version}/namespaces/{ns}/{resource}", route_get(|| async { "ns" }));
+        .route(
+            "/apis/{group}/{version}/{resource}",
+            route_get(|| async { "list" }),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{ns}/{resource}",
+            route_get(|| async { "ns" }),
+        );
     let app = router().merge(resources);
     let reply = get(&app, "/apis/wardle.example.com/v1alpha1/flunders", &[]).await;
     assert_eq!(&reply.body[..], b"list");

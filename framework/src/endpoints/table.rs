@@ -134,7 +134,7 @@ mod tests {
         let cells = &table["rows"][0]["cells"];
         assert_eq!(cells[0], "a");
         assert_eq!(cells[1], "r");
-        assert!(cells[2].as_str().unwrap().ends_with('y'), "{cells}");
+        assert!(cells[2].as_str().unwrap().contains('y'), "{cells}");
         assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     }
 

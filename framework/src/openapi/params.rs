@@ -18,6 +18,11 @@ impl Location {
             Location::Query => "query",
         }
     }
+
+    /// Path parameters must be given.
+    pub(crate) fn required(self) -> bool {
+        self == Location::Path
+    }
 }
 
 /// One non-body parameter of an operation.
@@ -31,12 +36,21 @@ pub(crate) struct Param {
 }
 
 fn query(name: &'static str, type_: &'static str, description: &str) -> Param {
-    Param { name, location: Location::Query, type_, description: description.to_string() }
+    Param {
+        name,
+        location: Location::Query,
+        type_,
+        description: description.to_string(),
+    }
 }
 
 /// `pretty`, accepted by every route.
 pub(crate) fn pretty() -> Param {
-    query("pretty", "string", "If 'true', then the output is pretty printed.")
+    query(
+        "pretty",
+        "string",
+        "If 'true', then the output is pretty printed.",
+    )
 }
 
 /// The `{namespace}` path segment.
@@ -69,11 +83,15 @@ const ORPHAN: &str = "Deprecated: please use the PropagationPolicy, this field w
 const PROPAGATION: &str = "Whether and how garbage collection will be performed. Either this field or OrphanDependents may be set, but not both. The default policy is decided by the existing finalizer set in the metadata.finalizers and the resource-specific default policy. Acceptable values are: 'Orphan' - orphan the dependents; 'Background' - allow the garbage collector to delete the dependents in the background; 'Foreground' - a cascading policy that deletes all dependents in the foreground.";
 const BOOKMARKS: &str = "allowWatchBookmarks requests watch events with type \"BOOKMARK\". Servers that do not implement bookmarks may ignore this flag and bookmarks are sent at the server's discretion. Clients should not assume bookmarks are returned at any specific interval, nor may they assume the server will send any BOOKMARK event during a session. If this is not a watch, this field is ignored.";
 const CONTINUE: &str = "The continue option should be set when retrieving more results from the server. Since this value is server defined, clients may only use the continue value from a previous query result with identical query parameters (except for the value of continue) and the server may reject a continue value it does not recognize. If the specified continue value is no longer valid whether due to expiration (generally five to fifteen minutes) or a configuration change on the server, the server will respond with a 410 ResourceExpired error together with a continue token. If the client needs a consistent list, it must restart their list without the continue field. Otherwise, the client may send another list request with the token received with the 410 error, the server will respond with a list starting from the next key, but from the latest snapshot, which is inconsistent from the previous list results - objects that are created, modified, or deleted after the first list request will be included in the response, as long as their keys are after the \"next key\".\n\nThis field is not supported when watch is true. Clients may start a watch from the last resourceVersion value returned by the server and not miss any modifications.";
-const FIELD_SELECTOR: &str = "A selector to restrict the list of returned objects by their fields. Defaults to everything.";
-const LABEL_SELECTOR: &str = "A selector to restrict the list of returned objects by their labels. Defaults to everything.";
+const FIELD_SELECTOR: &str =
+    "A selector to restrict the list of returned objects by their fields. Defaults to everything.";
+const LABEL_SELECTOR: &str =
+    "A selector to restrict the list of returned objects by their labels. Defaults to everything.";
 const LIMIT: &str = "limit is a maximum number of responses to return for a list call. If more items exist, the server will set the `continue` field on the list metadata to a value that can be used with the same initial query to retrieve the next set of results. Setting a limit may return fewer than the requested amount of items (up to zero items) in the event all requested objects are filtered out and clients should only use the presence of the continue field to determine whether more results are available. Servers may choose not to support the limit argument and will return all of the available results. If limit is specified and the continue field is empty, clients may assume that no more results are available. This field is not supported if watch is true.\n\nThe server guarantees that the objects returned when using continue will be identical to issuing a single list call without a limit - that is, no objects created, modified, or deleted after the first request is issued will be included in any subsequent continued requests. This is sometimes referred to as a consistent snapshot, and ensures that a client that is using limit to receive smaller chunks of a very large result can ensure they see all possible objects. If objects are updated during a chunked list the version of the object that was present at the time the first list result was calculated is returned.";
 const RESOURCE_VERSION: &str = "resourceVersion sets a constraint on what resource versions a request may be served from. See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset";
 const RESOURCE_VERSION_MATCH: &str = "resourceVersionMatch determines how resourceVersion is applied to list calls. It is highly recommended that resourceVersionMatch be set for list calls where resourceVersion is set See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset";
+const SEND_INITIAL_EVENTS: &str = "`sendInitialEvents=true` may be set together with `watch=true`. In that case, the watch stream will begin with synthetic events to produce the current state of objects in the collection. Once all such events have been sent, a synthetic \"Bookmark\" event  will be sent. The bookmark will report the ResourceVersion (RV) corresponding to the set of objects, and be marked with `\"k8s.io/initial-events-end\": \"true\"` annotation. Afterwards, the watch stream will proceed as usual, sending watch events corresponding to changes (subsequent to the RV) to objects watched.\n\nWhen `sendInitialEvents` option is set, we require `resourceVersionMatch` option to also be set. The semantic of the watch request is as following: - `resourceVersionMatch` = NotOlderThan\n  is interpreted as \"data at least as new as the provided `resourceVersion`\"\n  and the bookmark event is send when the state is synced\n  to a `resourceVersion` at least as fresh as the one provided by the ListOptions.\n  If `resourceVersion` is unset, this is interpreted as \"consistent read\" and the\n  bookmark event is send when the state is synced at least to the moment\n  when request started being processed.\n- `resourceVersionMatch` set to any other value or unset\n  Invalid error is returned.\n\nDefaults to true if `resourceVersion=\"\"` or `resourceVersion=\"0\"` (for backward compatibility reasons) and to false otherwise.";
+const IGNORE_STORE_READ_ERROR: &str = "if set to true, it will trigger an unsafe deletion of the resource in case the normal deletion flow fails with a corrupt object error. A resource is considered corrupt if it can not be retrieved from the underlying storage successfully because of a) its data can not be transformed e.g. decryption failure, or b) it fails to decode into an object. NOTE: unsafe deletion ignores finalizer constraints, skips precondition checks, and removes the object from the storage. WARNING: This may potentially break the cluster if the workload associated with the resource being unsafe-deleted relies on normal deletion flow. Use only if you REALLY know what you are doing. The default value is false, and the user must opt in to enable it";
 const TIMEOUT: &str = "Timeout for the list/watch call. This limits the duration of the call, regardless of any activity or inactivity.";
 const WATCH: &str = "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications. Specify resourceVersion.";
 
@@ -86,6 +104,7 @@ pub(crate) fn list_options(with_watch: bool) -> Vec<Param> {
         query("limit", "integer", LIMIT),
         query("resourceVersion", "string", RESOURCE_VERSION),
         query("resourceVersionMatch", "string", RESOURCE_VERSION_MATCH),
+        query("sendInitialEvents", "boolean", SEND_INITIAL_EVENTS),
         query("timeoutSeconds", "integer", TIMEOUT),
     ];
     if with_watch {
@@ -118,6 +137,11 @@ pub(crate) fn delete_options() -> Vec<Param> {
     vec![
         query("dryRun", "string", DRY_RUN),
         query("gracePeriodSeconds", "integer", GRACE_PERIOD),
+        query(
+            "ignoreStoreReadErrorWithClusterBreakingPotential",
+            "boolean",
+            IGNORE_STORE_READ_ERROR,
+        ),
         query("orphanDependents", "boolean", ORPHAN),
         query("propagationPolicy", "string", PROPAGATION),
     ]

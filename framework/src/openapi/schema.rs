@@ -30,12 +30,40 @@ impl Dialect {
 
     fn keeps(self, keyword: &str) -> bool {
         const COMMON: [&str; 25] = [
-            "$ref", "type", "format", "description", "default", "enum", "multipleOf", "maximum",
-            "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength", "pattern",
-            "maxItems", "minItems", "uniqueItems", "maxProperties", "minProperties", "required",
-            "properties", "additionalProperties", "items", "allOf", "readOnly",
+            "$ref",
+            "type",
+            "format",
+            "description",
+            "default",
+            "enum",
+            "multipleOf",
+            "maximum",
+            "exclusiveMaximum",
+            "minimum",
+            "exclusiveMinimum",
+            "maxLength",
+            "minLength",
+            "pattern",
+            "maxItems",
+            "minItems",
+            "uniqueItems",
+            "maxProperties",
+            "minProperties",
+            "required",
+            "properties",
+            "additionalProperties",
+            "items",
+            "allOf",
+            "readOnly",
         ];
-        const OPENAPI3_ONLY: [&str; 6] = ["anyOf", "oneOf", "not", "nullable", "deprecated", "writeOnly"];
+        const OPENAPI3_ONLY: [&str; 6] = [
+            "anyOf",
+            "oneOf",
+            "not",
+            "nullable",
+            "deprecated",
+            "writeOnly",
+        ];
         keyword.starts_with("x-")
             || keyword == "example"
             || COMMON.contains(&keyword)
@@ -82,7 +110,10 @@ fn rewrite_keywords(map: &mut Map<String, Value>) {
             map.insert("example".into(), examples.swap_remove(0));
         }
     }
-    for (exclusive, bound) in [("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")] {
+    for (exclusive, bound) in [
+        ("exclusiveMinimum", "minimum"),
+        ("exclusiveMaximum", "maximum"),
+    ] {
         if let Some(limit) = map.get(exclusive).filter(|v| v.is_number()).cloned() {
             map.insert(bound.into(), limit);
             map.insert(exclusive.into(), true.into());
@@ -91,7 +122,11 @@ fn rewrite_keywords(map: &mut Map<String, Value>) {
     if map.contains_key("prefixItems") && !map.contains_key("items") {
         map.insert("items".into(), json!({}));
     }
-    if let Some(format) = map.get("format").and_then(Value::as_str).and_then(kube_format) {
+    if let Some(format) = map
+        .get("format")
+        .and_then(Value::as_str)
+        .and_then(kube_format)
+    {
         map.insert("format".into(), format.into());
     }
 }
@@ -125,10 +160,13 @@ fn collapse_nullable(map: &mut Map<String, Value>) {
         values.retain(|v| !v.is_null());
     }
     for key in ["anyOf", "oneOf"] {
-        let Some(Value::Array(branches)) = map.get_mut(key) else { continue };
+        let Some(Value::Array(branches)) = map.get_mut(key) else {
+            continue;
+        };
         branches.retain(|branch| !is_null_schema(branch));
         if branches.len() == 1 {
-            let Some(Value::Object(only)) = map.remove(key).and_then(|b| b.as_array()?.first().cloned())
+            let Some(Value::Object(only)) =
+                map.remove(key).and_then(|b| b.as_array()?.first().cloned())
             else {
                 continue;
             };
@@ -149,7 +187,10 @@ fn is_null_schema(schema: &Value) -> bool {
 /// An enum with documented variants comes out as `oneOf: [{const, description}, ...]`; like
 /// Kubernetes `+enum` types it becomes `enum` with the variants listed in the description.
 fn collapse_enum_union(map: &mut Map<String, Value>) {
-    let Some(branches) = map.get("oneOf").or_else(|| map.get("anyOf")).and_then(Value::as_array)
+    let Some(branches) = map
+        .get("oneOf")
+        .or_else(|| map.get("anyOf"))
+        .and_then(Value::as_array)
     else {
         return;
     };
@@ -166,7 +207,11 @@ fn collapse_enum_union(map: &mut Map<String, Value>) {
             lines.push(format!(" - `{value}` {doc}"));
         }
     }
-    let single_type = types.first().filter(|first| types.iter().all(|t| t == *first)).cloned().cloned();
+    let single_type = types
+        .first()
+        .filter(|first| types.iter().all(|t| t == *first))
+        .cloned()
+        .cloned();
     map.remove("oneOf");
     map.remove("anyOf");
     map.insert("enum".into(), values.into());
@@ -191,7 +236,10 @@ fn enum_branch(branch: &Value) -> Option<EnumBranch<'_>> {
         (None, Some(Value::Array(values))) => values.clone(),
         _ => return None,
     };
-    let doc = map.get("description").or_else(|| map.get("title")).and_then(Value::as_str);
+    let doc = map
+        .get("description")
+        .or_else(|| map.get("title"))
+        .and_then(Value::as_str);
     Some((values, doc, map.get("type")))
 }
 
@@ -214,7 +262,10 @@ fn convert_children(map: &mut Map<String, Value>, dialect: Dialect) {
             *value = convert(value.take(), dialect);
         }
     }
-    if let Some(value) = map.get_mut("additionalProperties").filter(|v| v.is_object()) {
+    if let Some(value) = map
+        .get_mut("additionalProperties")
+        .filter(|v| v.is_object())
+    {
         *value = convert(value.take(), dialect);
     }
     for key in ["allOf", "anyOf", "oneOf"] {
@@ -229,7 +280,10 @@ fn convert_children(map: &mut Map<String, Value>, dialect: Dialect) {
 /// Points a neutral reference at the dialect's definitions. OpenAPI 3.0 ignores siblings of
 /// `$ref`, so, like kube-openapi, a reference with a description is wrapped in `allOf`.
 fn rewrite_ref(map: &mut Map<String, Value>, dialect: Dialect) {
-    let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix(NEUTRAL_PREFIX))
+    let Some(name) = map
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix(NEUTRAL_PREFIX))
     else {
         return;
     };
@@ -247,7 +301,10 @@ mod tests {
     use super::*;
 
     fn both(schema: Value) -> (Value, Value) {
-        (convert(schema.clone(), Dialect::Swagger2), convert(schema, Dialect::OpenApi3))
+        (
+            convert(schema.clone(), Dialect::Swagger2),
+            convert(schema, Dialect::OpenApi3),
+        )
     }
 
     #[test]
@@ -264,7 +321,10 @@ mod tests {
             "anyOf": [{"$ref": "#/$defs/a.B"}, {"type": "null"}],
         });
         let (v2, v3) = both(schema);
-        assert_eq!(v2, json!({"$ref": "#/definitions/a.B", "description": "the spec"}));
+        assert_eq!(
+            v2,
+            json!({"$ref": "#/definitions/a.B", "description": "the spec"})
+        );
         assert_eq!(
             v3,
             json!({"allOf": [{"$ref": "#/components/schemas/a.B"}], "description": "the spec"})
@@ -326,8 +386,14 @@ mod tests {
             "additionalProperties": false,
         });
         let (v2, _) = both(schema);
-        assert_eq!(v2["properties"]["list"]["items"], json!({"$ref": "#/definitions/x.Y"}));
-        assert_eq!(v2["properties"]["map"]["additionalProperties"], json!({"type": "integer"}));
+        assert_eq!(
+            v2["properties"]["list"]["items"],
+            json!({"$ref": "#/definitions/x.Y"})
+        );
+        assert_eq!(
+            v2["properties"]["map"]["additionalProperties"],
+            json!({"type": "integer"})
+        );
         assert_eq!(v2["properties"]["any"], json!({}));
         assert_eq!(v2["additionalProperties"], json!(false));
     }

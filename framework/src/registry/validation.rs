@@ -23,7 +23,8 @@ pub const FIELD_IMMUTABLE_ERROR_MSG: &str = "field is immutable";
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case \
      alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
      alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
@@ -46,7 +47,10 @@ pub fn regex_error(msg: &str, pattern: &str, examples: &[&str]) -> String {
     }
     // kube joins "'a', " and " or 'b', ", hence the double space; clients grep for it.
     let shown: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
-    format!("{msg} (e.g. {}regex used for validation is '{pattern}')", shown.join(" or "))
+    format!(
+        "{msg} (e.g. {}regex used for validation is '{pattern}')",
+        shown.join(" or ")
+    )
 }
 
 fn is_lower_alnum(b: u8) -> bool {
@@ -81,7 +85,11 @@ pub fn is_dns1123_label(s: &str) -> Vec<String> {
             // A valid subdomain that is not a label can only have failed on its dots.
             errs.push("must not contain dots".to_string());
         } else {
-            errs.push(regex_error(DNS1123_LABEL_ERR, DNS1123_LABEL_FMT, &["my-name", "123-abc"]));
+            errs.push(regex_error(
+                DNS1123_LABEL_ERR,
+                DNS1123_LABEL_FMT,
+                &["my-name", "123-abc"],
+            ));
         }
     }
     errs
@@ -94,7 +102,11 @@ pub fn is_dns1123_subdomain(s: &str) -> Vec<String> {
         errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));
     }
     if !matches_dns1123_subdomain(s) {
-        errs.push(regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
+        errs.push(regex_error(
+            DNS1123_SUBDOMAIN_ERR,
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
+        ));
     }
     errs
 }
@@ -106,7 +118,8 @@ fn matches_qualified_name_part(s: &str) -> bool {
         (Some(first), Some(last)) => {
             first.is_ascii_alphanumeric()
                 && last.is_ascii_alphanumeric()
-                && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+                && b.iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -139,7 +152,10 @@ pub fn is_qualified_name(s: &str) -> Vec<String> {
     if name.is_empty() {
         errs.push("name part must be non-empty".to_string());
     } else if name.len() > LABEL_VALUE_MAX_LENGTH {
-        errs.push(format!("name part {}", max_len_error(LABEL_VALUE_MAX_LENGTH)));
+        errs.push(format!(
+            "name part {}",
+            max_len_error(LABEL_VALUE_MAX_LENGTH)
+        ));
     }
     if !matches_qualified_name_part(name) {
         let rule = regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &examples);
@@ -251,15 +267,26 @@ fn is_set(meta: &Value, key: &str) -> bool {
 /// empty name is accepted when `generateName` is set, so this may run before the name is
 /// generated. Checked: name / generateName, namespace presence and form, generation,
 /// labels, annotations (keys and total size), owner references and finalizers.
-pub fn validate_object_meta(meta: &Value, namespaced: bool, name_fn: ValidateNameFn) -> Vec<FieldError> {
+pub fn validate_object_meta(
+    meta: &Value,
+    namespaced: bool,
+    name_fn: ValidateNameFn,
+) -> Vec<FieldError> {
     let mut errs = validate_names(meta, name_fn);
     errs.extend(validate_namespace(str_field(meta, "namespace"), namespaced));
     let generation = int_field(meta, "generation");
     if generation < 0 {
-        errs.push(FieldError::invalid("metadata.generation", generation, "must be greater than or equal to 0"));
+        errs.push(FieldError::invalid(
+            "metadata.generation",
+            generation,
+            "must be greater than or equal to 0",
+        ));
     }
     errs.extend(validate_labels(meta.get("labels"), "metadata.labels"));
-    errs.extend(validate_annotations(meta.get("annotations"), "metadata.annotations"));
+    errs.extend(validate_annotations(
+        meta.get("annotations"),
+        "metadata.annotations",
+    ));
     errs.extend(validate_owner_references(meta.get("ownerReferences")));
     errs.extend(validate_finalizers(meta.get("finalizers")));
     errs
@@ -270,13 +297,20 @@ fn validate_names(meta: &Value, name_fn: ValidateNameFn) -> Vec<FieldError> {
     let generate_name = str_field(meta, "generateName");
     if !generate_name.is_empty() {
         for msg in name_fn(generate_name, true) {
-            errs.push(FieldError::invalid("metadata.generateName", generate_name, &msg));
+            errs.push(FieldError::invalid(
+                "metadata.generateName",
+                generate_name,
+                &msg,
+            ));
         }
     }
     let name = str_field(meta, "name");
     if name.is_empty() {
         if generate_name.is_empty() {
-            errs.push(FieldError::required("metadata.name", "name or generateName is required"));
+            errs.push(FieldError::required(
+                "metadata.name",
+                "name or generateName is required",
+            ));
         }
     } else {
         for msg in name_fn(name, false) {
@@ -301,10 +335,18 @@ fn validate_namespace(namespace: &str, namespaced: bool) -> Vec<FieldError> {
 
 /// The string entries of a JSON map; other values get an error of their own, since a
 /// typed Go server would have refused them while decoding.
-fn string_map<'a>(value: Option<&'a Value>, field: &str, errs: &mut Vec<FieldError>) -> Vec<(&'a str, &'a str)> {
+fn string_map<'a>(
+    value: Option<&'a Value>,
+    field: &str,
+    errs: &mut Vec<FieldError>,
+) -> Vec<(&'a str, &'a str)> {
     let Some(map) = value.and_then(Value::as_object) else {
         if value.is_some_and(|v| !v.is_null()) {
-            errs.push(FieldError::invalid(field, Raw(json_text(value)), "must be a map of strings"));
+            errs.push(FieldError::invalid(
+                field,
+                Raw(json_text(value)),
+                "must be a map of strings",
+            ));
         }
         return Vec::new();
     };
@@ -312,7 +354,11 @@ fn string_map<'a>(value: Option<&'a Value>, field: &str, errs: &mut Vec<FieldErr
     for (k, v) in map {
         match v.as_str() {
             Some(s) => out.push((k.as_str(), s)),
-            None => errs.push(FieldError::invalid(&format!("{field}[{k}]"), Raw(v.to_string()), "must be a string")),
+            None => errs.push(FieldError::invalid(
+                &format!("{field}[{k}]"),
+                Raw(v.to_string()),
+                "must be a string",
+            )),
         }
     }
     out
@@ -326,8 +372,16 @@ fn json_text(value: Option<&Value>) -> String {
 pub fn validate_labels(labels: Option<&Value>, field: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for (k, v) in string_map(labels, field, &mut errs) {
-        errs.extend(is_qualified_name(k).iter().map(|m| FieldError::invalid(field, k, m)));
-        errs.extend(is_valid_label_value(v).iter().map(|m| FieldError::invalid(field, v, m)));
+        errs.extend(
+            is_qualified_name(k)
+                .iter()
+                .map(|m| FieldError::invalid(field, k, m)),
+        );
+        errs.extend(
+            is_valid_label_value(v)
+                .iter()
+                .map(|m| FieldError::invalid(field, v, m)),
+        );
     }
     errs
 }
@@ -349,7 +403,10 @@ pub fn validate_annotations(annotations: Option<&Value>, field: &str) -> Vec<Fie
 }
 
 fn string_list(value: Option<&Value>) -> Vec<&str> {
-    let items = value.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let items = value
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     items.iter().filter_map(Value::as_str).collect()
 }
 
@@ -359,11 +416,19 @@ fn validate_finalizers(finalizers: Option<&Value>) -> Vec<FieldError> {
     let names = string_list(finalizers);
     let mut errs = Vec::new();
     for name in &names {
-        errs.extend(is_qualified_name(name).iter().map(|m| FieldError::invalid(field, *name, m)));
+        errs.extend(
+            is_qualified_name(name)
+                .iter()
+                .map(|m| FieldError::invalid(field, *name, m)),
+        );
     }
     if names.contains(&"orphan") && names.contains(&"foregroundDeletion") {
         let value = Raw(go_string_slice(names.iter().copied()));
-        errs.push(FieldError::invalid(field, value, "finalizer orphan and foregroundDeletion cannot be both set"));
+        errs.push(FieldError::invalid(
+            field,
+            value,
+            "finalizer orphan and foregroundDeletion cannot be both set",
+        ));
     }
     errs
 }
@@ -402,24 +467,39 @@ fn validate_owner_reference(r: &Map<String, Value>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let version = api_version_version(get("apiVersion"));
     if version.is_empty() {
-        errs.push(FieldError::invalid(&format!("{field}.apiVersion"), get("apiVersion"), "version must not be empty"));
+        errs.push(FieldError::invalid(
+            &format!("{field}.apiVersion"),
+            get("apiVersion"),
+            "version must not be empty",
+        ));
     }
     for key in ["kind", "name", "uid"] {
         if get(key).is_empty() {
-            errs.push(FieldError::invalid(&format!("{field}.{key}"), "", "must not be empty"));
+            errs.push(FieldError::invalid(
+                &format!("{field}.{key}"),
+                "",
+                "must not be empty",
+            ));
         }
     }
     // kube refuses core/v1 Events as owners: they are garbage-collected on their own.
     if get("apiVersion") == "v1" && get("kind") == "Event" {
         let detail = "/v1, Kind=Event is disallowed from being an owner";
-        errs.push(FieldError::invalid(field, Raw(owner_reference_text(r)), detail));
+        errs.push(FieldError::invalid(
+            field,
+            Raw(owner_reference_text(r)),
+            detail,
+        ));
     }
     errs
 }
 
 /// Owner references: required parts, banned owners, at most one controller.
 fn validate_owner_references(refs: Option<&Value>) -> Vec<FieldError> {
-    let items = refs.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let items = refs
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let mut errs = Vec::new();
     let mut first_controller: Option<String> = None;
     for r in items.iter().filter_map(Value::as_object) {
@@ -437,7 +517,11 @@ fn validate_owner_references(refs: Option<&Value>) -> Vec<FieldError> {
                 );
                 // kube prints the Go struct dump here; the JSON text carries the same facts.
                 let value = Raw(json_text(refs));
-                errs.push(FieldError::invalid("metadata.ownerReferences", value, &detail));
+                errs.push(FieldError::invalid(
+                    "metadata.ownerReferences",
+                    value,
+                    &detail,
+                ));
             }
         }
     }
@@ -454,25 +538,42 @@ fn validate_owner_references(refs: Option<&Value>) -> Vec<FieldError> {
 pub fn validate_object_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if is_set(old, "deletionTimestamp") {
-        errs.extend(validate_no_new_finalizers(new.get("finalizers"), old.get("finalizers")));
+        errs.extend(validate_no_new_finalizers(
+            new.get("finalizers"),
+            old.get("finalizers"),
+        ));
     }
     if str_field(new, "resourceVersion").is_empty() {
-        errs.push(FieldError::invalid("metadata.resourceVersion", "", "must be specified for an update"));
+        errs.push(FieldError::invalid(
+            "metadata.resourceVersion",
+            "",
+            "must be specified for an update",
+        ));
     }
     let (new_gen, old_gen) = (int_field(new, "generation"), int_field(old, "generation"));
     if new_gen < old_gen {
-        errs.push(FieldError::invalid("metadata.generation", new_gen, "must not be decremented"));
+        errs.push(FieldError::invalid(
+            "metadata.generation",
+            new_gen,
+            "must not be decremented",
+        ));
     }
     errs.extend(validate_immutable_fields(new, old));
     errs.extend(validate_labels(new.get("labels"), "metadata.labels"));
-    errs.extend(validate_annotations(new.get("annotations"), "metadata.annotations"));
+    errs.extend(validate_annotations(
+        new.get("annotations"),
+        "metadata.annotations",
+    ));
     errs.extend(validate_owner_references(new.get("ownerReferences")));
     errs
 }
 
 fn validate_no_new_finalizers(new: Option<&Value>, old: Option<&Value>) -> Vec<FieldError> {
     let old: BTreeSet<&str> = string_list(old).into_iter().collect();
-    let added: BTreeSet<&str> = string_list(new).into_iter().filter(|f| !old.contains(f)).collect();
+    let added: BTreeSet<&str> = string_list(new)
+        .into_iter()
+        .filter(|f| !old.contains(f))
+        .collect();
     if added.is_empty() {
         return Vec::new();
     }
@@ -488,21 +589,36 @@ fn validate_immutable_fields(new: &Value, old: &Value) -> Vec<FieldError> {
     for key in ["name", "namespace", "uid"] {
         let (n, o) = (str_field(new, key), str_field(old, key));
         if n != o {
-            errs.push(FieldError::invalid(&format!("metadata.{key}"), n, FIELD_IMMUTABLE_ERROR_MSG));
+            errs.push(FieldError::invalid(
+                &format!("metadata.{key}"),
+                n,
+                FIELD_IMMUTABLE_ERROR_MSG,
+            ));
         }
     }
     for key in ["creationTimestamp", "deletionTimestamp"] {
         let (n, o) = (new.get(key), old.get(key));
         if !same_time(n, o) {
             let shown = Raw(go_time_text(n, key == "creationTimestamp"));
-            errs.push(FieldError::invalid(&format!("metadata.{key}"), shown, FIELD_IMMUTABLE_ERROR_MSG));
+            errs.push(FieldError::invalid(
+                &format!("metadata.{key}"),
+                shown,
+                FIELD_IMMUTABLE_ERROR_MSG,
+            ));
         }
     }
     let key = "deletionGracePeriodSeconds";
-    let (n, o) = (new.get(key).filter(|v| !v.is_null()), old.get(key).filter(|v| !v.is_null()));
+    let (n, o) = (
+        new.get(key).filter(|v| !v.is_null()),
+        old.get(key).filter(|v| !v.is_null()),
+    );
     if n != o {
         let shown = Raw(n.map_or_else(|| "null".to_string(), Value::to_string));
-        errs.push(FieldError::invalid(&format!("metadata.{key}"), shown, FIELD_IMMUTABLE_ERROR_MSG));
+        errs.push(FieldError::invalid(
+            &format!("metadata.{key}"),
+            shown,
+            FIELD_IMMUTABLE_ERROR_MSG,
+        ));
     }
     errs
 }
@@ -524,7 +640,7 @@ fn same_time(a: Option<&Value>, b: Option<&Value>) -> bool {
 /// missing creationTimestamp is Go's zero time; a missing deletionTimestamp is `null`.
 fn go_time_text(value: Option<&Value>, zero_when_missing: bool) -> String {
     match (timestamp(value), value.filter(|v| !v.is_null())) {
-        (Some(ts), _) => ts.strftime("%Y-%m-%d %H:%M:%S +0000 UTC").to_string(),
+        (Some(ts), _) => ts.strftime("%Y-%m-%d %H:%M:%S%.f +0000 UTC").to_string(),
         (None, Some(other)) => other.to_string(),
         (None, None) if zero_when_missing => "0001-01-01 00:00:00 +0000 UTC".to_string(),
         (None, None) => "null".to_string(),
@@ -548,15 +664,33 @@ mod tests {
     #[test]
     fn dns1123_labels() {
         let long = "a".repeat(63);
-        for ok in ["a", "ab", "abc", "a1", "a-1", "a--1--2--b", "0", "01", "0-1", &long] {
+        for ok in [
+            "a",
+            "ab",
+            "abc",
+            "a1",
+            "a-1",
+            "a--1--2--b",
+            "0",
+            "01",
+            "0-1",
+            &long,
+        ] {
             assert!(is_dns1123_label(ok).is_empty(), "{ok}");
         }
-        for bad in ["", "A", "ABC", "aBc", "A1", "A-1", "1-A", "-", "a-", "-a", "1-", "_", "a_", "_a", "a_b", "1_", "_1", "1_2", ".", "a.", ".a", "1.", ".1", "!", "a!", "!a", "a!b", "1!", "!1", "1!2", "~", "a~", "~a", "a~b", "1~", "~1", "1~2"] {
+        for bad in [
+            "", "A", "ABC", "aBc", "A1", "A-1", "1-A", "-", "a-", "-a", "1-", "_", "a_", "_a",
+            "a_b", "1_", "_1", "1_2", ".", "a.", ".a", "1.", ".1", "!", "a!", "!a", "a!b", "1!",
+            "!1", "1!2", "~", "a~", "~a", "a~b", "1~", "~1", "1~2",
+        ] {
             assert!(!is_dns1123_label(bad).is_empty(), "{bad:?}");
         }
         assert_eq!(is_dns1123_label("a.b"), vec!["must not contain dots"]);
         assert_eq!(is_dns1123_label("-a"), vec![LABEL_MSG]);
-        assert_eq!(is_dns1123_label(&"a".repeat(64)), vec!["must be no more than 63 characters"]);
+        assert_eq!(
+            is_dns1123_label(&"a".repeat(64)),
+            vec!["must be no more than 63 characters"]
+        );
     }
 
     #[test]
@@ -569,36 +703,100 @@ mod tests {
             assert_eq!(is_dns1123_subdomain(bad), vec![SUBDOMAIN_MSG], "{bad:?}");
         }
         let too_long = "a".repeat(254);
-        assert_eq!(is_dns1123_subdomain(&too_long), vec!["must be no more than 253 characters"]);
+        assert_eq!(
+            is_dns1123_subdomain(&too_long),
+            vec!["must be no more than 253 characters"]
+        );
     }
 
     #[test]
     fn qualified_names() {
         let max = format!("{}/{}", "a".repeat(253), "b".repeat(63));
-        for ok in ["simple", "now-with-dashes", "1-starts-with-num", "1234", "simple/simple", "now-with-dashes/simple", "now-with-dashes/now-with-dashes", "now.with.dots/simple", "now-with.dashes-and.dots/simple", "1-num.2-num/3-num", "1234/5678", "1.2.3.4/5678", "Uppercase_Is_OK_123", "example.com/Uppercase_Is_OK_123", "requests.storage-foo", &max] {
+        for ok in [
+            "simple",
+            "now-with-dashes",
+            "1-starts-with-num",
+            "1234",
+            "simple/simple",
+            "now-with-dashes/simple",
+            "now-with-dashes/now-with-dashes",
+            "now.with.dots/simple",
+            "now-with.dashes-and.dots/simple",
+            "1-num.2-num/3-num",
+            "1234/5678",
+            "1.2.3.4/5678",
+            "Uppercase_Is_OK_123",
+            "example.com/Uppercase_Is_OK_123",
+            "requests.storage-foo",
+            &max,
+        ] {
             assert!(is_qualified_name(ok).is_empty(), "{ok}");
         }
-        for bad in ["nospecialchars%^=@", "cantendwithadash-", "-cantstartwithadash-", "only/one/slash", "Example.com/abc", "example_com/abc", "example.com/", "/simple", "a/b/c"] {
+        for bad in [
+            "nospecialchars%^=@",
+            "cantendwithadash-",
+            "-cantstartwithadash-",
+            "only/one/slash",
+            "Example.com/abc",
+            "example_com/abc",
+            "example.com/",
+            "/simple",
+            "a/b/c",
+        ] {
             assert!(!is_qualified_name(bad).is_empty(), "{bad}");
         }
         assert_eq!(is_qualified_name("-a"), vec![NAME_PART_MSG]);
-        assert_eq!(is_qualified_name(""), vec!["name part must be non-empty".to_string(), NAME_PART_MSG.to_string()]);
+        assert_eq!(
+            is_qualified_name(""),
+            vec![
+                "name part must be non-empty".to_string(),
+                NAME_PART_MSG.to_string()
+            ]
+        );
         assert_eq!(is_qualified_name("/a")[0], "prefix part must be non-empty");
-        assert_eq!(is_qualified_name("A.com/a")[0], format!("prefix part {SUBDOMAIN_MSG}"));
-        assert_eq!(is_qualified_name(&"a".repeat(64))[0], "name part must be no more than 63 characters");
+        assert_eq!(
+            is_qualified_name("A.com/a")[0],
+            format!("prefix part {SUBDOMAIN_MSG}")
+        );
+        assert_eq!(
+            is_qualified_name(&"a".repeat(64))[0],
+            "name part must be no more than 63 characters"
+        );
         assert!(is_qualified_name("a/b/c")[0].starts_with("a qualified name must consist of"));
-        assert!(is_qualified_name("a/b/c")[0].ends_with(" with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"));
+        assert!(is_qualified_name("a/b/c")[0].ends_with(
+            " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ));
     }
 
     #[test]
     fn label_values() {
-        for ok in ["simple", "now-with-dashes", "1-starts-with-num", "end-with-num-1", "1234", "", "A.B-c_d", &"a".repeat(63)] {
+        for ok in [
+            "simple",
+            "now-with-dashes",
+            "1-starts-with-num",
+            "end-with-num-1",
+            "1234",
+            "",
+            "A.B-c_d",
+            &"a".repeat(63),
+        ] {
             assert!(is_valid_label_value(ok).is_empty(), "{ok}");
         }
-        for bad in ["nospecialchars%^=@", "Tama-nui-te-rā.is.Māori.sun", "\\backslashes\\are\\bad", "-starts-with-dash", "ends-with-dash-", ".starts.with.dot", "ends.with.dot."] {
+        for bad in [
+            "nospecialchars%^=@",
+            "Tama-nui-te-rā.is.Māori.sun",
+            "\\backslashes\\are\\bad",
+            "-starts-with-dash",
+            "ends-with-dash-",
+            ".starts.with.dot",
+            "ends.with.dot.",
+        ] {
             assert_eq!(is_valid_label_value(bad), vec![LABEL_VALUE_MSG], "{bad}");
         }
-        assert_eq!(is_valid_label_value(&"a".repeat(64)), vec!["must be no more than 63 characters"]);
+        assert_eq!(
+            is_valid_label_value(&"a".repeat(64)),
+            vec!["must be no more than 63 characters"]
+        );
     }
 
     #[test]
@@ -608,26 +806,67 @@ mod tests {
         assert!(name_is_dns_label("a-", true).is_empty());
         assert!(!name_is_dns_label("-", true).is_empty());
         assert!(validate_namespace_name("kube-system", false).is_empty());
-        assert_eq!(validate_namespace_name("a.b", false), vec!["must not contain dots"]);
+        assert_eq!(
+            validate_namespace_name("a.b", false),
+            vec!["must not contain dots"]
+        );
         assert!(validate_object_name("a.b", false).is_empty());
-        assert_eq!(validate_path_segment_name("..", false), vec!["may not be '..'"]);
-        assert_eq!(validate_path_segment_name(".", false), vec!["may not be '.'"]);
+        assert_eq!(
+            validate_path_segment_name("..", false),
+            vec!["may not be '..'"]
+        );
+        assert_eq!(
+            validate_path_segment_name(".", false),
+            vec!["may not be '.'"]
+        );
         assert!(validate_path_segment_name(".", true).is_empty());
-        assert_eq!(validate_path_segment_name("a/b%", false), vec!["may not contain '/'", "may not contain '%'"]);
+        assert_eq!(
+            validate_path_segment_name("a/b%", false),
+            vec!["may not contain '/'", "may not contain '%'"]
+        );
         assert!(validate_path_segment_name("Foo_Bar", false).is_empty());
     }
 
     #[test]
     fn object_meta_name_rules() {
         let errs = validate_object_meta(&json!({"namespace": "ns"}), true, validate_object_name);
-        assert_eq!(texts(&errs), vec!["metadata.name: Required value: name or generateName is required"]);
-        let errs = validate_object_meta(&json!({"generateName": "foo-", "namespace": "ns"}), true, validate_object_name);
+        assert_eq!(
+            texts(&errs),
+            vec!["metadata.name: Required value: name or generateName is required"]
+        );
+        let errs = validate_object_meta(
+            &json!({"generateName": "foo-", "namespace": "ns"}),
+            true,
+            validate_object_name,
+        );
         assert!(errs.is_empty(), "{errs:?}");
-        let errs = validate_object_meta(&json!({"generateName": "Foo-", "namespace": "ns"}), true, validate_object_name);
-        assert_eq!(texts(&errs), vec![format!("metadata.generateName: Invalid value: \"Foo-\": {SUBDOMAIN_MSG}")]);
-        let errs = validate_object_meta(&json!({"name": "Bad_Name", "namespace": "ns"}), true, validate_object_name);
-        assert_eq!(texts(&errs), vec![format!("metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN_MSG}")]);
-        let errs = validate_object_meta(&json!({"name": "Bad_Name"}), false, validate_path_segment_name);
+        let errs = validate_object_meta(
+            &json!({"generateName": "Foo-", "namespace": "ns"}),
+            true,
+            validate_object_name,
+        );
+        assert_eq!(
+            texts(&errs),
+            vec![format!(
+                "metadata.generateName: Invalid value: \"Foo-\": {SUBDOMAIN_MSG}"
+            )]
+        );
+        let errs = validate_object_meta(
+            &json!({"name": "Bad_Name", "namespace": "ns"}),
+            true,
+            validate_object_name,
+        );
+        assert_eq!(
+            texts(&errs),
+            vec![format!(
+                "metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN_MSG}"
+            )]
+        );
+        let errs = validate_object_meta(
+            &json!({"name": "Bad_Name"}),
+            false,
+            validate_path_segment_name,
+        );
         assert!(errs.is_empty());
     }
 
@@ -635,10 +874,24 @@ mod tests {
     fn object_meta_namespace_rules() {
         let errs = validate_object_meta(&json!({"name": "a"}), true, validate_object_name);
         assert_eq!(texts(&errs), vec!["metadata.namespace: Required value"]);
-        let errs = validate_object_meta(&json!({"name": "a", "namespace": "ns"}), false, validate_object_name);
-        assert_eq!(texts(&errs), vec!["metadata.namespace: Forbidden: not allowed on this type"]);
-        let errs = validate_object_meta(&json!({"name": "a", "namespace": "a.b"}), true, validate_object_name);
-        assert_eq!(texts(&errs), vec!["metadata.namespace: Invalid value: \"a.b\": must not contain dots"]);
+        let errs = validate_object_meta(
+            &json!({"name": "a", "namespace": "ns"}),
+            false,
+            validate_object_name,
+        );
+        assert_eq!(
+            texts(&errs),
+            vec!["metadata.namespace: Forbidden: not allowed on this type"]
+        );
+        let errs = validate_object_meta(
+            &json!({"name": "a", "namespace": "a.b"}),
+            true,
+            validate_object_name,
+        );
+        assert_eq!(
+            texts(&errs),
+            vec!["metadata.namespace: Invalid value: \"a.b\": must not contain dots"]
+        );
     }
 
     #[test]
@@ -646,10 +899,21 @@ mod tests {
         let meta = json!({"name": "a", "generation": -1,
             "labels": {"-bad": "ok", "good": "-bad"}, "annotations": {"Upper.Case/OK": "x", "a/b/c": "y"}});
         let errs = texts(&validate_object_meta(&meta, false, validate_object_name));
-        assert_eq!(errs[0], "metadata.generation: Invalid value: -1: must be greater than or equal to 0");
-        assert_eq!(errs[1], format!("metadata.labels: Invalid value: \"-bad\": {NAME_PART_MSG}"));
-        assert_eq!(errs[2], format!("metadata.labels: Invalid value: \"-bad\": {LABEL_VALUE_MSG}"));
-        assert!(errs[3].starts_with("metadata.annotations: Invalid value: \"a/b/c\": a qualified name"));
+        assert_eq!(
+            errs[0],
+            "metadata.generation: Invalid value: -1: must be greater than or equal to 0"
+        );
+        assert_eq!(
+            errs[1],
+            format!("metadata.labels: Invalid value: \"-bad\": {NAME_PART_MSG}")
+        );
+        assert_eq!(
+            errs[2],
+            format!("metadata.labels: Invalid value: \"-bad\": {LABEL_VALUE_MSG}")
+        );
+        assert!(
+            errs[3].starts_with("metadata.annotations: Invalid value: \"a/b/c\": a qualified name")
+        );
         assert_eq!(errs.len(), 4);
     }
 
@@ -660,14 +924,20 @@ mod tests {
         assert!(validate_object_meta(&meta, false, validate_object_name).is_empty());
         let meta = json!({"name": "a", "annotations": {"k": big, "l": ""}});
         let errs = validate_object_meta(&meta, false, validate_object_name);
-        assert_eq!(errs, vec![FieldError::too_long("metadata.annotations", 262144)]);
+        assert_eq!(
+            errs,
+            vec![FieldError::too_long("metadata.annotations", 262144)]
+        );
     }
 
     #[test]
     fn non_string_labels_are_rejected() {
         let meta = json!({"name": "a", "labels": {"x": 1}});
         let errs = texts(&validate_object_meta(&meta, false, validate_object_name));
-        assert_eq!(errs, vec!["metadata.labels[x]: Invalid value: 1: must be a string"]);
+        assert_eq!(
+            errs,
+            vec!["metadata.labels[x]: Invalid value: 1: must be a string"]
+        );
     }
 
     #[test]
@@ -678,10 +948,17 @@ mod tests {
                 {"apiVersion": "", "kind": "", "name": "", "uid": "", "controller": true}]});
         let errs = texts(&validate_object_meta(&meta, false, validate_object_name));
         assert_eq!(errs[0], "metadata.ownerReferences: Invalid value: &OwnerReference{APIVersion:v1,Kind:Event,Name:e,UID:1,Controller:*true,BlockOwnerDeletion:nil,}: /v1, Kind=Event is disallowed from being an owner");
-        assert_eq!(errs[1], "metadata.ownerReferences.apiVersion: Invalid value: \"\": version must not be empty");
-        assert_eq!(errs[2], "metadata.ownerReferences.kind: Invalid value: \"\": must not be empty");
+        assert_eq!(
+            errs[1],
+            "metadata.ownerReferences.apiVersion: Invalid value: \"\": version must not be empty"
+        );
+        assert_eq!(
+            errs[2],
+            "metadata.ownerReferences.kind: Invalid value: \"\": must not be empty"
+        );
         assert!(errs[5].contains("Only one reference can have Controller set to true. Found \"true\" in references for Event/e and /"));
-        assert!(errs[6].starts_with("metadata.finalizers: Invalid value: \"bad/x/y\": a qualified name"));
+        assert!(errs[6]
+            .starts_with("metadata.finalizers: Invalid value: \"bad/x/y\": a qualified name"));
         assert_eq!(errs[7], "metadata.finalizers: Invalid value: []string{\"orphan\", \"foregroundDeletion\", \"bad/x/y\"}: finalizer orphan and foregroundDeletion cannot be both set");
         assert_eq!(errs.len(), 8);
     }
@@ -703,7 +980,7 @@ mod tests {
     #[test]
     fn update_rejects_immutable_changes() {
         let new = json!({"name": "b", "namespace": "other", "uid": "u2", "resourceVersion": "5", "generation": 1,
-                         "creationTimestamp": "2025-01-02T03:04:05Z", "deletionTimestamp": "2025-01-02T03:04:05Z",
+                         "creationTimestamp": "2025-01-02T03:04:05.25Z", "deletionTimestamp": "2025-01-02T03:04:05Z",
                          "deletionGracePeriodSeconds": 30});
         let errs = texts(&validate_object_meta_update(&new, &old_meta()));
         assert_eq!(errs, vec![
@@ -711,7 +988,7 @@ mod tests {
             "metadata.name: Invalid value: \"b\": field is immutable",
             "metadata.namespace: Invalid value: \"other\": field is immutable",
             "metadata.uid: Invalid value: \"u2\": field is immutable",
-            "metadata.creationTimestamp: Invalid value: 2025-01-02 03:04:05 +0000 UTC: field is immutable",
+            "metadata.creationTimestamp: Invalid value: 2025-01-02 03:04:05.25 +0000 UTC: field is immutable",
             "metadata.deletionTimestamp: Invalid value: 2025-01-02 03:04:05 +0000 UTC: field is immutable",
             "metadata.deletionGracePeriodSeconds: Invalid value: 30: field is immutable",
         ]);

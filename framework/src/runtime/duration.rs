@@ -127,7 +127,10 @@ pub fn human_age(timestamp: &str, now: Timestamp) -> String {
 /// (`2006-01-02T15:04:05[.frac](Z|±hh:mm)`); jiff alone would also take looser forms.
 pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     let b = s.as_bytes();
-    let digits = |range: std::ops::Range<usize>| b.get(range).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let digits = |range: std::ops::Range<usize>| {
+        b.get(range)
+            .is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+    };
     let shape = b.len() >= 20
         && digits(0..4)
         && b[4] == b'-'
@@ -151,7 +154,9 @@ pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
 fn valid_zone(rest: &str) -> bool {
     let rest = match rest.strip_prefix('.') {
         Some(frac) => {
-            let end = frac.find(|c: char| !c.is_ascii_digit()).unwrap_or(frac.len());
+            let end = frac
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(frac.len());
             if end == 0 {
                 return false;
             }
@@ -284,9 +289,18 @@ mod tests {
     fn unsigned_entry_points() {
         assert_eq!(human_duration(Duration::from_secs(5)), "5s");
         assert_eq!(human_duration(Duration::from_secs(200)), "3m20s");
-        assert_eq!(human_duration(Duration::from_secs(3 * 365 * 86400 + 45 * 86400)), "3y45d");
-        assert_eq!(short_human_duration(Duration::from_secs(3 * 365 * 86400 + 45 * 86400)), "3y");
-        assert_eq!(human_duration(Duration::MAX), format!("{}y", i64::MAX / (365 * 86400)));
+        assert_eq!(
+            human_duration(Duration::from_secs(3 * 365 * 86400 + 45 * 86400)),
+            "3y45d"
+        );
+        assert_eq!(
+            short_human_duration(Duration::from_secs(3 * 365 * 86400 + 45 * 86400)),
+            "3y"
+        );
+        assert_eq!(
+            human_duration(Duration::MAX),
+            format!("{}y", i64::MAX / (365 * 86400))
+        );
     }
 
     #[test]
@@ -300,7 +314,15 @@ mod tests {
         assert_eq!(human_age("2024-03-01T12:00:05Z", now), "<invalid>");
         assert_eq!(human_age("", now), "<unknown>");
         assert_eq!(human_age("null", now), "<unknown>");
-        for bad in ["yesterday", "2024-03-01", "2024-03-01 11:00:00Z", "2024-03-01T11:00:00", "2024-03-01t11:00:00z", "2024-03-01T11:00:00.Z", "2024-03-01T11:00:00+0100"] {
+        for bad in [
+            "yesterday",
+            "2024-03-01",
+            "2024-03-01 11:00:00Z",
+            "2024-03-01T11:00:00",
+            "2024-03-01t11:00:00z",
+            "2024-03-01T11:00:00.Z",
+            "2024-03-01T11:00:00+0100",
+        ] {
             assert_eq!(human_age(bad, now), "<invalid>", "{bad}");
         }
     }

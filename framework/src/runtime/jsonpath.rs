@@ -84,11 +84,16 @@ impl JsonPath {
     pub fn parse(text: &str) -> Result<Self, String> {
         let trimmed = text.trim();
         let inner = match trimmed.strip_prefix('{') {
-            Some(rest) => rest.strip_suffix('}').ok_or_else(|| "unclosed action".to_string())?,
+            Some(rest) => rest
+                .strip_suffix('}')
+                .ok_or_else(|| "unclosed action".to_string())?,
             None => trimmed,
         };
         let steps = parse_steps(inner)?;
-        Ok(Self { text: text.to_string(), steps })
+        Ok(Self {
+            text: text.to_string(),
+            steps,
+        })
     }
 
     /// All values the path selects, or kube's error (an index out of bounds, indexing a
@@ -169,7 +174,10 @@ fn typed_cell(column_type: &str, v: &Value, now: Timestamp) -> Value {
 
 /// Characters that end a field name or identifier.
 fn is_terminator(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\r' | '\n' | '.' | ',' | '[' | ']' | '$' | '@' | '{' | '}')
+    matches!(
+        c,
+        ' ' | '\t' | '\r' | '\n' | '.' | ',' | '[' | ']' | '$' | '@' | '{' | '}'
+    )
 }
 
 /// A recursive-descent reader over one action's text.
@@ -203,17 +211,18 @@ impl<'s> Reader<'s> {
         if rest.starts_with("[?(") {
             return self.filter().map(|f| Some(Some(f)));
         }
-        if rest.starts_with("..") {
+        if let Some(after) = rest.strip_prefix("..") {
             if last == Some(&Step::Recursive) {
                 return Err("invalid multiple recursive descent".into());
             }
-            self.pos += 1; // the second dot then reads as the start of a field
-            if !rest[2..].starts_with(|c: char| c == '_' || c.is_alphanumeric()) {
-                self.pos += 1;
-            }
+            // Before a name the second dot stays, to be read as the start of a field.
+            let name_follows = after.starts_with(|c: char| c == '_' || c.is_alphanumeric());
+            self.pos += if name_follows { 1 } else { 2 };
             return Ok(Some(Some(Step::Recursive)));
         }
-        let Some(c) = rest.chars().next() else { return Ok(None) };
+        let Some(c) = rest.chars().next() else {
+            return Ok(None);
+        };
         let step = match c {
             ' ' | '@' | '$' => {
                 self.bump(c);
@@ -225,7 +234,12 @@ impl<'s> Reader<'s> {
             '.' => Some(self.field()),
             '+' | '-' | '0'..='9' => Some(self.number()?),
             c if c == '_' || c.is_alphanumeric() => Some(self.identifier()?),
-            c => return Err(format!("unrecognized character in action: U+{:04X} '{c}'", u32::from(c))),
+            c => {
+                return Err(format!(
+                    "unrecognized character in action: U+{:04X} '{c}'",
+                    u32::from(c)
+                ))
+            }
         };
         Ok(Some(step))
     }
@@ -259,10 +273,16 @@ impl<'s> Reader<'s> {
     fn number(&mut self) -> Result<Step, String> {
         let rest = self.rest();
         let sign = usize::from(rest.starts_with(['+', '-']));
-        let len = sign + rest[sign..].find(|c: char| c != '.' && !c.is_ascii_digit()).unwrap_or(rest.len() - sign);
+        let len = sign
+            + rest[sign..]
+                .find(|c: char| c != '.' && !c.is_ascii_digit())
+                .unwrap_or(rest.len() - sign);
         let text = &rest[..len];
         self.pos += len;
-        let value = text.parse::<i64>().map(|i| i as f64).or_else(|_| text.parse::<f64>());
+        let value = text
+            .parse::<i64>()
+            .map(|i| i as f64)
+            .or_else(|_| text.parse::<f64>());
         let value = value.map_err(|_| format!("cannot parse number {text}"))?;
         Ok(Step::Literal(Value::from(value)))
     }
@@ -295,20 +315,26 @@ impl<'s> Reader<'s> {
             return Err("unterminated quoted string".into());
         }
         self.pos += end + 1;
-        unquote(&raw[1..end], quote).ok_or_else(|| format!("unquote string {raw} error invalid syntax"))
+        unquote(&raw[1..end], quote)
+            .ok_or_else(|| format!("unquote string {raw} error invalid syntax"))
     }
 
     /// `[...]`: `*`, a union, a quoted key, or a slice.
     fn bracket(&mut self) -> Result<Step, String> {
         let rest = self.rest();
-        let Some(close) = rest.find([']', '\n']).filter(|&i| rest.as_bytes()[i] == b']') else {
+        let Some(close) = rest
+            .find([']', '\n'])
+            .filter(|&i| rest.as_bytes()[i] == b']')
+        else {
             return Err("unterminated array".into());
         };
         self.pos += close + 1;
         let inner = &rest[1..close];
         let inner = if inner == "*" { ":" } else { inner };
         if inner.contains(',') {
-            let alternatives = inner.split(',').map(|part| parse_steps(&format!("[{}]", part.trim_matches(' '))));
+            let alternatives = inner
+                .split(',')
+                .map(|part| parse_steps(&format!("[{}]", part.trim_matches(' '))));
             return Ok(Step::Union(alternatives.collect::<Result<_, _>>()?));
         }
         if let Some(key) = inner.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')) {
@@ -358,12 +384,26 @@ fn is_op_char(c: char) -> bool {
 fn parse_filter(text: &str) -> Result<Filter, String> {
     let split = text.find(is_op_char).filter(|&i| i > 0);
     let Some(op_start) = split else {
-        return Ok(Filter { left: parse_steps(text)?, op: FilterOp::Exists, right: Vec::new() });
+        return Ok(Filter {
+            left: parse_steps(text)?,
+            op: FilterOp::Exists,
+            right: Vec::new(),
+        });
     };
-    let op_len = text[op_start..].find(|c| !is_op_char(c)).unwrap_or(text.len() - op_start);
-    let (left, op, right) = (&text[..op_start], &text[op_start..op_start + op_len], &text[op_start + op_len..]);
+    let op_len = text[op_start..]
+        .find(|c| !is_op_char(c))
+        .unwrap_or(text.len() - op_start);
+    let (left, op, right) = (
+        &text[..op_start],
+        &text[op_start..op_start + op_len],
+        &text[op_start + op_len..],
+    );
     if right.is_empty() {
-        return Ok(Filter { left: parse_steps(text)?, op: FilterOp::Exists, right: Vec::new() });
+        return Ok(Filter {
+            left: parse_steps(text)?,
+            op: FilterOp::Exists,
+            right: Vec::new(),
+        });
     }
     let op = match op {
         "==" => FilterOp::Eq,
@@ -374,7 +414,11 @@ fn parse_filter(text: &str) -> Result<Filter, String> {
         ">=" => FilterOp::Ge,
         other => return Err(format!("unrecognized filter operator {other}")),
     };
-    Ok(Filter { left: parse_steps(left)?, op, right: parse_steps(right)? })
+    Ok(Filter {
+        left: parse_steps(left)?,
+        op,
+        right: parse_steps(right)?,
+    })
 }
 
 /// `start[:end[:step]]`, each part an optional signed integer.
@@ -391,7 +435,10 @@ fn parse_slice(text: &str) -> Result<Slice, String> {
     let number = |p: &str| -> Result<Option<i64>, String> {
         match p {
             "" => Ok(None),
-            p => p.parse().map(Some).map_err(|_| format!("array index {p} is not a number")),
+            p => p
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("array index {p} is not a number")),
         }
     };
     let start = number(parts[0])?;
@@ -401,7 +448,12 @@ fn parse_slice(text: &str) -> Result<Slice, String> {
         Some(p) => (number(p)?, false),
     };
     let step = parts.get(2).map(|p| number(p)).transpose()?.flatten();
-    Ok(Slice { start, end, derived_end, step })
+    Ok(Slice {
+        start,
+        end,
+        derived_end,
+        step,
+    })
 }
 
 /// Go's `strconv.UnquoteChar` escapes for the inside of a quoted string.
@@ -460,7 +512,10 @@ fn apply<'a>(step: &Step, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, String>
     match step {
         Step::Field(name) if name.is_empty() => Ok(input),
         Step::Field(name) => Ok(input.into_iter().flat_map(|n| field(n, name)).collect()),
-        Step::Wildcard => Ok(input.into_iter().flat_map(|n| children(n).unwrap_or_default()).collect()),
+        Step::Wildcard => Ok(input
+            .into_iter()
+            .flat_map(|n| children(n).unwrap_or_default())
+            .collect()),
         Step::Slice(s) => slice_all(s, input),
         Step::Filter(f) => filter_all(f, input),
         Step::Recursive => Ok(input.into_iter().flat_map(descendants).collect()),
@@ -486,7 +541,12 @@ fn project<'a>(node: Node<'a>, f: impl for<'b> Fn(&'b Value) -> Vec<&'b Value>) 
 
 /// A map's value for `name` (null included); anything else yields nothing.
 fn field<'a>(node: Node<'a>, name: &str) -> Vec<Node<'a>> {
-    project(node, |v| v.as_object().and_then(|m| m.get(name)).into_iter().collect())
+    project(node, |v| {
+        v.as_object()
+            .and_then(|m| m.get(name))
+            .into_iter()
+            .collect()
+    })
 }
 
 /// Array elements or map values in key order (kube sorts map keys); `None` for scalars.
@@ -537,7 +597,11 @@ fn slice_all<'a>(s: &Slice, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, Strin
             Value::Null => continue,
             Value::Array(items) => {
                 let indexes = slice_indexes(s, items.len() as i64)?;
-                let mut kids: Vec<Option<Node<'a>>> = children(node).unwrap_or_default().into_iter().map(Some).collect();
+                let mut kids: Vec<Option<Node<'a>>> = children(node)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(Some)
+                    .collect();
                 // Indexes are distinct and in bounds, so each element is taken once.
                 out.extend(indexes.into_iter().filter_map(|i| kids[i].take()));
             }
@@ -558,13 +622,20 @@ fn slice_indexes(s: &Slice, len: i64) -> Result<Vec<usize>, String> {
         return Ok(Vec::new());
     }
     if start >= len || start < 0 {
-        return Err(format!("array index out of bounds: index {start}, length {len}"));
+        return Err(format!(
+            "array index out of bounds: index {start}, length {len}"
+        ));
     }
     if end > len || end < 0 {
-        return Err(format!("array index out of bounds: index {}, length {len}", end - 1));
+        return Err(format!(
+            "array index out of bounds: index {}, length {len}",
+            end - 1
+        ));
     }
     if start > end {
-        return Err(format!("starting index {start} is greater than ending index {end}"));
+        return Err(format!(
+            "starting index {start} is greater than ending index {end}"
+        ));
     }
     let step = match s.step {
         Some(step) if step <= 0 => return Err("step must be > 0".into()),
@@ -692,7 +763,11 @@ pub(crate) fn go_number_text(n: &Number) -> String {
 fn shortest_digits(f: f64) -> (bool, String, i32) {
     let text = format!("{:e}", f.abs());
     let (mantissa, exp) = text.split_once('e').unwrap_or((&text, "0"));
-    (f.is_sign_negative(), mantissa.replace('.', ""), exp.parse().unwrap_or(0))
+    (
+        f.is_sign_negative(),
+        mantissa.replace('.', ""),
+        exp.parse().unwrap_or(0),
+    )
 }
 
 /// Go's shortest float formatting: exponent form when the exponent is below -4 (or -7
@@ -738,7 +813,9 @@ fn write_go_json(out: &mut String, v: &Value) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) if n.is_f64() => out.push_str(&go_float_text(n.as_f64().unwrap_or(0.0), 21, false)),
+        Value::Number(n) if n.is_f64() => {
+            out.push_str(&go_float_text(n.as_f64().unwrap_or(0.0), 21, false))
+        }
         Value::Number(n) => out.push_str(&n.to_string()),
         Value::String(s) => write_go_json_string(out, s),
         Value::Array(items) => {
@@ -814,7 +891,11 @@ mod tests {
 
     fn eval_ok(path: &str, data: &Value) -> Vec<Value> {
         let p = JsonPath::parse(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        p.find(data).unwrap_or_else(|e| panic!("{path}: {e}")).into_iter().map(Cow::into_owned).collect()
+        p.find(data)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .into_iter()
+            .map(Cow::into_owned)
+            .collect()
     }
 
     fn eval_err(path: &str, data: &Value) -> String {
@@ -830,11 +911,20 @@ mod tests {
         assert_eq!(eval_ok(".metadata.labels.app", &d), vec![json!("web")]);
         assert_eq!(eval_ok(".spec.ports[0].port", &d), vec![json!(80)]);
         assert_eq!(eval_ok(".spec.ports[-1].name", &d), vec![json!("https")]);
-        assert_eq!(eval_ok(".spec.ports[*].name", &d), vec![json!("http"), json!("https")]);
-        assert_eq!(eval_ok(".spec.ports.*.port", &d), vec![json!(80), json!(443)]);
+        assert_eq!(
+            eval_ok(".spec.ports[*].name", &d),
+            vec![json!("http"), json!("https")]
+        );
+        assert_eq!(
+            eval_ok(".spec.ports.*.port", &d),
+            vec![json!(80), json!(443)]
+        );
         assert_eq!(eval_ok(".spec.ports[0:1].port", &d), vec![json!(80)]);
         assert_eq!(eval_ok(".spec.ports[::2].port", &d), vec![json!(80)]);
-        assert_eq!(eval_ok(".spec.ports[0,1].port", &d), vec![json!(80), json!(443)]);
+        assert_eq!(
+            eval_ok(".spec.ports[0,1].port", &d),
+            vec![json!(80), json!(443)]
+        );
         assert_eq!(eval_ok(".spec.nothing", &d), vec![Value::Null]);
         assert_eq!(eval_ok("{.}", &d), vec![d.clone()]);
     }
@@ -842,10 +932,19 @@ mod tests {
     #[test]
     fn keys_with_dots() {
         let d = store();
-        assert_eq!(eval_ok(".metadata.labels['app.kubernetes.io/name']", &d), vec![json!("api")]);
-        assert_eq!(eval_ok(r".metadata.labels.app\.kubernetes\.io/name", &d), vec![json!("api")]);
         assert_eq!(
-            eval_ok(".metadata.annotations['kubectl.kubernetes.io/last-applied-configuration']", &d),
+            eval_ok(".metadata.labels['app.kubernetes.io/name']", &d),
+            vec![json!("api")]
+        );
+        assert_eq!(
+            eval_ok(r".metadata.labels.app\.kubernetes\.io/name", &d),
+            vec![json!("api")]
+        );
+        assert_eq!(
+            eval_ok(
+                ".metadata.annotations['kubectl.kubernetes.io/last-applied-configuration']",
+                &d
+            ),
             vec![json!("{}")]
         );
         assert_eq!(eval_ok("['metadata']['name']", &d), vec![json!("demo")]);
@@ -854,7 +953,13 @@ mod tests {
     #[test]
     fn missing_keys_are_empty_not_errors() {
         let d = store();
-        for path in [".missing", ".metadata.missing.deeper", ".spec.replicas.x", ".spec.ports.name", ".spec.nothing.x"] {
+        for path in [
+            ".missing",
+            ".metadata.missing.deeper",
+            ".spec.replicas.x",
+            ".spec.ports.name",
+            ".spec.nothing.x",
+        ] {
             assert!(eval_ok(path, &d).is_empty(), "{path}");
         }
         assert!(eval_ok(".spec.nothing[0]", &d).is_empty());
@@ -864,20 +969,41 @@ mod tests {
     #[test]
     fn filters() {
         let d = store();
-        assert_eq!(eval_ok(r#".status.conditions[?(@.type=="Ready")].status"#, &d), vec![json!("True")]);
-        assert_eq!(eval_ok(r#"{.status.conditions[?(@.type == 'Ready')].status}"#, &d), vec![json!("True")]);
-        assert_eq!(eval_ok(r#".status.conditions[?(@.type!="Ready")].type"#, &d), vec![json!("Available")]);
-        assert_eq!(eval_ok(".status.conditions[?(@.lastTransitionTime)].type", &d), vec![json!("Ready")]);
+        assert_eq!(
+            eval_ok(r#".status.conditions[?(@.type=="Ready")].status"#, &d),
+            vec![json!("True")]
+        );
+        assert_eq!(
+            eval_ok(r#"{.status.conditions[?(@.type == 'Ready')].status}"#, &d),
+            vec![json!("True")]
+        );
+        assert_eq!(
+            eval_ok(r#".status.conditions[?(@.type!="Ready")].type"#, &d),
+            vec![json!("Available")]
+        );
+        assert_eq!(
+            eval_ok(".status.conditions[?(@.lastTransitionTime)].type", &d),
+            vec![json!("Ready")]
+        );
         // kube compares number literals as floats, so integer fields never pass.
         assert!(eval_ok(".spec.ports[?(@.port>100)].name", &d).is_empty());
         let floats = json!({"items": [{"f": 0.5}, {"f": 2.5}]});
         assert_eq!(eval_ok(".items[?(@.f>1)].f", &floats), vec![json!(2.5)]);
         assert_eq!(eval_ok(".items[?(@.f<=0.5)].f", &floats), vec![json!(0.5)]);
         assert_eq!(eval_ok(".items[?(@.f>=2.5)].f", &floats), vec![json!(2.5)]);
-        assert_eq!(eval_ok(r#".spec.ports[?(@.name=="h)ttp")].port"#, &d), Vec::<Value>::new());
+        assert_eq!(
+            eval_ok(r#".spec.ports[?(@.name=="h)ttp")].port"#, &d),
+            Vec::<Value>::new()
+        );
         // Maps are filtered by value, scalars as themselves.
-        assert_eq!(eval_ok(r#".metadata.labels[?(@ == "web")]"#, &d), vec![json!("web")]);
-        assert_eq!(eval_ok(r#".metadata.name[?(@ == "demo")]"#, &d), vec![json!("demo")]);
+        assert_eq!(
+            eval_ok(r#".metadata.labels[?(@ == "web")]"#, &d),
+            vec![json!("web")]
+        );
+        assert_eq!(
+            eval_ok(r#".metadata.name[?(@ == "demo")]"#, &d),
+            vec![json!("demo")]
+        );
         assert!(eval_ok(r#".metadata[?(@.name == "demo")]"#, &d).is_empty());
     }
 
@@ -887,7 +1013,10 @@ mod tests {
         // Number literals compare as floats: only the float 1.0 equals 1.
         assert_eq!(eval_ok(".items[?(@.n==1)].n", &d), vec![json!(1.0)]);
         // Incomparable values are never equal, and always unequal.
-        assert_eq!(eval_ok(".items[?(@.n!=1)].n", &d), vec![json!(1), json!("1"), json!(true)]);
+        assert_eq!(
+            eval_ok(".items[?(@.n!=1)].n", &d),
+            vec![json!(1), json!("1"), json!(true)]
+        );
         assert_eq!(eval_ok(".items[?(@.n==true)].n", &d), vec![json!(true)]);
         assert!(eval_ok(".items[?(@.n>true)].n", &d).is_empty());
         assert_eq!(eval_ok(r#".items[?(@.n<"2")].n"#, &d), vec![json!("1")]);
@@ -899,21 +1028,45 @@ mod tests {
     fn recursive_descent() {
         let d = store();
         assert_eq!(eval_ok("..port", &d), vec![json!(80), json!(443)]);
-        assert_eq!(eval_ok("$..status", &d), vec![d["status"].clone(), json!("False"), json!("True")]);
-        assert_eq!(eval_ok(".spec..name", &d), vec![json!("http"), json!("https")]);
+        assert_eq!(
+            eval_ok("$..status", &d),
+            vec![d["status"].clone(), json!("False"), json!("True")]
+        );
+        assert_eq!(
+            eval_ok(".spec..name", &d),
+            vec![json!("http"), json!("https")]
+        );
         assert!(JsonPath::parse("{.a.....b}").is_err());
     }
 
     #[test]
     fn index_errors_are_kubes() {
         let d = store();
-        assert_eq!(eval_err(".spec.ports[5]", &d), "array index out of bounds: index 5, length 2");
-        assert_eq!(eval_err(".spec.ports[0:3]", &d), "array index out of bounds: index 2, length 2");
-        assert_eq!(eval_err(".spec.ports[1:0]", &d), "starting index 1 is greater than ending index 0");
+        assert_eq!(
+            eval_err(".spec.ports[5]", &d),
+            "array index out of bounds: index 5, length 2"
+        );
+        assert_eq!(
+            eval_err(".spec.ports[0:3]", &d),
+            "array index out of bounds: index 2, length 2"
+        );
+        assert_eq!(
+            eval_err(".spec.ports[1:0]", &d),
+            "starting index 1 is greater than ending index 0"
+        );
         assert_eq!(eval_err(".spec.ports[0:2:0]", &d), "step must be > 0");
-        assert_eq!(eval_err(".metadata[0]", &d), "map[string]interface {} is not array or slice");
-        assert_eq!(eval_err(".metadata[*]", &d), "map[string]interface {} is not array or slice");
-        assert_eq!(eval_err(".spec.replicas[0]", &d), "int64 is not array or slice");
+        assert_eq!(
+            eval_err(".metadata[0]", &d),
+            "map[string]interface {} is not array or slice"
+        );
+        assert_eq!(
+            eval_err(".metadata[*]", &d),
+            "map[string]interface {} is not array or slice"
+        );
+        assert_eq!(
+            eval_err(".spec.replicas[0]", &d),
+            "int64 is not array or slice"
+        );
         assert!(eval_ok(".spec.ports[1:1]", &d).is_empty());
     }
 
@@ -931,7 +1084,10 @@ mod tests {
         assert_eq!(e(".a[?(@.b =~ 1)]"), "unrecognized filter operator =");
         assert_eq!(e(".a #"), "unrecognized character in action: U+0023 '#'");
         assert_eq!(e("range .items"), "unrecognized identifier range");
-        assert_eq!(e(r#".a[?(@.b == "x\q")]"#), r#"unquote string "x\q" error invalid syntax"#);
+        assert_eq!(
+            e(r#".a[?(@.b == "x\q")]"#),
+            r#"unquote string "x\q" error invalid syntax"#
+        );
         assert_eq!(e("'abc"), "unterminated quoted string");
         assert_eq!(e(".a\n.b"), "unclosed action");
     }
@@ -955,7 +1111,9 @@ mod tests {
     }
 
     fn cell(path: &str, ty: &str) -> Value {
-        JsonPath::parse(path).unwrap().cell_value_at(&store(), ty, now())
+        JsonPath::parse(path)
+            .unwrap()
+            .cell_value_at(&store(), ty, now())
     }
 
     #[test]
@@ -966,9 +1124,15 @@ mod tests {
         assert_eq!(cell(".spec.big", "string"), json!("1.23456785e+07"));
         assert_eq!(cell(".spec.paused", "string"), json!("false"));
         assert_eq!(cell(".spec.nothing", "string"), json!("<no value>"));
-        assert_eq!(cell(".spec.ports[0]", "string"), json!(r#"{"name":"http","port":80}"#));
+        assert_eq!(
+            cell(".spec.ports[0]", "string"),
+            json!(r#"{"name":"http","port":80}"#)
+        );
         assert_eq!(cell(".spec.ports[*].port", "string"), json!("80"));
-        assert_eq!(cell(".metadata.labels", "string"), json!(r#"{"app":"web","app.kubernetes.io/name":"api"}"#));
+        assert_eq!(
+            cell(".metadata.labels", "string"),
+            json!(r#"{"app":"web","app.kubernetes.io/name":"api"}"#)
+        );
         assert_eq!(cell(".spec.empty", "string"), json!("[]"));
         assert_eq!(cell(".spec.missing", "string"), Value::Null);
         assert_eq!(cell(".spec.ports[9]", "string"), Value::Null);
@@ -992,7 +1156,11 @@ mod tests {
         let path = r#".status.conditions[?(@.type=="Ready")].lastTransitionTime"#;
         assert_eq!(cell(path, "date"), json!("60m"));
         let obj = json!({"a": "", "b": "soon", "c": 5});
-        let at = |p: &str| JsonPath::parse(p).unwrap().cell_value_at(&obj, "date", now());
+        let at = |p: &str| {
+            JsonPath::parse(p)
+                .unwrap()
+                .cell_value_at(&obj, "date", now())
+        };
         assert_eq!(at(".a"), json!("<unknown>"));
         assert_eq!(at(".b"), json!("<invalid>"));
         assert_eq!(at(".c"), Value::Null);
@@ -1023,6 +1191,9 @@ mod tests {
     #[test]
     fn go_json_text() {
         let v = json!({"b": [1, 2.5, "x<y>&z\u{2028}"], "a": {"q": "\"\\\n\u{1}"}, "c": null, "d": 1.0});
-        assert_eq!(go_json(&v), r#"{"a":{"q":"\"\\\n\u0001"},"b":[1,2.5,"x\u003cy\u003e\u0026z\u2028"],"c":null,"d":1}"#);
+        assert_eq!(
+            go_json(&v),
+            r#"{"a":{"q":"\"\\\n\u0001"},"b":[1,2.5,"x\u003cy\u003e\u0026z\u2028"],"c":null,"d":1}"#
+        );
     }
 }

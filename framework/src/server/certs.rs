@@ -18,7 +18,8 @@ use rustls::server::WebPkiClientVerifier;
 
 use super::tls::{crypto_provider, root_store, TlsError};
 
-/// Serving certificate file in `--cert-dir` (leaf followed by its CA), as k8s.io/apiserver names it.
+/// Serving certificate file in `--cert-dir` (leaf followed by its CA), named as in
+/// k8s.io/apiserver.
 pub const SERVING_CERT_FILE: &str = "apiserver.crt";
 /// Serving key file in `--cert-dir`.
 pub const SERVING_KEY_FILE: &str = "apiserver.key";

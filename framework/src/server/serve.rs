@@ -286,6 +286,9 @@ fn peer_certificates(tls: &TlsStream<TcpStream>) -> Option<PeerCertificates> {
     (!chain.is_empty()).then(|| PeerCertificates(Arc::new(chain.to_vec())))
 }
 
+/// The response of the per-connection service.
+type ServiceResult = Result<axum::response::Response, std::convert::Infallible>;
+
 /// The per-connection hyper service: adds the connection facts to each request's
 /// extensions and hands it to the router.
 fn request_service(
@@ -296,7 +299,7 @@ fn request_service(
     http::Request<Incoming>,
     Response = axum::response::Response,
     Error = std::convert::Infallible,
-    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+    Future = impl Future<Output = ServiceResult> + Send,
 > + Clone {
     hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
         let extensions = req.extensions_mut();

@@ -47,7 +47,8 @@ impl TlsError {
     }
 }
 
-/// The crypto provider the framework uses: ring, the only one compiled in.
+/// The crypto provider the framework's TLS configs use: the process default, which is ring
+/// unless the application installed another first.
 ///
 /// Configs are built with it explicitly so that a second provider pulled in by some other
 /// crate can never make rustls' `builder()` panic over an ambiguous process default.

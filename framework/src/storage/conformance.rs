@@ -1,7 +1,8 @@
 //! The conformance suite every storage [`Backend`] must pass.
 //!
-//! Each case is a public async fn given a fresh backend; [`backend_conformance_tests!`]
-//! (crate root) stamps out one test per case, so a new backend plugs in with one line.
+//! Each case is a public async fn given a fresh backend;
+//! [`backend_conformance_tests!`](crate::backend_conformance_tests) stamps out one test per
+//! case, so a new backend plugs in with one line.
 //! Cases compare revisions to the store's revision when they start, so a backend on a shared
 //! server (etcd) passes too; only [`fresh_store_is_at_revision_zero`] needs an empty store.
 
@@ -86,11 +87,13 @@ where
 /// closure returning a future of a [`Backend`] or a
 /// [`Subject`](crate::storage::conformance::Subject).
 ///
-/// ```ignore
-/// mod memory {
-///     apiserver::backend_conformance_tests!(|| async { apiserver::storage::MemoryBackend::new() });
-/// }
 /// ```
+/// use apiserver::storage::MemoryBackend;
+///
+/// apiserver::backend_conformance_tests!(|| async { MemoryBackend::new() });
+/// ```
+///
+/// To run it on two backends in one file, put each call in its own module.
 #[macro_export]
 macro_rules! backend_conformance_tests {
     ($factory:expr) => {

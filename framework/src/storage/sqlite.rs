@@ -69,10 +69,11 @@ const INSERT_LOG: &str = "INSERT INTO log
     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const SET_CURRENT: &str = "INSERT INTO current (key, revision) VALUES (?1, ?2)
     ON CONFLICT (key) DO UPDATE SET revision = excluded.revision";
+/// `+l.key`: scan by revision, bounded by the window, never by key over all history.
 const EVENTS: &str = "SELECT l.revision, l.key, l.value, l.create_revision, l.deleted,
         p.value, p.create_revision, p.revision
     FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
-    WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND l.key < ?4
+    WHERE l.revision > ?1 AND l.revision <= ?2 AND +l.key >= ?3 AND +l.key < ?4
     ORDER BY l.revision LIMIT ?5";
 /// Keeps, below the compacted revision `?1`, only each key's newest row: reads at `?1` need
 /// it, and so does the key's first later event (as its previous value).
@@ -85,6 +86,9 @@ const COMPACT: [&str; 3] = [
 ];
 
 /// A [`Backend`] stored in one SQLite database file.
+///
+/// Open a file with one `SqliteBackend` at a time: writes through another handle (or process)
+/// are stored correctly but do not wake this handle's watchers.
 #[derive(Debug)]
 pub struct SqliteBackend {
     db: Arc<Db>,
@@ -277,7 +281,7 @@ impl From<Fail> for StorageError {
 
 fn connect(path: &Path) -> Result<Connection, Fail> {
     let conn = Connection::open(path)?;
-    // A writer waits for the other connection's checkpoint instead of failing at once.
+    // Another process or a checkpoint holding a lock makes a call wait, not fail at once.
     conn.busy_timeout(Duration::from_secs(5))?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -632,6 +636,67 @@ mod tests {
     async fn opening_a_directory_fails() {
         let dir = tempfile::tempdir().unwrap();
         assert!(SqliteBackend::open(dir.path()).is_err());
+    }
+
+    /// Set in the child process of [`acknowledged_writes_survive_kill`]: the database path.
+    const CRASH_CHILD: &str = "APISERVER_SQLITE_CRASH_CHILD";
+
+    /// A process killed with SIGKILL mid-stream loses no write it had been told succeeded.
+    #[test]
+    fn acknowledged_writes_survive_kill() {
+        if let Ok(path) = std::env::var(CRASH_CHILD) {
+            return write_until_killed(Path::new(&path));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "storage::sqlite::tests::acknowledged_writes_survive_kill",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(CRASH_CHILD, &path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let acknowledged: Revision = std::io::BufRead::lines(stdout)
+            .map_while(Result::ok)
+            .filter_map(|line| line.strip_prefix("ack ")?.parse().ok())
+            .take(100)
+            .last()
+            .expect("the child acknowledged writes");
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let kv = runtime
+            .block_on(open(&path).get("/t/counter"))
+            .unwrap()
+            .unwrap();
+        assert!(
+            kv.mod_revision >= acknowledged,
+            "lost writes up to {acknowledged}"
+        );
+        assert_eq!(kv.value, Bytes::from(kv.mod_revision.to_string()));
+    }
+
+    /// The child: writes and acknowledges each write on stdout, until killed (or a bound, so
+    /// an orphaned child cannot run forever).
+    fn write_until_killed(path: &Path) {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let store = open(path);
+            let mut kv = store.create("/t/counter", "1".into()).await.unwrap();
+            for _ in 0..10_000 {
+                println!("ack {}", kv.mod_revision);
+                let next = Bytes::from((kv.mod_revision + 1).to_string());
+                kv = store
+                    .update("/t/counter", next, kv.mod_revision)
+                    .await
+                    .unwrap();
+            }
+        });
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,8 @@ use apiserver::Resource;
 
 #[derive(Resource)]
 #[resource(group = "wardle.example.com", version = "v1", kind = "Flunder",
-           plural = "Flunders", singular = "flun_der", shortnames = ["fl", "-f"], categories = ["All"])]
+           plural = "Flunders", singular = "flun_der", shortnames = ["fl", "-f"],
+           categories = ["All"])]
 pub struct Flunder {
     pub metadata: ObjectMeta,
 }

@@ -2,8 +2,13 @@ use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::Resource;
 
 #[derive(Resource)]
-#[resource(group = "wardle.example.com", version = "v1", kind = "Flunder",
-           printcolumn(type = "string"), printcolumn(name = "", json_path = ".spec.x"))]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1",
+    kind = "Flunder",
+    printcolumn(type = "string"),
+    printcolumn(name = "", json_path = ".spec.x")
+)]
 pub struct Flunder {
     pub metadata: ObjectMeta,
 }

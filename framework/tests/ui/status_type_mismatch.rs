@@ -7,7 +7,12 @@ use serde::{Deserialize, Serialize};
 pub struct FlunderStatus {}
 
 #[derive(Resource, Clone, Serialize, Deserialize, JsonSchema)]
-#[resource(group = "wardle.example.com", version = "v1", kind = "Flunder", status = "FlunderStatus")]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1",
+    kind = "Flunder",
+    status = "FlunderStatus"
+)]
 pub struct Flunder {
     pub metadata: ObjectMeta,
     pub status: Option<String>,

@@ -2,7 +2,12 @@ use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::Resource;
 
 #[derive(Resource)]
-#[resource(group = "wardle.example.com", version = "v1", kind = "Flunder", status = "FlunderStatus")]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1",
+    kind = "Flunder",
+    status = "FlunderStatus"
+)]
 pub struct Flunder {
     pub metadata: ObjectMeta,
 }

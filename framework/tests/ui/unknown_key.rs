@@ -2,8 +2,13 @@ use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::Resource;
 
 #[derive(Resource)]
-#[resource(grup = "wardle.example.com", version = "v1", kind = "Flunder", colour = "blue",
-           printcolumn(name = "A", json_path = ".a", width = 3))]
+#[resource(
+    grup = "wardle.example.com",
+    version = "v1",
+    kind = "Flunder",
+    colour = "blue",
+    printcolumn(name = "A", json_path = ".a", width = 3)
+)]
 pub struct Flunder {
     pub metadata: ObjectMeta,
 }

@@ -21,8 +21,18 @@ pub struct Keys {
 
 impl Keys {
     /// Accepts `known` keys in `context`; only those in `repeatable` may appear more than once.
-    pub fn new(context: &'static str, known: &'static [&'static str], repeatable: &'static [&'static str]) -> Self {
-        Self { context, known, repeatable, seen: HashSet::new(), suggested: HashSet::new() }
+    pub fn new(
+        context: &'static str,
+        known: &'static [&'static str],
+        repeatable: &'static [&'static str],
+    ) -> Self {
+        Self {
+            context,
+            known,
+            repeatable,
+            seen: HashSet::new(),
+            suggested: HashSet::new(),
+        }
     }
 
     /// The key of `item` when it is known and not a forbidden repeat; otherwise reports why.
@@ -33,7 +43,10 @@ impl Keys {
             return None;
         }
         if !self.seen.insert(key.clone()) && !self.repeatable.contains(&key.as_str()) {
-            let msg = format!("duplicate key `{key}` in {}: it may be given once", self.context);
+            let msg = format!(
+                "duplicate key `{key}` in {}: it may be given once",
+                self.context
+            );
             cx.error_spanned_by(item, msg);
             return None;
         }
@@ -58,7 +71,7 @@ impl Keys {
     }
 }
 
-/// A key as written: `group`, `crate`, or `a::b` for a (never valid) multi-segment path.
+/// A key as written: `group`, `crate`.
 pub fn name(path: &Path) -> String {
     match path.get_ident() {
         Some(ident) => ident.to_string(),
@@ -68,7 +81,10 @@ pub fn name(path: &Path) -> String {
 
 /// The known key nearest to a misspelt one, when it is near enough to be a likely typo.
 fn closest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
-    let (best, distance) = known.iter().map(|k| (*k, edit_distance(key, k))).min_by_key(|(_, d)| *d)?;
+    let (best, distance) = known
+        .iter()
+        .map(|k| (*k, edit_distance(key, k)))
+        .min_by_key(|(_, d)| *d)?;
     (distance <= 2.max(key.len() / 3)).then_some(best)
 }
 

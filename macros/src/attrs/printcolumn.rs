@@ -9,7 +9,14 @@ use crate::attrs::keys::Keys;
 use crate::attrs::value;
 use crate::ctxt::Ctxt;
 
-const KEYS: &[&str] = &["name", "type", "format", "json_path", "description", "priority"];
+const KEYS: &[&str] = &[
+    "name",
+    "type",
+    "format",
+    "json_path",
+    "description",
+    "priority",
+];
 
 /// One `printcolumn(...)` as written; `check.rs` decides whether it is complete and valid.
 pub struct PrintColumn {

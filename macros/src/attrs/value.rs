@@ -4,8 +4,8 @@
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{parenthesized, token, Attribute, Expr, ExprLit, Ident, Lit, LitInt, LitStr, MacroDelimiter};
-use syn::{Meta, MetaList, MetaNameValue, Path, Token};
+use syn::{parenthesized, token, Attribute, Expr, ExprLit, Ident, Lit, LitInt, LitStr};
+use syn::{MacroDelimiter, Meta, MetaList, MetaNameValue, Path, Token};
 
 use crate::attrs::keys;
 use crate::ctxt::Ctxt;
@@ -20,7 +20,10 @@ pub fn items(cx: &Ctxt, attr: &Attribute) -> Vec<Meta> {
 pub fn nested_items(cx: &Ctxt, item: &Meta, example: &str) -> Option<Vec<Meta>> {
     let Meta::List(list) = item else {
         let key = keys::name(item.path());
-        cx.error_spanned_by(item, format!("`{key}` takes a list of settings, e.g. `{example}`"));
+        cx.error_spanned_by(
+            item,
+            format!("`{key}` takes a list of settings, e.g. `{example}`"),
+        );
         return None;
     };
     Some(parse_items(cx, item_list.parse2(list.tokens.clone())))
@@ -36,12 +39,20 @@ fn item(input: ParseStream) -> syn::Result<Meta> {
     let path = Path::from(Ident::parse_any(input)?);
     if input.peek(Token![=]) {
         let (eq_token, value) = (input.parse()?, input.parse()?);
-        return Ok(Meta::NameValue(MetaNameValue { path, eq_token, value }));
+        return Ok(Meta::NameValue(MetaNameValue {
+            path,
+            eq_token,
+            value,
+        }));
     }
     if input.peek(token::Paren) {
         let content;
         let delimiter = MacroDelimiter::Paren(parenthesized!(content in input));
-        return Ok(Meta::List(MetaList { path, delimiter, tokens: content.parse()? }));
+        return Ok(Meta::List(MetaList {
+            path,
+            delimiter,
+            tokens: content.parse()?,
+        }));
     }
     Ok(Meta::Path(path))
 }
@@ -59,7 +70,9 @@ fn parse_items(cx: &Ctxt, parsed: syn::Result<Punctuated<Meta, Token![,]>>) -> V
 /// `key = "text"`.
 pub fn string(cx: &Ctxt, item: &Meta) -> Option<LitStr> {
     match expr(item) {
-        Some(Expr::Lit(ExprLit { lit: Lit::Str(s), .. })) => Some(s.clone()),
+        Some(Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        })) => Some(s.clone()),
         _ => wrong(cx, item, "a string, e.g. `{key} = \"...\"`"),
     }
 }
@@ -72,10 +85,15 @@ pub fn strings(cx: &Ctxt, item: &Meta) -> Vec<LitStr> {
     let mut out = Vec::new();
     for elem in &array.elems {
         match elem {
-            Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => out.push(s.clone()),
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) => out.push(s.clone()),
             other => {
                 let key = keys::name(item.path());
-                cx.error_spanned_by(other, format!("`{key}` takes a list of strings: expected a string here"));
+                cx.error_spanned_by(
+                    other,
+                    format!("`{key}` takes a list of strings: expected a string here"),
+                );
             }
         }
     }
@@ -86,13 +104,20 @@ pub fn strings(cx: &Ctxt, item: &Meta) -> Vec<LitStr> {
 pub fn path(cx: &Ctxt, item: &Meta) -> Option<Path> {
     match expr(item) {
         Some(Expr::Path(p)) if p.qself.is_none() => Some(p.path.clone()),
-        _ => wrong(cx, item, "the path of a function, e.g. `{key} = my_function`"),
+        _ => wrong(
+            cx,
+            item,
+            "the path of a function, e.g. `{key} = my_function`",
+        ),
     }
 }
 
 /// `key = 1`: a non-negative `i32` literal.
 pub fn int(cx: &Ctxt, item: &Meta) -> Option<i32> {
-    let Some(Expr::Lit(ExprLit { lit: Lit::Int(int), .. })) = expr(item) else {
+    let Some(Expr::Lit(ExprLit {
+        lit: Lit::Int(int), ..
+    })) = expr(item)
+    else {
         return wrong(cx, item, "a non-negative integer, e.g. `{key} = 1`");
     };
     parse_i32(cx, item, int)

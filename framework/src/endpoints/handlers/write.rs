@@ -12,7 +12,7 @@ use crate::endpoints::negotiation::{body_encoding, decode_body, negotiate, Endpo
 use crate::endpoints::response::{respond, shape_list, shape_object};
 use crate::error::{status_json, Error, Result};
 use crate::registry::options::DeleteOptions;
-use crate::registry::patch::{apply_patch, PatchType};
+use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
 use crate::runtime::object;
 use crate::runtime::ResourceInfo;
@@ -112,17 +112,7 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     }
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     let options = call.query.write_options()?;
-    let patch_type = content_type(&call).and_then(PatchType::from_content_type).ok_or_else(|| {
-        Error::unsupported_media_type(format!(
-            "the body of the request was in an unknown format - accepted media types include: {}",
-            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
-        ))
-    })?;
-    if patch_type == PatchType::Apply {
-        return Err(Error::unsupported_media_type(
-            "server-side apply (application/apply-patch+yaml) is not supported by this server",
-        ));
-    }
+    let patch_type = patch_type(content_type(&call))?;
     let body = read_body(&mut call).await?;
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
@@ -130,7 +120,7 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     let update: UpdateFn = Arc::new(move |current| {
         let current = current.ok_or_else(|| Error::not_found(&info, &name))?;
         let mut patched = apply_patch(patch_type, current, &body, &schema)
-            .map_err(|e| Error::new(e.status_code(), reason_for(e.status_code()), e.to_string()))?;
+            .map_err(Error::from)?;
         check_type(&info, &mut patched)?;
         Ok(patched)
     });
@@ -138,13 +128,12 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     respond_object(&call, StatusCode::OK, stored)
 }
 
-fn reason_for(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        409 => "Conflict",
-        415 => "UnsupportedMediaType",
-        422 => "Invalid",
-        _ => "InternalError",
+/// The patch type of a `Content-Type`; 415 for anything else and for server-side apply.
+fn patch_type(content_type: Option<&str>) -> Result<PatchType> {
+    match content_type.and_then(PatchType::from_content_type) {
+        Some(PatchType::Apply) => Err(PatchError::ApplyNotSupported.into()),
+        Some(t) => Ok(t),
+        None => Err(PatchError::UnsupportedMediaType.into()),
     }
 }
 

@@ -30,7 +30,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     };
     for (key, value) in members {
         if value.is_null() {
-            // shift_remove keeps the other members in place should serde_json preserve order.
             object.remove(key);
         } else {
             merge_patch(object.entry(key.as_str()).or_insert(Value::Null), value);

@@ -310,7 +310,7 @@ enum Identity<'k> {
 }
 
 impl Identity<'_> {
-    fn of<'v>(self, item: &'v Value) -> Option<&'v Value> {
+    fn of(self, item: &Value) -> Option<&Value> {
         match self {
             Self::Key(key) => item.get(key),
             Self::Value => Some(item),

@@ -82,7 +82,11 @@ impl FieldSelector {
                 )));
             };
             let value = unescape_value(raw_value)?;
-            requirements.push(FieldRequirement { field: field.to_string(), operator, value });
+            requirements.push(FieldRequirement {
+                field: field.to_string(),
+                operator,
+                value,
+            });
         }
         Ok(Self { requirements })
     }
@@ -101,8 +105,15 @@ impl FieldSelector {
     /// fields, typically `metadata.name` and `metadata.namespace` plus its own), with
     /// kube's `field label not supported: <field>`.
     pub fn validate_fields(&self, allowed: &[&str]) -> Result<(), SelectorError> {
-        match self.requirements.iter().find(|r| !allowed.contains(&r.field.as_str())) {
-            Some(r) => Err(SelectorError::new(format!("field label not supported: {}", r.field))),
+        match self
+            .requirements
+            .iter()
+            .find(|r| !allowed.contains(&r.field.as_str()))
+        {
+            Some(r) => Err(SelectorError::new(format!(
+                "field label not supported: {}",
+                r.field
+            ))),
             None => Ok(()),
         }
     }
@@ -118,12 +129,16 @@ impl FieldSelector {
 
     /// Whether a set of field values matches.
     pub fn matches(&self, fields: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(fields.get(&r.field).map(String::as_str)))
+        self.requirements
+            .iter()
+            .all(|r| r.matches(fields.get(&r.field).map(String::as_str)))
     }
 
     /// Whether the field values behind `get` match.
     pub fn matches_with(&self, get: impl Fn(&str) -> Option<String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(get(&r.field).as_deref()))
+        self.requirements
+            .iter()
+            .all(|r| r.matches(get(&r.field).as_deref()))
     }
 
     /// Whether a JSON object matches, reading each field with [`field_value`].
@@ -177,7 +192,11 @@ fn split_terms(selector: &str) -> Vec<&str> {
 /// Splits a term at its first operator. The field cannot be escaped, so the first `!=`,
 /// `==` or `=` wins; `==` is tried before `=` so it does not leave `=` in the value.
 fn split_term(term: &str) -> Option<(&str, FieldOperator, &str)> {
-    let ops = [("!=", FieldOperator::NotEquals), ("==", FieldOperator::Equals), ("=", FieldOperator::Equals)];
+    let ops = [
+        ("!=", FieldOperator::NotEquals),
+        ("==", FieldOperator::Equals),
+        ("=", FieldOperator::Equals),
+    ];
     term.char_indices().find_map(|(i, _)| {
         let rest = &term[i..];
         let (op, kind) = ops.iter().find(|(op, _)| rest.starts_with(op))?;
@@ -223,7 +242,9 @@ pub fn unescape_value(raw: &str) -> Result<String, SelectorError> {
 }
 
 fn invalid_escape(sequence: &str) -> SelectorError {
-    SelectorError::new(format!("invalid field selector: invalid escape sequence: {sequence}"))
+    SelectorError::new(format!(
+        "invalid field selector: invalid escape sequence: {sequence}"
+    ))
 }
 
 /// The value a field selector sees for `path` (dotted, e.g. `metadata.name`,
@@ -250,7 +271,10 @@ mod tests {
     }
 
     fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -265,7 +289,10 @@ mod tests {
             (",a=b,,", "a=b"),
             ("x=a\\,b", "x=a\\,b"),
             ("x=a\\=b\\\\", "x=a\\=b\\\\"),
-            ("metadata.name=foo,metadata.namespace!=bar", "metadata.name=foo,metadata.namespace!=bar"),
+            (
+                "metadata.name=foo,metadata.namespace!=bar",
+                "metadata.name=foo,metadata.namespace!=bar",
+            ),
         ] {
             assert_eq!(parse(input).to_string(), printed, "{input:?}");
         }
@@ -274,18 +301,28 @@ mod tests {
     #[test]
     fn splits_terms_and_values() {
         let s = parse("x=a\\,b,y!=c\\=d,z==\\\\");
-        let got: Vec<(&str, FieldOperator, &str)> =
-            s.requirements().iter().map(|r| (r.field.as_str(), r.operator, r.value.as_str())).collect();
-        assert_eq!(got, vec![
-            ("x", FieldOperator::Equals, "a,b"),
-            ("y", FieldOperator::NotEquals, "c=d"),
-            ("z", FieldOperator::Equals, "\\"),
-        ]);
+        let got: Vec<(&str, FieldOperator, &str)> = s
+            .requirements()
+            .iter()
+            .map(|r| (r.field.as_str(), r.operator, r.value.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("x", FieldOperator::Equals, "a,b"),
+                ("y", FieldOperator::NotEquals, "c=d"),
+                ("z", FieldOperator::Equals, "\\"),
+            ]
+        );
         // Spaces are data, not separators.
         assert_eq!(parse(" a = b ").requirements()[0].field, " a ");
         // The first operator wins, since the field cannot be escaped.
-        let r = &parse("a=!b").requirements()[0];
-        assert_eq!((r.field.as_str(), r.operator, r.value.as_str()), ("a", FieldOperator::Equals, "!b"));
+        let s = parse("a=!b");
+        let r = &s.requirements()[0];
+        assert_eq!(
+            (r.field.as_str(), r.operator, r.value.as_str()),
+            ("a", FieldOperator::Equals, "!b")
+        );
         assert!(FieldSelector::parse("a!==b").is_err());
     }
 
@@ -293,10 +330,22 @@ mod tests {
     fn errors_are_kubes() {
         let e = |s: &str| FieldSelector::parse(s).unwrap_err().to_string();
         assert_eq!(e("a"), "invalid selector: 'a'; can't understand 'a'");
-        assert_eq!(e("x=y,b"), "invalid selector: 'x=y,b'; can't understand 'b'");
-        assert_eq!(e("a=b=c"), "invalid field selector: unescaped character in value: 61");
-        assert_eq!(e("a=b\\c"), "invalid field selector: invalid escape sequence: \\c");
-        assert_eq!(e("a=b\\"), "invalid field selector: invalid escape sequence: \\");
+        assert_eq!(
+            e("x=y,b"),
+            "invalid selector: 'x=y,b'; can't understand 'b'"
+        );
+        assert_eq!(
+            e("a=b=c"),
+            "invalid field selector: unescaped character in value: 61"
+        );
+        assert_eq!(
+            e("a=b\\c"),
+            "invalid field selector: invalid escape sequence: \\c"
+        );
+        assert_eq!(
+            e("a=b\\"),
+            "invalid field selector: invalid escape sequence: \\"
+        );
     }
 
     #[test]
@@ -326,7 +375,9 @@ mod tests {
     fn field_support_check() {
         let s = parse("metadata.name=a,spec.foo=b");
         assert_eq!(
-            s.validate_fields(&["metadata.name", "metadata.namespace"]).unwrap_err().to_string(),
+            s.validate_fields(&["metadata.name", "metadata.namespace"])
+                .unwrap_err()
+                .to_string(),
             "field label not supported: spec.foo"
         );
         assert!(s.validate_fields(&["metadata.name", "spec.foo"]).is_ok());
@@ -352,7 +403,14 @@ mod tests {
         assert_eq!(field_value(&obj, "spec.neg").as_deref(), Some("-7"));
         assert_eq!(field_value(&obj, "spec.ratio").as_deref(), Some("0.5"));
         assert_eq!(field_value(&obj, "spec.big").as_deref(), Some("1.5e+07"));
-        for absent in ["spec.nil", "spec.list", "spec.obj", "spec.missing", "status.x", "metadata.name.x"] {
+        for absent in [
+            "spec.nil",
+            "spec.list",
+            "spec.obj",
+            "spec.missing",
+            "status.x",
+            "metadata.name.x",
+        ] {
             assert_eq!(field_value(&obj, absent), None, "{absent}");
         }
         assert!(parse("spec.on=true,spec.count=3,spec.nil=").matches_object(&obj));

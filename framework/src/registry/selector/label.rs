@@ -69,12 +69,19 @@ impl Requirement {
         for (i, v) in values.iter().enumerate() {
             let msgs = is_valid_label_value(v);
             if !msgs.is_empty() {
-                errs.push(format!("values[{i}][{key}]: Invalid value: {v:?}: {}", msgs.join("; ")));
+                errs.push(format!(
+                    "values[{i}][{key}]: Invalid value: {v:?}: {}",
+                    msgs.join("; ")
+                ));
             }
         }
         match aggregate(errs) {
             Some(message) => Err(SelectorError::new(message)),
-            None => Ok(Self { key: key.to_string(), operator, values }),
+            None => Ok(Self {
+                key: key.to_string(),
+                operator,
+                values,
+            }),
         }
     }
 
@@ -141,19 +148,31 @@ fn value_count_errors(op: Operator, values: &[String]) -> Vec<String> {
     let mut errs = Vec::new();
     match op {
         Operator::In | Operator::NotIn if values.is_empty() => {
-            errs.push(invalid("for 'in', 'notin' operators, values set can't be empty"));
+            errs.push(invalid(
+                "for 'in', 'notin' operators, values set can't be empty",
+            ));
         }
         Operator::Equals | Operator::DoubleEquals | Operator::NotEquals if values.len() != 1 => {
-            errs.push(invalid("exact-match compatibility requires one single value"));
+            errs.push(invalid(
+                "exact-match compatibility requires one single value",
+            ));
         }
         Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
-            errs.push(invalid("values set must be empty for exists and does not exist"));
+            errs.push(invalid(
+                "values set must be empty for exists and does not exist",
+            ));
         }
         Operator::GreaterThan | Operator::LessThan => {
             if values.len() != 1 {
-                errs.push(invalid("for 'Gt', 'Lt' operators, exactly one value is required"));
+                errs.push(invalid(
+                    "for 'Gt', 'Lt' operators, exactly one value is required",
+                ));
             }
-            for (i, v) in values.iter().enumerate().filter(|(_, v)| v.parse::<i64>().is_err()) {
+            for (i, v) in values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.parse::<i64>().is_err())
+            {
                 let detail = "for 'Gt', 'Lt' operators, the value must be an integer";
                 errs.push(format!("values[{i}]: Invalid value: {v:?}: {detail}"));
             }
@@ -166,7 +185,10 @@ fn value_count_errors(op: Operator, values: &[String]) -> Vec<String> {
 /// kube's aggregate error text: one message as is, several as `[a, b]`, duplicates dropped.
 fn aggregate(errs: Vec<String>) -> Option<String> {
     let mut seen = BTreeSet::new();
-    let unique: Vec<String> = errs.into_iter().filter(|e| seen.insert(e.clone())).collect();
+    let unique: Vec<String> = errs
+        .into_iter()
+        .filter(|e| seen.insert(e.clone()))
+        .collect();
     match unique.len() {
         0 => None,
         1 => unique.into_iter().next(),
@@ -201,7 +223,7 @@ impl fmt::Display for Requirement {
 /// ```
 /// use apiserver::registry::selector::LabelSelector;
 /// let s = LabelSelector::parse("tier notin (cache), app in (web,api),!legacy").unwrap();
-/// assert_eq!(s.to_string(), "!legacy,app in (api,web),tier notin (cache)");
+/// assert_eq!(s.to_string(), "app in (api,web),!legacy,tier notin (cache)");
 /// let labels = [("app".to_string(), "web".to_string())].into();
 /// assert!(s.matches(&labels));
 /// ```
@@ -220,7 +242,10 @@ impl LabelSelector {
 
     /// The selector that matches no object (a nil `metav1.LabelSelector`).
     pub fn nothing() -> Self {
-        Self { requirements: Vec::new(), nothing: true }
+        Self {
+            requirements: Vec::new(),
+            nothing: true,
+        }
     }
 
     /// Parses the `labelSelector` query syntax, with kube's error messages.
@@ -229,7 +254,10 @@ impl LabelSelector {
         let mut requirements = Parser { tokens, pos: 0 }.parse()?;
         // kube sorts by key so equal selectors print (and cache) alike.
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(Self { requirements, nothing: false })
+        Ok(Self {
+            requirements,
+            nothing: false,
+        })
     }
 
     /// Converts a `metav1.LabelSelector` as kube's `LabelSelectorAsSelector`: an empty one
@@ -246,13 +274,22 @@ impl LabelSelector {
                 "Exists" => Operator::Exists,
                 "DoesNotExist" => Operator::DoesNotExist,
                 other => {
-                    return Err(SelectorError::new(format!("{other:?} is not a valid label selector operator")))
+                    return Err(SelectorError::new(format!(
+                        "{other:?} is not a valid label selector operator"
+                    )))
                 }
             };
-            requirements.push(Requirement::new(&expr.key, op, expr.values.clone().unwrap_or_default())?);
+            requirements.push(Requirement::new(
+                &expr.key,
+                op,
+                expr.values.clone().unwrap_or_default(),
+            )?);
         }
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(Self { requirements, nothing: false })
+        Ok(Self {
+            requirements,
+            nothing: false,
+        })
     }
 
     /// Whether this selector lets every object through.
@@ -357,7 +394,7 @@ impl Token {
     }
 
     /// In value position the keywords are ordinary words: `in in (in)` is legal.
-    fn as_value(self) -> Self {
+    fn into_value(self) -> Self {
         match self {
             Self::In => Self::Ident("in".into()),
             Self::NotIn => Self::Ident("notin".into()),
@@ -380,7 +417,11 @@ fn lex(input: &str) -> Vec<Token> {
     let mut tokens = Vec::new();
     let mut rest = input.trim_start_matches(is_blank);
     while let Some(c) = rest.chars().next() {
-        let (token, len) = if is_special(c) { special(rest) } else { word(rest) };
+        let (token, len) = if is_special(c) {
+            special(rest)
+        } else {
+            word(rest)
+        };
         tokens.push(token);
         rest = rest[len..].trim_start_matches(is_blank);
     }
@@ -408,7 +449,9 @@ fn special(rest: &str) -> (Token, usize) {
 }
 
 fn word(rest: &str) -> (Token, usize) {
-    let len = rest.find(|c| is_special(c) || is_blank(c)).unwrap_or(rest.len());
+    let len = rest
+        .find(|c| is_special(c) || is_blank(c))
+        .unwrap_or(rest.len());
     let token = match &rest[..len] {
         "in" => Token::In,
         "notin" => Token::NotIn,
@@ -426,14 +469,9 @@ struct Parser {
 type ParseResult<T> = Result<T, String>;
 
 impl Parser {
-    /// The next token, in operator position.
-    fn peek_op(&self) -> &Token {
-        &self.tokens[self.pos]
-    }
-
     /// The next token, in value position.
     fn peek_value(&self) -> Token {
-        self.tokens[self.pos].clone().as_value()
+        self.tokens[self.pos].clone().into_value()
     }
 
     fn next_op(&mut self) -> Token {
@@ -444,7 +482,7 @@ impl Parser {
     }
 
     fn next_value(&mut self) -> Token {
-        self.next_op().as_value()
+        self.next_op().into_value()
     }
 
     fn parse(mut self) -> Result<Vec<Requirement>, SelectorError> {
@@ -457,17 +495,34 @@ impl Parser {
             match self.peek_value() {
                 Token::Ident(_) | Token::Bang => {}
                 Token::End => return Ok(out),
-                t => return Err(format!("found '{}', expected: !, identifier, or 'end of string'", t.literal())),
+                t => {
+                    return Err(format!(
+                        "found '{}', expected: !, identifier, or 'end of string'",
+                        t.literal()
+                    ))
+                }
             }
-            let r = self.requirement().map_err(|e| format!("unable to parse requirement: {e}"))?;
+            let r = self
+                .requirement()
+                .map_err(|e| format!("unable to parse requirement: {e}"))?;
             out.push(r);
             match self.next_value() {
                 Token::End => return Ok(out),
                 Token::Comma => match self.peek_value() {
                     Token::Ident(_) | Token::Bang => {}
-                    t => return Err(format!("found '{}', expected: identifier after ','", t.literal())),
+                    t => {
+                        return Err(format!(
+                            "found '{}', expected: identifier after ','",
+                            t.literal()
+                        ))
+                    }
                 },
-                t => return Err(format!("found '{}', expected: ',' or 'end of string'", t.literal())),
+                t => {
+                    return Err(format!(
+                        "found '{}', expected: ',' or 'end of string'",
+                        t.literal()
+                    ))
+                }
             }
         }
     }
@@ -517,7 +572,12 @@ impl Parser {
             Token::LessThan => Operator::LessThan,
             Token::NotIn => Operator::NotIn,
             Token::NotEquals => Operator::NotEquals,
-            t => return Err(format!("found '{}', expected: in, notin, =, ==, !=, gt, lt", t.literal())),
+            t => {
+                return Err(format!(
+                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
+                    t.literal()
+                ))
+            }
         };
         Ok(op)
     }
@@ -538,7 +598,10 @@ impl Parser {
                 self.next_value();
                 Ok(BTreeSet::from([String::new()]))
             }
-            t => Err(format!("found '{}', expected: ',', ')' or identifier", t.literal())),
+            t => Err(format!(
+                "found '{}', expected: ',', ')' or identifier",
+                t.literal()
+            )),
         }
     }
 
@@ -565,7 +628,12 @@ impl Parser {
                         return Ok(set);
                     }
                 }
-                t => return Err(format!("found '{}', expected: ',', or identifier", t.literal())),
+                t => {
+                    return Err(format!(
+                        "found '{}', expected: ',', or identifier",
+                        t.literal()
+                    ))
+                }
             }
         }
     }
@@ -592,7 +660,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn set(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn parse(s: &str) -> LabelSelector {
@@ -609,14 +680,41 @@ mod tests {
 
     #[test]
     fn good_strings_print_back_without_spaces() {
-        for s in ["x=a,y=b,z=c", "", "x!=a,y=b", "x=", "x= ", "x=,z= ", "x= ,z= ", "!x", "x>1", "x>1,z<5"] {
+        for s in [
+            "x=a,y=b,z=c",
+            "",
+            "x!=a,y=b",
+            "x=",
+            "x= ",
+            "x=,z= ",
+            "x= ,z= ",
+            "!x",
+            "x>1",
+            "x>1,z<5",
+        ] {
             assert_eq!(parse(s).to_string(), s.replace(' ', ""), "{s:?}");
         }
     }
 
     #[test]
     fn bad_strings() {
-        for s in ["x=a||y=b", "x==a==b", "!x=a", "x<a", ",x,y", "x nott in (y)", "a in (xyz),", "a in (xyz)b notin ()", "a in (xyz abc)", "a notin(", "a (", "(", "x=a,", "x in", "=a"] {
+        for s in [
+            "x=a||y=b",
+            "x==a==b",
+            "!x=a",
+            "x<a",
+            ",x,y",
+            "x nott in (y)",
+            "a in (xyz),",
+            "a in (xyz)b notin ()",
+            "a in (xyz abc)",
+            "a notin(",
+            "a (",
+            "(",
+            "x=a,",
+            "x in",
+            "=a",
+        ] {
             assert!(LabelSelector::parse(s).is_err(), "{s:?}");
         }
     }
@@ -631,22 +729,76 @@ mod tests {
     fn set_based_parsing() {
         let cases: Vec<(&str, Vec<Requirement>)> = vec![
             ("\rx", vec![req("x", Operator::Exists, &[])]),
-            ("this-is-a-dns.domain.com/key-with-dash", vec![req("this-is-a-dns.domain.com/key-with-dash", Operator::Exists, &[])]),
-            ("this-is-another-dns.domain.com/key-with-dash in (so,what)", vec![req("this-is-another-dns.domain.com/key-with-dash", Operator::In, &["so", "what"])]),
-            ("0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)", vec![req("0.1.2.domain/99", Operator::NotIn, &["10.10.100.1", "tick.tack.clock"])]),
+            (
+                "this-is-a-dns.domain.com/key-with-dash",
+                vec![req(
+                    "this-is-a-dns.domain.com/key-with-dash",
+                    Operator::Exists,
+                    &[],
+                )],
+            ),
+            (
+                "this-is-another-dns.domain.com/key-with-dash in (so,what)",
+                vec![req(
+                    "this-is-another-dns.domain.com/key-with-dash",
+                    Operator::In,
+                    &["so", "what"],
+                )],
+            ),
+            (
+                "0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)",
+                vec![req(
+                    "0.1.2.domain/99",
+                    Operator::NotIn,
+                    &["10.10.100.1", "tick.tack.clock"],
+                )],
+            ),
             ("foo  in\t (abc)", vec![req("foo", Operator::In, &["abc"])]),
             ("x notin\n (abc)", vec![req("x", Operator::NotIn, &["abc"])]),
-            ("x  notin\t\t(abc,def)", vec![req("x", Operator::NotIn, &["abc", "def"])]),
+            (
+                "x  notin\t\t(abc,def)",
+                vec![req("x", Operator::NotIn, &["abc", "def"])],
+            ),
             ("x in (abc,)", vec![req("x", Operator::In, &["", "abc"])]),
             ("x in ()", vec![req("x", Operator::In, &[""])]),
-            ("x notin (abc,,def),bar,z in (),w", vec![req("bar", Operator::Exists, &[]), req("w", Operator::Exists, &[]), req("x", Operator::NotIn, &["", "abc", "def"]), req("z", Operator::In, &[""])]),
-            ("x,y in (a)", vec![req("x", Operator::Exists, &[]), req("y", Operator::In, &["a"])]),
-            ("x,y", vec![req("x", Operator::Exists, &[]), req("y", Operator::Exists, &[])]),
-            ("x=a,y!=b,z in (h,i,j)", vec![req("x", Operator::Equals, &["a"]), req("y", Operator::NotEquals, &["b"]), req("z", Operator::In, &["h", "i", "j"])]),
+            (
+                "x notin (abc,,def),bar,z in (),w",
+                vec![
+                    req("bar", Operator::Exists, &[]),
+                    req("w", Operator::Exists, &[]),
+                    req("x", Operator::NotIn, &["", "abc", "def"]),
+                    req("z", Operator::In, &[""]),
+                ],
+            ),
+            (
+                "x,y in (a)",
+                vec![
+                    req("x", Operator::Exists, &[]),
+                    req("y", Operator::In, &["a"]),
+                ],
+            ),
+            (
+                "x,y",
+                vec![
+                    req("x", Operator::Exists, &[]),
+                    req("y", Operator::Exists, &[]),
+                ],
+            ),
+            (
+                "x=a,y!=b,z in (h,i,j)",
+                vec![
+                    req("x", Operator::Equals, &["a"]),
+                    req("y", Operator::NotEquals, &["b"]),
+                    req("z", Operator::In, &["h", "i", "j"]),
+                ],
+            ),
             ("x notin ( )", vec![req("x", Operator::NotIn, &[""])]),
             ("x notin (, a)", vec![req("x", Operator::NotIn, &["", "a"])]),
             ("a ", vec![req("a", Operator::Exists, &[])]),
-            ("a in (x,y,notin, z,in)", vec![req("a", Operator::In, &["in", "notin", "x", "y", "z"])]),
+            (
+                "a in (x,y,notin, z,in)",
+                vec![req("a", Operator::In, &["in", "notin", "x", "y", "z"])],
+            ),
             ("x==a", vec![req("x", Operator::DoubleEquals, &["a"])]),
             ("x>1", vec![req("x", Operator::GreaterThan, &["1"])]),
             ("x<7", vec![req("x", Operator::LessThan, &["7"])]),
@@ -660,12 +812,27 @@ mod tests {
 
     #[test]
     fn canonical_form() {
-        assert_eq!(parse("x in (def,abc), y notin (jkl),z").to_string(), "x in (abc,def),y notin (jkl),z");
-        assert_eq!(parse("x notin (abc,def),y!=jkl,!z").to_string(), "x notin (abc,def),y!=jkl,!z");
-        assert_eq!(parse("x notin (abc),y in (jkl,mno),z notin ()").to_string(), "x notin (abc),y in (jkl,mno),z notin ()");
-        assert_eq!(parse("x=abc,y==jkl,z!=a,z").to_string(), "x=abc,y==jkl,z!=a,z");
+        assert_eq!(
+            parse("x in (def,abc), y notin (jkl),z").to_string(),
+            "x in (abc,def),y notin (jkl),z"
+        );
+        assert_eq!(
+            parse("x notin (abc,def),y!=jkl,!z").to_string(),
+            "x notin (abc,def),y!=jkl,!z"
+        );
+        assert_eq!(
+            parse("x notin (abc),y in (jkl,mno),z notin ()").to_string(),
+            "x notin (abc),y in (jkl,mno),z notin ()"
+        );
+        assert_eq!(
+            parse("x=abc,y==jkl,z!=a,z").to_string(),
+            "x=abc,y==jkl,z!=a,z"
+        );
         assert_eq!(parse("x>2,y<8,z").to_string(), "x>2,y<8,z");
-        assert_eq!(req("x", Operator::In, &["b", "a"]).to_string(), "x in (a,b)");
+        assert_eq!(
+            req("x", Operator::In, &["b", "a"]).to_string(),
+            "x in (a,b)"
+        );
     }
 
     #[test]
@@ -704,7 +871,10 @@ mod tests {
             ("x=", set(&[])),
         ];
         for (s, labels) in no {
-            assert!(!parse(s).matches(&labels), "{s:?} should not match {labels:?}");
+            assert!(
+                !parse(s).matches(&labels),
+                "{s:?} should not match {labels:?}"
+            );
         }
     }
 
@@ -741,19 +911,47 @@ mod tests {
     #[test]
     fn syntax_error_messages() {
         assert_eq!(err("x=a,"), "found '', expected: identifier after ','");
-        assert!(err("x=a||y=b").starts_with("unable to parse requirement: values[0][x]: Invalid value: \"a||y\""));
-        assert_eq!(err(",x"), "found ',', expected: !, identifier, or 'end of string'");
+        assert!(err("x=a||y=b")
+            .starts_with("unable to parse requirement: values[0][x]: Invalid value: \"a||y\""));
+        assert_eq!(
+            err(",x"),
+            "found ',', expected: !, identifier, or 'end of string'"
+        );
         assert_eq!(err("x=a b"), "found 'b', expected: ',' or 'end of string'");
         assert_eq!(err("x=a,)"), "found ')', expected: identifier after ','");
         assert_eq!(err("!x=a"), "found '=', expected: ',' or 'end of string'");
-        assert_eq!(err("x nott in (y)"), "unable to parse requirement: found 'nott', expected: in, notin, =, ==, !=, gt, lt");
-        assert_eq!(err("x in y"), "unable to parse requirement: found 'y' expected: '('");
-        assert_eq!(err("a notin("), "unable to parse requirement: found '', expected: ',', ')' or identifier");
-        assert_eq!(err("a in (xyz abc)"), "unable to parse requirement: found 'abc', expected: ',' or ')'");
-        assert_eq!(err("a in (x,="), "unable to parse requirement: found '=', expected: ',', or identifier");
-        assert_eq!(err("x==(a)"), "unable to parse requirement: found '(', expected: identifier");
-        assert_eq!(err("!"), "unable to parse requirement: found '', expected: identifier");
-        assert_eq!(err("(x)"), "found '(', expected: !, identifier, or 'end of string'");
+        assert_eq!(
+            err("x nott in (y)"),
+            "unable to parse requirement: found 'nott', expected: in, notin, =, ==, !=, gt, lt"
+        );
+        assert_eq!(
+            err("x in y"),
+            "unable to parse requirement: found 'y' expected: '('"
+        );
+        assert_eq!(
+            err("a notin("),
+            "unable to parse requirement: found '', expected: ',', ')' or identifier"
+        );
+        assert_eq!(
+            err("a in (xyz abc)"),
+            "unable to parse requirement: found 'abc', expected: ',' or ')'"
+        );
+        assert_eq!(
+            err("a in (x,="),
+            "unable to parse requirement: found '=', expected: ',', or identifier"
+        );
+        assert_eq!(
+            err("x==(a)"),
+            "unable to parse requirement: found '(', expected: identifier"
+        );
+        assert_eq!(
+            err("!"),
+            "unable to parse requirement: found '', expected: identifier"
+        );
+        assert_eq!(
+            err("(x)"),
+            "found '(', expected: !, identifier, or 'end of string'"
+        );
     }
 
     #[test]
@@ -778,7 +976,9 @@ mod tests {
 
     #[test]
     fn requirement_constructor() {
-        let ok = |k: &str, op, v: &[&str]| Requirement::new(k, op, v.iter().map(|s| s.to_string()).collect()).is_ok();
+        let ok = |k: &str, op, v: &[&str]| {
+            Requirement::new(k, op, v.iter().map(|s| s.to_string()).collect()).is_ok()
+        };
         assert!(!ok("x", Operator::In, &[]));
         assert!(!ok("x", Operator::NotIn, &[]));
         assert!(ok("x", Operator::In, &["foo"]));
@@ -795,8 +995,13 @@ mod tests {
         assert!(!ok("x", Operator::Equals, &["a", "b"]));
         let e = Requirement::new("x", Operator::In, vec![]).unwrap_err();
         assert_eq!(e.to_string(), "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty");
-        let e = Requirement::new("-x", Operator::Exists, vec!["a".into()]).unwrap_err().to_string();
-        assert!(e.starts_with("[key: Invalid value: \"-x\": name part must consist of"), "{e}");
+        let e = Requirement::new("-x", Operator::Exists, vec!["a".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("[key: Invalid value: \"-x\": name part must consist of"),
+            "{e}"
+        );
         assert!(e.ends_with(", values: Invalid value: []string{\"a\"}: values set must be empty for exists and does not exist]"), "{e}");
     }
 
@@ -811,7 +1016,9 @@ mod tests {
     #[test]
     fn from_metav1_label_selector() {
         let empty = metav1::LabelSelector::default();
-        assert!(LabelSelector::from_label_selector(&empty).unwrap().is_everything());
+        assert!(LabelSelector::from_label_selector(&empty)
+            .unwrap()
+            .is_everything());
         let sel = metav1::LabelSelector {
             match_labels: Some([("foo".to_string(), "bar".to_string())].into()),
             match_expressions: Some(vec![
@@ -828,14 +1035,28 @@ mod tests {
 
     #[test]
     fn from_metav1_label_selector_errors() {
-        let bad_op = metav1::LabelSelector { match_expressions: Some(vec![expr("a", "Gt", Some(&["1"]))]), ..Default::default() };
+        let bad_op = metav1::LabelSelector {
+            match_expressions: Some(vec![expr("a", "Gt", Some(&["1"]))]),
+            ..Default::default()
+        };
         let e = LabelSelector::from_label_selector(&bad_op).unwrap_err();
-        assert_eq!(e.to_string(), "\"Gt\" is not a valid label selector operator");
-        let no_values = metav1::LabelSelector { match_expressions: Some(vec![expr("a", "In", None)]), ..Default::default() };
+        assert_eq!(
+            e.to_string(),
+            "\"Gt\" is not a valid label selector operator"
+        );
+        let no_values = metav1::LabelSelector {
+            match_expressions: Some(vec![expr("a", "In", None)]),
+            ..Default::default()
+        };
         let e = LabelSelector::from_label_selector(&no_values).unwrap_err();
         assert_eq!(e.to_string(), "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty");
-        let bad_label = metav1::LabelSelector { match_labels: Some([("a".to_string(), "-".to_string())].into()), ..Default::default() };
+        let bad_label = metav1::LabelSelector {
+            match_labels: Some([("a".to_string(), "-".to_string())].into()),
+            ..Default::default()
+        };
         let e = LabelSelector::from_label_selector(&bad_label).unwrap_err();
-        assert!(e.to_string().starts_with("values[0][a]: Invalid value: \"-\": a valid label must be"));
+        assert!(e
+            .to_string()
+            .starts_with("values[0][a]: Invalid value: \"-\": a valid label must be"));
     }
 }

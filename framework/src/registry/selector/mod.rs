@@ -18,7 +18,9 @@ pub struct SelectorError {
 
 impl SelectorError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into() }
+        Self {
+            message: message.into(),
+        }
     }
 
     /// The message, as kube words it.

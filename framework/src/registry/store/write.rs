@@ -174,6 +174,8 @@ fn prepare_update<T: Resource>(
             return Err(Error::conflict(&inner.info, name));
         }
     }
+    // Unconditional update: it applies to the version just read.
+    set_meta(&mut new, "resourceVersion", json!(old_rv));
     prepare_for_update(&inner.info, target, &mut new, old);
     let old_typed: T = decode_typed(old, crate::registry::options::FieldValidation::Ignore, ctx)?;
     let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
@@ -185,7 +187,6 @@ fn prepare_update<T: Resource>(
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, name, &errors));
     }
-    set_meta(&mut stored, "resourceVersion", json!(old_rv));
     if &stored == old {
         return Ok(None);
     }
