@@ -21,12 +21,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Error {
-    status: Status,
+    // Boxed: errors are rare, and a small `Result` keeps every call site cheap.
+    status: Box<Status>,
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({}): {}", self.status.code, self.status.reason, self.status.message)
+        write!(
+            f,
+            "{} ({}): {}",
+            self.status.code, self.status.reason, self.status.message
+        )
     }
 }
 
@@ -54,7 +59,9 @@ impl Error {
             reason: reason.to_string(),
             details: None,
         };
-        Self { status }
+        Self {
+            status: Box::new(status),
+        }
     }
 
     fn with_details(mut self, details: StatusDetails) -> Self {
@@ -81,15 +88,19 @@ impl Error {
 
     /// 404 `NotFound` for a path nothing is served at.
     pub fn path_not_found() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details(StatusDetails {
-                name: String::new(),
-                group: String::new(),
-                kind: String::new(),
-                uid: String::new(),
-                causes: Vec::new(),
-                retry_after_seconds: 0,
-            })
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(StatusDetails {
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        })
     }
 
     /// 409 `AlreadyExists`.
@@ -109,8 +120,10 @@ impl Error {
 
     /// 409 `Conflict` with a reason of our own (failed precondition, ...).
     pub fn conflict_because(info: &ResourceInfo, name: &str, why: &str) -> Self {
-        let message =
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", info.group_resource());
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": {why}",
+            info.group_resource()
+        );
         Self::new(409, "Conflict", message).with_details(Self::details_for(info, name))
     }
 
@@ -156,7 +169,10 @@ impl Error {
 
     /// 405 `MethodNotAllowed`.
     pub fn method_not_supported(info: &ResourceInfo, verb: &str) -> Self {
-        let message = format!("{verb} is not supported on resources of kind {:?}", info.group_kind());
+        let message = format!(
+            "{verb} is not supported on resources of kind {:?}",
+            info.group_kind()
+        );
         Self::new(405, "MethodNotAllowed", message)
     }
 
@@ -203,8 +219,12 @@ impl Error {
             causes: Vec::new(),
             retry_after_seconds,
         };
-        Self::new(429, "TooManyRequests", "Too many requests, please try again later.")
-            .with_details(details)
+        Self::new(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        )
+        .with_details(details)
     }
 
     /// 500 `InternalError`.
@@ -279,12 +299,20 @@ pub fn status_json(status: &Status) -> serde_json::Value {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code =
+            StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.to_json()).unwrap_or_default();
         let mut response = (code, body).into_response();
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let retry = self.status.details.as_ref().map_or(0, |d| d.retry_after_seconds);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let retry = self
+            .status
+            .details
+            .as_ref()
+            .map_or(0, |d| d.retry_after_seconds);
         if retry > 0 {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry));
         }
@@ -317,7 +345,10 @@ mod tests {
         assert_eq!(json["kind"], "Status");
         assert_eq!(json["apiVersion"], "v1");
         assert_eq!(json["status"], "Failure");
-        assert_eq!(json["message"], "flunders.wardle.example.com \"x\" not found");
+        assert_eq!(
+            json["message"],
+            "flunders.wardle.example.com \"x\" not found"
+        );
         assert_eq!(json["reason"], "NotFound");
         assert_eq!(json["details"]["kind"], "flunders");
         assert_eq!(json["code"], 404);

@@ -17,8 +17,8 @@ pub mod testing;
 
 pub use apiserver_macros::Resource;
 pub use error::{Error, Result};
-pub use server::{ApiGroup, ApiServer};
 pub use runtime::{FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope};
+pub use server::{ApiGroup, ApiServer};
 
 /// Re-exports for generated code and users.
 pub use k8s_openapi;

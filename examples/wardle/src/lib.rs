@@ -71,10 +71,23 @@ fn validate_flunder(flunder: &Flunder) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if let Some(t) = &flunder.spec.reference_type {
         if !REFERENCE_TYPES.contains(&t.as_str()) {
-            errors.push(FieldError::not_supported("spec.referenceType", t, &REFERENCE_TYPES));
+            errors.push(FieldError::not_supported(
+                "spec.referenceType",
+                t,
+                &REFERENCE_TYPES,
+            ));
         }
-        if flunder.spec.reference.as_deref().unwrap_or_default().is_empty() {
-            errors.push(FieldError::required("spec.reference", "must be set when referenceType is set"));
+        if flunder
+            .spec
+            .reference
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            errors.push(FieldError::required(
+                "spec.reference",
+                "must be set when referenceType is set",
+            ));
         }
     }
     errors
@@ -102,5 +115,7 @@ pub struct Fischer {
 
 /// The `wardle.example.com` group with its one version.
 pub fn api_group() -> ApiGroup {
-    ApiGroup::new(GROUP).version("v1alpha1", |v| v.resource::<Flunder>().resource::<Fischer>())
+    ApiGroup::new(GROUP).version("v1alpha1", |v| {
+        v.resource::<Flunder>().resource::<Fischer>()
+    })
 }

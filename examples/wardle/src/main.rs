@@ -5,5 +5,9 @@ use apiserver::ApiServer;
 #[tokio::main]
 async fn main() -> Result<(), apiserver::server::ServerError> {
     apiserver::server::init_logging();
-    ApiServer::from_args().group(wardle::api_group()).run().await
+    ApiServer::from_args()
+        .openapi_info("Wardle", env!("CARGO_PKG_VERSION"))
+        .group(wardle::api_group())
+        .run()
+        .await
 }

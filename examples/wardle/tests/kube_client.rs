@@ -5,20 +5,27 @@ use std::time::Duration;
 
 use apiserver::testing::TestServer;
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use wardle::{Fischer, Flunder, FlunderSpec};
 
 async fn client(server: &TestServer) -> Client {
     let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
     Client::try_from(config).unwrap()
 }
 
 fn flunder(name: &str, reference: &str) -> Flunder {
     let mut f = Flunder {
-        spec: FlunderSpec { reference: Some(reference.into()), reference_type: None },
+        spec: FlunderSpec {
+            reference: Some(reference.into()),
+            reference_type: None,
+        },
         ..Flunder::default()
     };
     f.metadata.name = Some(name.into());
@@ -32,7 +39,10 @@ async fn typed_client_round_trip() {
     let client = client(&server).await;
     let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
 
-    let created = api.create(&PostParams::default(), &flunder("k", "one")).await.unwrap();
+    let created = api
+        .create(&PostParams::default(), &flunder("k", "one"))
+        .await
+        .unwrap();
     assert_eq!(created.spec.reference_type.as_deref(), Some("Flunder"));
     assert!(created.metadata.uid.is_some());
     assert_eq!(created.metadata.generation, Some(1));
@@ -41,28 +51,47 @@ async fn typed_client_round_trip() {
     assert_eq!(list.items.len(), 1);
 
     let watch_from = list.metadata.resource_version.clone().unwrap();
-    let mut stream = api.watch(&WatchParams::default().timeout(10), &watch_from).await.unwrap().boxed();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(10), &watch_from)
+        .await
+        .unwrap()
+        .boxed();
 
     let mut changed = created.clone();
     changed.spec.reference = Some("two".into());
-    let replaced = api.replace("k", &PostParams::default(), &changed).await.unwrap();
+    let replaced = api
+        .replace("k", &PostParams::default(), &changed)
+        .await
+        .unwrap();
     assert_eq!(replaced.metadata.generation, Some(2));
 
     // The same stale object again: a conflict, and nothing changes.
     let mut stale = changed.clone();
     stale.spec.reference = Some("three".into());
-    let err = api.replace("k", &PostParams::default(), &stale).await.unwrap_err();
+    let err = api
+        .replace("k", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
     match err {
         kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (409, "Conflict")),
         other => panic!("expected a conflict, got {other:?}"),
     }
-    assert_eq!(api.get("k").await.unwrap().spec.reference.as_deref(), Some("two"));
+    assert_eq!(
+        api.get("k").await.unwrap().spec.reference.as_deref(),
+        Some("two")
+    );
 
     let patch = serde_json::json!({"spec": {"reference": "patched"}});
-    let patched = api.patch("k", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let patched = api
+        .patch("k", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
     assert_eq!(patched.spec.reference.as_deref(), Some("patched"));
 
-    let event = tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.unwrap().unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap();
     match event {
         Some(WatchEvent::Modified(f)) => assert_eq!(f.spec.reference.as_deref(), Some("two")),
         other => panic!("expected MODIFIED, got {other:?}"),
@@ -72,8 +101,19 @@ async fn typed_client_round_trip() {
     let mut fischer = Fischer::default();
     fischer.metadata.name = Some("fish".into());
     fischer.disallowed_flunders = vec!["bad".into()];
-    fischers.create(&PostParams::default(), &fischer).await.unwrap();
-    assert_eq!(fischers.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    fischers
+        .create(&PostParams::default(), &fischer)
+        .await
+        .unwrap();
+    assert_eq!(
+        fischers
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
 
     api.delete("k", &DeleteParams::default()).await.unwrap();
     assert!(api.get_opt("k").await.unwrap().is_none());
@@ -92,13 +132,21 @@ async fn finalizers_hold_deletion() {
     let held = api.get("fin").await.unwrap();
     assert!(held.metadata.deletion_timestamp.is_some());
     let patch = serde_json::json!({"metadata": {"finalizers": null}});
-    api.patch("fin", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    api.patch("fin", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
     assert!(api.get_opt("fin").await.unwrap().is_none());
     server.stop().await;
 }
 
 /// Sends a raw request and returns (code, parsed body).
-async fn raw(client: &Client, method: &str, path: &str, content_type: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
+async fn raw(
+    client: &Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, serde_json::Value) {
     let request = http::Request::builder()
         .method(method)
         .uri(path)
@@ -106,8 +154,14 @@ async fn raw(client: &Client, method: &str, path: &str, content_type: &str, body
         .body(body)
         .unwrap();
     match client.request_text(request).await {
-        Ok(text) => (200, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))),
-        Err(kube::Error::Api(s)) => (s.code, serde_json::json!({"reason": s.reason, "message": s.message})),
+        Ok(text) => (
+            200,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        ),
+        Err(kube::Error::Api(s)) => (
+            s.code,
+            serde_json::json!({"reason": s.reason, "message": s.message}),
+        ),
         Err(e) => panic!("request failed: {e:?}"),
     }
 }
@@ -118,13 +172,21 @@ async fn bad_input_gets_status_and_changes_nothing() {
     let server = TestServer::start(dir.path(), vec![wardle::api_group()]).await;
     let client = client(&server).await;
     let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
-    api.create(&PostParams::default(), &flunder("keep", "one")).await.unwrap();
-    let before = api.list(&ListParams::default()).await.unwrap().metadata.resource_version;
+    api.create(&PostParams::default(), &flunder("keep", "one"))
+        .await
+        .unwrap();
+    let before = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
 
     let coll = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
     let one = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders/keep";
     let json = "application/json";
-    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+    type Case<'a> = (&'a str, String, &'a str, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         ("POST", coll.to_string(), json, b"{not json".to_vec(), 400, "BadRequest"),
         ("POST", coll.to_string(), "application/yaml", b"a: [".to_vec(), 400, "BadRequest"),
         ("POST", coll.to_string(), json, br#"{"apiVersion":"v1","kind":"Flunder","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
@@ -146,7 +208,11 @@ async fn bad_input_gets_status_and_changes_nothing() {
     ];
     for (method, path, content_type, body, code, reason) in cases {
         let (got, status) = raw(&client, method, &path, content_type, body).await;
-        assert_eq!((got, status["reason"].as_str().unwrap_or_default()), (code, reason), "{method} {path}: {status}");
+        assert_eq!(
+            (got, status["reason"].as_str().unwrap_or_default()),
+            (code, reason),
+            "{method} {path}: {status}"
+        );
     }
     let huge = vec![b' '; 3 * 1024 * 1024 + 10];
     let (got, _) = raw(&client, "POST", coll, json, huge).await;
@@ -154,6 +220,9 @@ async fn bad_input_gets_status_and_changes_nothing() {
 
     let after = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(after.items.len(), 1);
-    assert_eq!(after.metadata.resource_version, before, "bad input changed storage");
+    assert_eq!(
+        after.metadata.resource_version, before,
+        "bad input changed storage"
+    );
     server.stop().await;
 }

@@ -14,7 +14,11 @@ async fn start(dir: &std::path::Path) -> TestServer {
 
 #[track_caller]
 fn ok(out: KubectlOutput) -> String {
-    assert!(out.success, "kubectl failed:\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
+    assert!(
+        out.success,
+        "kubectl failed:\nstdout: {}\nstderr: {}",
+        out.stdout, out.stderr
+    );
     out.stdout
 }
 
@@ -34,10 +38,34 @@ fn write(dir: &std::path::Path, file: &str, body: &str) -> String {
 async fn discovery_and_explain() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path()).await;
-    let out = ok(server.kubectl(&["api-resources", "--api-group=wardle.example.com", "--no-headers"]));
-    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert!(rows.contains(&vec!["fischers", "wardle.example.com/v1alpha1", "false", "Fischer"]), "{out}");
-    assert!(rows.contains(&vec!["flunders", "fl", "wardle.example.com/v1alpha1", "true", "Flunder"]), "{out}");
+    let out = ok(server.kubectl(&[
+        "api-resources",
+        "--api-group=wardle.example.com",
+        "--no-headers",
+    ]));
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.contains(&vec![
+            "fischers",
+            "wardle.example.com/v1alpha1",
+            "false",
+            "Fischer"
+        ]),
+        "{out}"
+    );
+    assert!(
+        rows.contains(&vec![
+            "flunders",
+            "fl",
+            "wardle.example.com/v1alpha1",
+            "true",
+            "Flunder"
+        ]),
+        "{out}"
+    );
     let out = ok(server.kubectl(&["explain", "flunder.spec"]));
     assert!(out.contains("reference"), "{out}");
     assert!(out.contains("referenceType"), "{out}");
@@ -49,7 +77,8 @@ async fn apply_get_patch_edit_delete() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path()).await;
     let file = write(dir.path(), "a.yaml", &flunder_yaml("a", "one", "app: x"));
-    assert!(ok(server.kubectl(&["apply", "-f", &file])).contains("flunder.wardle.example.com/a created"));
+    assert!(ok(server.kubectl(&["apply", "-f", &file]))
+        .contains("flunder.wardle.example.com/a created"));
     assert!(ok(server.kubectl(&["apply", "-f", &file])).contains("unchanged"));
     write(dir.path(), "a.yaml", &flunder_yaml("a", "two", "app: x"));
     assert!(ok(server.kubectl(&["apply", "-f", &file])).contains("configured"));
@@ -65,9 +94,29 @@ async fn apply_get_patch_edit_delete() {
     let narrow = ok(server.kubectl(&["get", "flunders"]));
     assert!(!narrow.contains("TYPE"), "{narrow}");
 
-    ok(server.kubectl(&["patch", "fl", "a", "--type=merge", "-p", r#"{"spec":{"reference":"three"}}"#]));
-    ok(server.kubectl(&["patch", "fl", "a", "--type=json", "-p", r#"[{"op":"add","path":"/metadata/labels/extra","value":"y"}]"#]));
-    ok(server.kubectl(&["patch", "fl", "a", "-p", r#"{"metadata":{"annotations":{"note":"smp"}}}"#]));
+    ok(server.kubectl(&[
+        "patch",
+        "fl",
+        "a",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"reference":"three"}}"#,
+    ]));
+    ok(server.kubectl(&[
+        "patch",
+        "fl",
+        "a",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/labels/extra","value":"y"}]"#,
+    ]));
+    ok(server.kubectl(&[
+        "patch",
+        "fl",
+        "a",
+        "-p",
+        r#"{"metadata":{"annotations":{"note":"smp"}}}"#,
+    ]));
     let json = ok(server.kubectl(&["get", "fl", "a", "-o", "json"]));
     let object: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(object["spec"]["reference"], "three");
@@ -82,7 +131,11 @@ async fn apply_get_patch_edit_delete() {
     assert!(ok(server.kubectl(&["delete", "fl", "a"])).contains("deleted"));
     let out = server.kubectl(&["get", "fl", "a"]);
     assert!(!out.success);
-    assert!(out.stderr.contains("NotFound") || out.stderr.contains("not found"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("NotFound") || out.stderr.contains("not found"),
+        "{}",
+        out.stderr
+    );
     server.stop().await;
 }
 
@@ -93,21 +146,37 @@ async fn selectors_and_chunks() {
     let mut all = String::new();
     for i in 0..7 {
         let app = if i % 2 == 0 { "even" } else { "odd" };
-        all.push_str(&flunder_yaml(&format!("f{i}"), &format!("r{i}"), &format!("app: {app}")));
+        all.push_str(&flunder_yaml(
+            &format!("f{i}"),
+            &format!("r{i}"),
+            &format!("app: {app}"),
+        ));
         all.push_str("---\n");
     }
     let file = write(dir.path(), "all.yaml", &all);
     ok(server.kubectl(&["create", "-f", &file]));
-    let names = |out: String| -> Vec<String> { out.split_whitespace().map(str::to_string).collect() };
+    let names =
+        |out: String| -> Vec<String> { out.split_whitespace().map(str::to_string).collect() };
     let even = ok(server.kubectl(&["get", "fl", "-l", "app=even", "-o", "name"]));
     assert_eq!(names(even).len(), 4);
     let notin = ok(server.kubectl(&["get", "fl", "-l", "app notin (even)", "-o", "name"]));
     assert_eq!(names(notin).len(), 3);
-    let by_field = ok(server.kubectl(&["get", "fl", "--field-selector", "spec.reference=r3", "-o", "name"]));
+    let by_field = ok(server.kubectl(&[
+        "get",
+        "fl",
+        "--field-selector",
+        "spec.reference=r3",
+        "-o",
+        "name",
+    ]));
     assert_eq!(names(by_field), ["flunder.wardle.example.com/f3"]);
     let chunked = ok(server.kubectl(&["get", "fl", "--chunk-size=2", "-o", "name"]));
     assert_eq!(names(chunked).len(), 7);
-    let raw = ok(server.kubectl(&["get", "--raw", "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?limit=3"]));
+    let raw = ok(server.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?limit=3",
+    ]));
     let page: serde_json::Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(page["items"].as_array().unwrap().len(), 3);
     assert_eq!(page["metadata"]["remainingItemCount"], 4);
@@ -115,12 +184,18 @@ async fn selectors_and_chunks() {
     let all_ns = ok(server.kubectl(&["get", "fl", "-A", "--no-headers"]));
     assert_eq!(all_ns.lines().count(), 7);
     ok(server.kubectl(&["delete", "fl", "-l", "app=odd"]));
-    assert_eq!(names(ok(server.kubectl(&["get", "fl", "-o", "name"]))).len(), 4);
+    assert_eq!(
+        names(ok(server.kubectl(&["get", "fl", "-o", "name"]))).len(),
+        4
+    );
     server.stop().await;
 }
 
 /// Runs `kubectl get fl -w`, collecting its lines on a channel.
-fn spawn_watch(server: &TestServer, extra: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
+fn spawn_watch(
+    server: &TestServer,
+    extra: &[&str],
+) -> (std::process::Child, mpsc::Receiver<String>) {
     let mut child = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&server.kubeconfig)
@@ -148,7 +223,11 @@ fn expect_line(rx: &mpsc::Receiver<String>, words: &[&str]) {
     while std::time::Instant::now() < deadline {
         if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
             let parts: Vec<&str> = line.split_whitespace().collect();
-            if words.iter().enumerate().all(|(i, w)| parts.get(i) == Some(w)) {
+            if words
+                .iter()
+                .enumerate()
+                .all(|(i, w)| parts.get(i) == Some(w))
+            {
                 return;
             }
             seen.push(line);
@@ -165,7 +244,14 @@ async fn watch_sees_changes() {
     ok(server.kubectl(&["create", "-f", &file]));
     let (mut child, rx) = spawn_watch(&server, &[]);
     expect_line(&rx, &["ADDED", "w", "one"]);
-    ok(server.kubectl(&["patch", "fl", "w", "--type=merge", "-p", r#"{"spec":{"reference":"two"}}"#]));
+    ok(server.kubectl(&[
+        "patch",
+        "fl",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"reference":"two"}}"#,
+    ]));
     expect_line(&rx, &["MODIFIED", "w", "two"]);
     let file2 = write(dir.path(), "v.yaml", &flunder_yaml("v", "new", "app: v"));
     ok(server.kubectl(&["create", "-f", &file2]));
@@ -184,8 +270,18 @@ async fn survives_restart_and_watch_resumes() {
     let port = server.addr.port();
     let file = write(dir.path(), "p.yaml", &flunder_yaml("p", "before", "app: p"));
     ok(server.kubectl(&["create", "-f", &file]));
-    let rv = ok(server.kubectl(&["get", "fl", "p", "-o", "jsonpath={.metadata.resourceVersion}"]));
-    ok(server.kubectl(&["create", "-f", &write(dir.path(), "q.yaml", &flunder_yaml("q", "x", "app: q"))]));
+    let rv = ok(server.kubectl(&[
+        "get",
+        "fl",
+        "p",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ]));
+    ok(server.kubectl(&[
+        "create",
+        "-f",
+        &write(dir.path(), "q.yaml", &flunder_yaml("q", "x", "app: q")),
+    ]));
     server.stop().await;
 
     let server = TestServer::start_with(
@@ -196,7 +292,13 @@ async fn survives_restart_and_watch_resumes() {
     )
     .await;
     let out = ok(server.kubectl(&["get", "fl", "-o", "name"]));
-    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["flunder.wardle.example.com/p", "flunder.wardle.example.com/q"]);
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        [
+            "flunder.wardle.example.com/p",
+            "flunder.wardle.example.com/q"
+        ]
+    );
     let path = format!("/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?watch=1&resourceVersion={rv}&timeoutSeconds=1");
     let events = ok(server.kubectl(&["get", "--raw", &path]));
     let first: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();

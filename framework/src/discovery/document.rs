@@ -16,7 +16,7 @@ pub(crate) fn no_cache() -> HeaderValue {
 }
 
 /// One representation of a document, ready to send.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Document {
     body: Bytes,
     hash: String,
@@ -87,6 +87,17 @@ impl Document {
             .flat_map(|value| value.split(','))
             .map(str::trim)
             .any(|tag| tag == "*" || tag.trim_start_matches("W/").as_bytes() == ours)
+    }
+}
+
+impl std::fmt::Debug for Document {
+    // The bytes can be hundreds of kilobytes (OpenAPI); their hash identifies them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Document")
+            .field("content_type", &self.content_type)
+            .field("len", &self.body.len())
+            .field("etag", &self.etag)
+            .finish()
     }
 }
 

@@ -34,7 +34,10 @@ impl InstalledResources {
                         table: TableConvertor::new(&storage.info),
                         storage: storage.clone(),
                     };
-                    map.insert((group.name.clone(), version.clone(), path.clone()), Arc::new(installed));
+                    map.insert(
+                        (group.name.clone(), version.clone(), path.clone()),
+                        Arc::new(installed),
+                    );
                 }
             }
         }
@@ -43,6 +46,8 @@ impl InstalledResources {
 
     /// The storage at `group/version/path`.
     pub fn get(&self, group: &str, version: &str, path: &str) -> Option<Arc<InstalledResource>> {
-        self.map.get(&(group.to_string(), version.to_string(), path.to_string())).cloned()
+        self.map
+            .get(&(group.to_string(), version.to_string(), path.to_string()))
+            .cloned()
     }
 }

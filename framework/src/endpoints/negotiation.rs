@@ -39,7 +39,10 @@ pub struct Target {
 
 impl Target {
     /// Plain JSON objects.
-    pub const JSON: Target = Target { encoding: Encoding::Json, shape: Shape::Object };
+    pub const JSON: Target = Target {
+        encoding: Encoding::Json,
+        shape: Shape::Object,
+    };
 
     /// The `Content-Type` of a response in this target.
     pub fn content_type(&self) -> &'static str {
@@ -91,7 +94,9 @@ fn parse_range(range: &str) -> MediaRange<'_> {
     let mut params = Vec::new();
     let mut q = 1.0;
     for p in parts {
-        let Some((k, v)) = p.split_once('=') else { continue };
+        let Some((k, v)) = p.split_once('=') else {
+            continue;
+        };
         let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"'));
         if k == "q" {
             q = v.parse().unwrap_or(0.0);
@@ -104,14 +109,21 @@ fn parse_range(range: &str) -> MediaRange<'_> {
 
 /// Picks the response target for `accept` at an endpoint of kind `endpoint`.
 pub fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Target> {
-    let accept = accept.map(str::trim).filter(|a| !a.is_empty()).unwrap_or("application/json");
+    let accept = accept
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .unwrap_or("application/json");
     let mut ranges: Vec<MediaRange> = accept.split(',').map(parse_range).collect();
     ranges.sort_by(|a, b| b.q.partial_cmp(&a.q).unwrap_or(std::cmp::Ordering::Equal));
     ranges
         .iter()
         .filter(|r| r.q > 0.0)
         .find_map(|r| acceptable(r, endpoint))
-        .ok_or_else(|| Error::not_acceptable(format!("only the following media types are accepted: {ACCEPTED}")))
+        .ok_or_else(|| {
+            Error::not_acceptable(format!(
+                "only the following media types are accepted: {ACCEPTED}"
+            ))
+        })
 }
 
 fn acceptable(range: &MediaRange, endpoint: Endpoint) -> Option<Target> {
@@ -120,7 +132,13 @@ fn acceptable(range: &MediaRange, endpoint: Endpoint) -> Option<Target> {
         "application/yaml" => Encoding::Yaml,
         _ => return None,
     };
-    let param = |name: &str| range.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    let param = |name: &str| {
+        range
+            .params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    };
     let shape = match param("as") {
         None => Shape::Object,
         Some(kind) => {
@@ -161,7 +179,13 @@ pub enum BodyEncoding {
 /// Reads `Content-Type` of a create or update body.
 pub fn body_encoding(content_type: Option<&str>) -> Result<BodyEncoding> {
     let essence = content_type
-        .map(|c| c.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .map(|c| {
+            c.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
         .unwrap_or_default();
     match essence.as_str() {
         "application/json" => Ok(BodyEncoding::Json),
@@ -195,34 +219,86 @@ mod tests {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
         let t = negotiate(Some(accept), Endpoint::List).unwrap();
         assert_eq!(t.shape, Shape::Table);
-        assert_eq!(negotiate(Some(accept), Endpoint::Plain).unwrap(), Target::JSON);
+        assert_eq!(
+            negotiate(Some(accept), Endpoint::Plain).unwrap(),
+            Target::JSON
+        );
     }
 
     #[test]
     fn metadata_only_fits_its_endpoint() {
         let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
-        assert_eq!(negotiate(Some(one), Endpoint::Object).unwrap().shape, Shape::PartialObjectMetadata);
-        assert_eq!(negotiate(Some(one), Endpoint::List).unwrap_err().code(), 406);
+        assert_eq!(
+            negotiate(Some(one), Endpoint::Object).unwrap().shape,
+            Shape::PartialObjectMetadata
+        );
+        assert_eq!(
+            negotiate(Some(one), Endpoint::List).unwrap_err().code(),
+            406
+        );
         let list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
-        assert_eq!(negotiate(Some(list), Endpoint::List).unwrap().shape, Shape::PartialObjectMetadataList);
+        assert_eq!(
+            negotiate(Some(list), Endpoint::List).unwrap().shape,
+            Shape::PartialObjectMetadataList
+        );
     }
 
     #[test]
     fn unsupported_types_are_refused() {
-        assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf"), Endpoint::Object).unwrap_err().code(), 406);
-        assert_eq!(negotiate(Some("text/html"), Endpoint::Object).unwrap_err().code(), 406);
-        assert_eq!(negotiate(Some("application/yaml"), Endpoint::Object).unwrap().encoding, Encoding::Yaml);
+        assert_eq!(
+            negotiate(
+                Some("application/vnd.kubernetes.protobuf"),
+                Endpoint::Object
+            )
+            .unwrap_err()
+            .code(),
+            406
+        );
+        assert_eq!(
+            negotiate(Some("text/html"), Endpoint::Object)
+                .unwrap_err()
+                .code(),
+            406
+        );
+        assert_eq!(
+            negotiate(Some("application/yaml"), Endpoint::Object)
+                .unwrap()
+                .encoding,
+            Encoding::Yaml
+        );
         assert_eq!(negotiate(None, Endpoint::Object).unwrap(), Target::JSON);
-        assert_eq!(negotiate(Some("*/*"), Endpoint::Object).unwrap(), Target::JSON);
-        assert_eq!(body_encoding(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code(), 415);
-        assert_eq!(body_encoding(Some("application/json; charset=utf-8")).unwrap(), BodyEncoding::Json);
+        assert_eq!(
+            negotiate(Some("*/*"), Endpoint::Object).unwrap(),
+            Target::JSON
+        );
+        assert_eq!(
+            body_encoding(Some("application/vnd.kubernetes.protobuf"))
+                .unwrap_err()
+                .code(),
+            415
+        );
+        assert_eq!(
+            body_encoding(Some("application/json; charset=utf-8")).unwrap(),
+            BodyEncoding::Json
+        );
     }
 
     #[test]
     fn malformed_bodies_are_bad_requests() {
-        assert_eq!(decode_body(b"{", BodyEncoding::Json).unwrap_err().code(), 400);
-        assert_eq!(decode_body(b"[1]", BodyEncoding::Json).unwrap_err().code(), 400);
-        assert_eq!(decode_body(b"a: [", BodyEncoding::Yaml).unwrap_err().code(), 400);
-        assert!(decode_body(b"a: 1", BodyEncoding::Yaml).unwrap().is_object());
+        assert_eq!(
+            decode_body(b"{", BodyEncoding::Json).unwrap_err().code(),
+            400
+        );
+        assert_eq!(
+            decode_body(b"[1]", BodyEncoding::Json).unwrap_err().code(),
+            400
+        );
+        assert_eq!(
+            decode_body(b"a: [", BodyEncoding::Yaml).unwrap_err().code(),
+            400
+        );
+        assert!(decode_body(b"a: 1", BodyEncoding::Yaml)
+            .unwrap()
+            .is_object());
     }
 }

@@ -18,14 +18,25 @@ pub struct Query {
 const COMMON: &[&str] = &["pretty", "timeout"];
 const GET: &[&str] = &["resourceVersion", "includeObject", "export", "exact"];
 const LIST: &[&str] = &[
-    "labelSelector", "fieldSelector", "limit", "continue", "resourceVersion",
-    "resourceVersionMatch", "timeoutSeconds", "allowWatchBookmarks", "watch",
-    "sendInitialEvents", "includeObject",
+    "labelSelector",
+    "fieldSelector",
+    "limit",
+    "continue",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "timeoutSeconds",
+    "allowWatchBookmarks",
+    "watch",
+    "sendInitialEvents",
+    "includeObject",
 ];
 const WRITE: &[&str] = &["dryRun", "fieldManager", "fieldValidation"];
 const PATCH: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "force"];
 const DELETE: &[&str] = &[
-    "dryRun", "gracePeriodSeconds", "propagationPolicy", "orphanDependents",
+    "dryRun",
+    "gracePeriodSeconds",
+    "propagationPolicy",
+    "orphanDependents",
     "ignoreStoreReadErrorWithClusterBreakingPotential",
 ];
 
@@ -43,9 +54,12 @@ impl Query {
         };
         let mut values = HashMap::new();
         for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-            let known = COMMON.contains(&k.as_ref()) || allowed.iter().any(|a| a.contains(&k.as_ref()));
+            let known =
+                COMMON.contains(&k.as_ref()) || allowed.iter().any(|a| a.contains(&k.as_ref()));
             if !known {
-                return Err(Error::bad_request(format!("unknown query parameter {k:?} for {verb}")));
+                return Err(Error::bad_request(format!(
+                    "unknown query parameter {k:?} for {verb}"
+                )));
             }
             values.insert(k.into_owned(), v.into_owned());
         }
@@ -60,17 +74,20 @@ impl Query {
         match self.get(name) {
             None | Some("" | "false" | "0") => Ok(false),
             Some("true" | "1") => Ok(true),
-            Some(v) => Err(Error::bad_request(format!("invalid value {v:?} for {name}: must be true or false"))),
+            Some(v) => Err(Error::bad_request(format!(
+                "invalid value {v:?} for {name}: must be true or false"
+            ))),
         }
     }
 
     fn number<N: std::str::FromStr>(&self, name: &str) -> Result<Option<N>> {
         match self.get(name) {
             None | Some("") => Ok(None),
-            Some(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::bad_request(format!("invalid value {v:?} for {name}: must be an integer"))),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                Error::bad_request(format!(
+                    "invalid value {v:?} for {name}: must be an integer"
+                ))
+            }),
         }
     }
 
@@ -93,17 +110,23 @@ impl Query {
 
     /// `GetOptions`.
     pub fn get_options(&self) -> Result<GetOptions> {
-        Ok(GetOptions { resource_version: self.get("resourceVersion").map(str::to_string) })
+        Ok(GetOptions {
+            resource_version: self.get("resourceVersion").map(str::to_string),
+        })
     }
 
     /// `ListOptions`.
     pub fn list_options(&self) -> Result<ListOptions> {
         let label_selector = match self.get("labelSelector") {
-            Some(s) => Some(LabelSelector::parse(s).map_err(|e| Error::bad_request(e.to_string()))?),
+            Some(s) => {
+                Some(LabelSelector::parse(s).map_err(|e| Error::bad_request(e.to_string()))?)
+            }
             None => None,
         };
         let field_selector = match self.get("fieldSelector") {
-            Some(s) => Some(FieldSelector::parse(s).map_err(|e| Error::bad_request(e.to_string()))?),
+            Some(s) => {
+                Some(FieldSelector::parse(s).map_err(|e| Error::bad_request(e.to_string()))?)
+            }
             None => None,
         };
         let limit: i64 = self.number("limit")?.unwrap_or(0);
@@ -125,7 +148,10 @@ impl Query {
             label_selector,
             field_selector,
             limit: usize::try_from(limit.max(0)).unwrap_or(0),
-            continue_token: self.get("continue").filter(|c| !c.is_empty()).map(str::to_string),
+            continue_token: self
+                .get("continue")
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
             resource_version: self.get("resourceVersion").map(str::to_string),
             resource_version_match,
             timeout_seconds: self.number("timeoutSeconds")?,
@@ -191,8 +217,14 @@ mod tests {
 
     #[test]
     fn unknown_and_bad_parameters_are_refused() {
-        assert_eq!(Query::parse(Some("bogus=1"), "get").err().unwrap().code(), 400);
-        assert_eq!(Query::parse(Some("limit=1"), "get").err().unwrap().code(), 400);
+        assert_eq!(
+            Query::parse(Some("bogus=1"), "get").err().unwrap().code(),
+            400
+        );
+        assert_eq!(
+            Query::parse(Some("limit=1"), "get").err().unwrap().code(),
+            400
+        );
         let q = Query::parse(Some("limit=abc"), "list").ok().unwrap();
         assert_eq!(q.list_options().unwrap_err().code(), 400);
         let q = Query::parse(Some("dryRun=Some"), "create").ok().unwrap();
@@ -201,7 +233,12 @@ mod tests {
 
     #[test]
     fn list_options_decode() {
-        let q = Query::parse(Some("limit=5&resourceVersion=0&allowWatchBookmarks=true&watch=1&timeoutSeconds=9"), "watch").ok().unwrap();
+        let q = Query::parse(
+            Some("limit=5&resourceVersion=0&allowWatchBookmarks=true&watch=1&timeoutSeconds=9"),
+            "watch",
+        )
+        .ok()
+        .unwrap();
         let o = q.list_options().unwrap();
         assert_eq!(o.limit, 5);
         assert_eq!(o.resource_version.as_deref(), Some("0"));

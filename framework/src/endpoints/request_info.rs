@@ -64,7 +64,10 @@ impl RequestInfo {
 }
 
 fn is_watch(query: Option<&str>) -> bool {
-    query.unwrap_or_default().split('&').any(|kv| matches!(kv, "watch=true" | "watch=1"))
+    query
+        .unwrap_or_default()
+        .split('&')
+        .any(|kv| matches!(kv, "watch=true" | "watch=1"))
 }
 
 fn resource_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
@@ -91,20 +94,42 @@ mod tests {
 
     #[test]
     fn namespaced_paths() {
-        let i = parse(Method::GET, "/apis/wardle.example.com/v1alpha1/namespaces/ns/flunders/x/status", None);
+        let i = parse(
+            Method::GET,
+            "/apis/wardle.example.com/v1alpha1/namespaces/ns/flunders/x/status",
+            None,
+        );
         assert!(i.is_resource_request);
-        assert_eq!((i.verb.as_str(), i.namespace.as_str(), i.resource.as_str(), i.name.as_str(), i.subresource.as_str()),
-            ("get", "ns", "flunders", "x", "status"));
-        let w = parse(Method::GET, "/apis/g/v/namespaces/ns/flunders", Some("watch=true&labelSelector=a"));
+        assert_eq!(
+            (
+                i.verb.as_str(),
+                i.namespace.as_str(),
+                i.resource.as_str(),
+                i.name.as_str(),
+                i.subresource.as_str()
+            ),
+            ("get", "ns", "flunders", "x", "status")
+        );
+        let w = parse(
+            Method::GET,
+            "/apis/g/v/namespaces/ns/flunders",
+            Some("watch=true&labelSelector=a"),
+        );
         assert_eq!(w.verb, "watch");
-        assert_eq!(parse(Method::DELETE, "/apis/g/v/namespaces/ns/flunders", None).verb, "deletecollection");
+        assert_eq!(
+            parse(Method::DELETE, "/apis/g/v/namespaces/ns/flunders", None).verb,
+            "deletecollection"
+        );
         assert!(!parse(Method::GET, "/apis/g/v/namespaces/ns", None).is_resource_request);
     }
 
     #[test]
     fn cluster_paths() {
         let i = parse(Method::PUT, "/apis/g/v/fischers/f", None);
-        assert_eq!((i.verb.as_str(), i.resource.as_str(), i.name.as_str()), ("update", "fischers", "f"));
+        assert_eq!(
+            (i.verb.as_str(), i.resource.as_str(), i.name.as_str()),
+            ("update", "fischers", "f")
+        );
         assert_eq!(parse(Method::GET, "/apis/g/v/flunders", None).verb, "list");
         assert!(!parse(Method::GET, "/healthz", None).is_resource_request);
         assert!(!parse(Method::GET, "/apis/g/v/a/b/c/d", None).is_resource_request);

@@ -16,7 +16,9 @@ use crate::runtime::ResourceInfo;
 pub fn encode(encoding: Encoding, value: &Value) -> Result<Vec<u8>> {
     match encoding {
         Encoding::Json => serde_json::to_vec(value).map_err(Error::internal),
-        Encoding::Yaml => serde_yaml::to_string(value).map(String::into_bytes).map_err(Error::internal),
+        Encoding::Yaml => serde_yaml::to_string(value)
+            .map(String::into_bytes)
+            .map_err(Error::internal),
     }
 }
 
@@ -24,20 +26,33 @@ pub fn encode(encoding: Encoding, value: &Value) -> Result<Vec<u8>> {
 pub fn respond(code: StatusCode, target: Target, body: &Value) -> Result<Response> {
     let bytes = encode(target.encoding, body)?;
     let mut response = (code, bytes).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(target.content_type()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(target.content_type()),
+    );
     Ok(response)
 }
 
 /// One object in the target's shape.
-pub fn shape_object(target: Target, object: Value, table: &TableConvertor, include: IncludeObject) -> Value {
+pub fn shape_object(
+    target: Target,
+    object: Value,
+    table: &TableConvertor,
+    include: IncludeObject,
+) -> Value {
     match target.shape {
         Shape::Object | Shape::PartialObjectMetadataList => object,
         Shape::PartialObjectMetadata => partial_object_metadata(&object),
         Shape::Table => {
-            let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            table.table(std::slice::from_ref(&object), json!({"resourceVersion": rv}), include)
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            table.table(
+                std::slice::from_ref(&object),
+                json!({"resourceVersion": rv}),
+                include,
+            )
         }
     }
 }

@@ -26,7 +26,9 @@ pub struct TableConvertor {
 
 impl std::fmt::Debug for TableConvertor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TableConvertor").field("columns", &self.columns.len()).finish()
+        f.debug_struct("TableConvertor")
+            .field("columns", &self.columns.len())
+            .finish()
     }
 }
 
@@ -52,7 +54,10 @@ impl TableConvertor {
             path: JsonPath::parse(".metadata.creationTimestamp").ok(),
         });
         let definitions = Value::Array(columns.iter().map(|c| c.definition.clone()).collect());
-        Self { columns, definitions }
+        Self {
+            columns,
+            definitions,
+        }
     }
 
     /// A `Table` of `objects`, with list metadata `metadata`.
@@ -128,7 +133,11 @@ mod tests {
     fn rows_have_name_columns_and_age() {
         let t = TableConvertor::new(&INFO);
         let obj = json!({"metadata": {"name": "a", "creationTimestamp": "2020-01-01T00:00:00Z"}, "spec": {"reference": "r"}});
-        let table = t.table(&[obj], json!({"resourceVersion": "3"}), IncludeObject::Metadata);
+        let table = t.table(
+            &[obj],
+            json!({"resourceVersion": "3"}),
+            IncludeObject::Metadata,
+        );
         assert_eq!(table["columnDefinitions"].as_array().unwrap().len(), 3);
         assert_eq!(table["columnDefinitions"][1]["priority"], 1);
         let cells = &table["rows"][0]["cells"];
@@ -141,7 +150,11 @@ mod tests {
     #[test]
     fn missing_values_are_null() {
         let t = TableConvertor::new(&INFO);
-        let table = t.table(&[json!({"metadata": {"name": "a"}})], json!({}), IncludeObject::None);
+        let table = t.table(
+            &[json!({"metadata": {"name": "a"}})],
+            json!({}),
+            IncludeObject::None,
+        );
         assert_eq!(table["rows"][0]["cells"][1], Value::Null);
         assert!(table["rows"][0].get("object").is_none());
     }

@@ -12,7 +12,11 @@ use crate::auth::UserInfo;
 use crate::error::Error;
 
 /// The middleware: stores the [`UserInfo`] in the request's extensions.
-pub async fn authenticate(State(config): State<Arc<FilterConfig>>, request: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State(config): State<Arc<FilterConfig>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let (mut parts, body) = request.into_parts();
     let user = match config.authenticator.authenticate(&parts).await {
         Ok(Some(user)) => Some(user),

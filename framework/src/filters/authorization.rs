@@ -13,7 +13,11 @@ use crate::endpoints::RequestInfo;
 use crate::error::Error;
 
 /// The middleware.
-pub async fn authorize(State(config): State<Arc<FilterConfig>>, request: Request, next: Next) -> Response {
+pub async fn authorize(
+    State(config): State<Arc<FilterConfig>>,
+    request: Request,
+    next: Next,
+) -> Response {
     if config.is_always_allowed(request.uri().path()) {
         return next.run(request).await;
     }
@@ -43,24 +47,28 @@ pub async fn authorize(State(config): State<Arc<FilterConfig>>, request: Request
 }
 
 fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Error {
-    let mut message = if info.is_resource_request {
-        let resource = if info.subresource.is_empty() {
-            info.resource.clone()
-        } else {
-            format!("{}/{}", info.resource, info.subresource)
-        };
-        let scope = if info.namespace.is_empty() {
-            "at the cluster scope".to_string()
-        } else {
-            format!("in the namespace {:?}", info.namespace)
-        };
-        format!(
+    let mut message =
+        if info.is_resource_request {
+            let resource = if info.subresource.is_empty() {
+                info.resource.clone()
+            } else {
+                format!("{}/{}", info.resource, info.subresource)
+            };
+            let scope = if info.namespace.is_empty() {
+                "at the cluster scope".to_string()
+            } else {
+                format!("in the namespace {:?}", info.namespace)
+            };
+            format!(
             "{}.{} {:?} is forbidden: User {:?} cannot {} resource {:?} in API group {:?} {scope}",
             info.resource, info.api_group, info.name, user.name, info.verb, resource, info.api_group
         )
-    } else {
-        format!("forbidden: User {:?} cannot {} path {:?}", user.name, info.verb, info.path)
-    };
+        } else {
+            format!(
+                "forbidden: User {:?} cannot {} path {:?}",
+                user.name, info.verb, info.path
+            )
+        };
     if !reason.is_empty() {
         message.push_str(": ");
         message.push_str(reason);

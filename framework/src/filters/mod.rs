@@ -42,10 +42,12 @@ impl std::fmt::Debug for FilterConfig {
 impl FilterConfig {
     /// Whether `path` is served to anyone.
     pub fn is_always_allowed(&self, path: &str) -> bool {
-        self.always_allow_paths.iter().any(|p| match p.strip_suffix('*') {
-            Some(prefix) => path.starts_with(prefix),
-            None => p == path,
-        })
+        self.always_allow_paths
+            .iter()
+            .any(|p| match p.strip_suffix('*') {
+                Some(prefix) => path.starts_with(prefix),
+                None => p == path,
+            })
     }
 }
 
@@ -55,7 +57,10 @@ pub fn apply(router: Router, config: FilterConfig) -> Router {
     let config = Arc::new(config);
     router
         .layer(from_fn_with_state(config.clone(), authorization::authorize))
-        .layer(from_fn_with_state(config.clone(), authentication::authenticate))
+        .layer(from_fn_with_state(
+            config.clone(),
+            authentication::authenticate,
+        ))
         .layer(from_fn_with_state(config, timeout::timeout))
         .layer(axum::middleware::from_fn(request_info::request_info))
         .layer(axum::middleware::from_fn(panic_recovery::recover))

@@ -8,7 +8,11 @@ use crate::endpoints::RequestInfo;
 
 /// The middleware: stores a [`RequestInfo`] in the request's extensions.
 pub async fn request_info(mut request: Request, next: Next) -> Response {
-    let info = RequestInfo::parse(request.method(), request.uri().path(), request.uri().query());
+    let info = RequestInfo::parse(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    );
     request.extensions_mut().insert(info);
     next.run(request).await
 }

@@ -624,7 +624,6 @@ fn all_verbs_fixture_is_sorted() {
 /// Runs the real `kubectl explain` (and `kubectl api-resources`) against a server made of these
 /// routes. Needs `kubectl` on the PATH: `cargo test -p apiserver --lib openapi:: -- --ignored`.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs kubectl"]
 async fn kubectl_explain_works() {
     let info = OpenApiInfo::default();
     let app = Router::new()

@@ -14,7 +14,10 @@ pub struct RequestContext {
 impl RequestContext {
     /// A context for `namespace`.
     pub fn namespaced(namespace: impl Into<String>) -> Self {
-        Self { namespace: Some(namespace.into()), ..Self::default() }
+        Self {
+            namespace: Some(namespace.into()),
+            ..Self::default()
+        }
     }
 
     /// A context for a cluster-scoped request or an all-namespaces list.
@@ -33,6 +36,9 @@ impl RequestContext {
 
     /// The warnings added so far.
     pub fn warnings(&self) -> Vec<String> {
-        self.warnings.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

@@ -26,7 +26,11 @@ pub struct APIGroupInfo {
 impl APIGroupInfo {
     /// An empty group.
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), prioritized_versions: Vec::new(), storage: BTreeMap::new() }
+        Self {
+            name: name.into(),
+            prioritized_versions: Vec::new(),
+            storage: BTreeMap::new(),
+        }
     }
 
     /// Adds `storage` at `version`/`path`; the first version added is preferred.
@@ -34,7 +38,10 @@ impl APIGroupInfo {
         if !self.prioritized_versions.iter().any(|v| v == version) {
             self.prioritized_versions.push(version.to_string());
         }
-        self.storage.entry(version.to_string()).or_default().insert(path.to_string(), storage);
+        self.storage
+            .entry(version.to_string())
+            .or_default()
+            .insert(path.to_string(), storage);
     }
 
     /// The description discovery and OpenAPI are built from.
@@ -47,7 +54,10 @@ impl APIGroupInfo {
                 resources: served_resources(self.storage.get(v).cloned().unwrap_or_default()),
             })
             .collect();
-        ServedGroup { name: self.name.clone(), versions }
+        ServedGroup {
+            name: self.name.clone(),
+            versions,
+        }
     }
 }
 
@@ -62,10 +72,17 @@ fn served_resources(paths: ResourcesStorageMap) -> Vec<ServedResource> {
             .iter()
             .filter_map(|(p, s)| {
                 let name = p.strip_prefix(&prefix)?;
-                Some(ServedSubresource { name: name.to_string(), verbs: s.verbs() })
+                Some(ServedSubresource {
+                    name: name.to_string(),
+                    verbs: s.verbs(),
+                })
             })
             .collect();
-        let patch_types = if storage.can_patch() { PATCH_TYPES.to_vec() } else { Vec::new() };
+        let patch_types = if storage.can_patch() {
+            PATCH_TYPES.to_vec()
+        } else {
+            Vec::new()
+        };
         resources.push(ServedResource {
             info: storage.info,
             verbs: storage.verbs(),

@@ -94,8 +94,12 @@ pub trait Lister: Send + Sync {
 #[async_trait]
 pub trait Creater: Send + Sync {
     /// Creates an object from a decoded body.
-    async fn create(&self, ctx: &RequestContext, object: Value, options: &WriteOptions)
-        -> Result<Value>;
+    async fn create(
+        &self,
+        ctx: &RequestContext,
+        object: Value,
+        options: &WriteOptions,
+    ) -> Result<Value>;
 }
 
 /// `update` and `patch`: both are a function of the current object.
@@ -126,8 +130,12 @@ pub enum DeleteOutcome {
 #[async_trait]
 pub trait GracefulDeleter: Send + Sync {
     /// Deletes one object, or marks it for deletion when it has finalizers.
-    async fn delete(&self, ctx: &RequestContext, name: &str, options: &DeleteOptions)
-        -> Result<DeleteOutcome>;
+    async fn delete(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<DeleteOutcome>;
 }
 
 /// `deletecollection`.

@@ -60,8 +60,15 @@ pub fn prepare_for_update(info: &ResourceInfo, target: UpdateTarget, new: &mut V
             None => meta.remove(field),
         };
     }
-    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-    let bumped = if spec_changed(new, old) { generation + 1 } else { generation };
+    let generation = old_meta
+        .get("generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let bumped = if spec_changed(new, old) {
+        generation + 1
+    } else {
+        generation
+    };
     metadata_mut(new).insert("generation".into(), json!(bumped));
 }
 
@@ -69,7 +76,9 @@ pub fn prepare_for_update(info: &ResourceInfo, target: UpdateTarget, new: &mut V
 /// which the precondition check needs) with `old`'s.
 fn keep_only_status(new: &mut Value, old: &Value) {
     let status = new.get("status").cloned();
-    let rv = metadata(new).and_then(|m| m.get("resourceVersion")).cloned();
+    let rv = metadata(new)
+        .and_then(|m| m.get("resourceVersion"))
+        .cloned();
     *new = old.clone();
     if let Some(map) = new.as_object_mut() {
         match status {
@@ -83,7 +92,9 @@ fn keep_only_status(new: &mut Value, old: &Value) {
 }
 
 fn copy_field(new: &mut Value, old: &Value, field: &str) {
-    let Some(map) = new.as_object_mut() else { return };
+    let Some(map) = new.as_object_mut() else {
+        return;
+    };
     match old.get(field) {
         Some(v) => map.insert(field.to_string(), v.clone()),
         None => map.remove(field),

@@ -78,12 +78,22 @@ pub struct FieldError {
 
 impl FieldError {
     fn new(type_: FieldErrorType, field: &str, value: Option<String>, detail: &str) -> Self {
-        Self { type_, field: field.to_string(), value, detail: detail.to_string() }
+        Self {
+            type_,
+            field: field.to_string(),
+            value,
+            detail: detail.to_string(),
+        }
     }
 
     /// `Invalid value: "value": detail`.
     pub fn invalid(field: &str, value: impl fmt::Debug, detail: &str) -> Self {
-        Self::new(FieldErrorType::Invalid, field, Some(format!("{value:?}")), detail)
+        Self::new(
+            FieldErrorType::Invalid,
+            field,
+            Some(format!("{value:?}")),
+            detail,
+        )
     }
 
     /// `Required value: detail`.
@@ -98,14 +108,24 @@ impl FieldError {
 
     /// `Duplicate value: "value"`.
     pub fn duplicate(field: &str, value: impl fmt::Debug) -> Self {
-        Self::new(FieldErrorType::Duplicate, field, Some(format!("{value:?}")), "")
+        Self::new(
+            FieldErrorType::Duplicate,
+            field,
+            Some(format!("{value:?}")),
+            "",
+        )
     }
 
     /// `Unsupported value: "value": supported values: "a", "b"`.
     pub fn not_supported(field: &str, value: impl fmt::Debug, supported: &[&str]) -> Self {
         let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
         let detail = format!("supported values: {}", list.join(", "));
-        Self::new(FieldErrorType::NotSupported, field, Some(format!("{value:?}")), &detail)
+        Self::new(
+            FieldErrorType::NotSupported,
+            field,
+            Some(format!("{value:?}")),
+            &detail,
+        )
     }
 
     /// `Too long: may not be more than N bytes`.

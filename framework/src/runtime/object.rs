@@ -18,7 +18,9 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
         *object = Value::Object(Map::new());
     }
     let map = object.as_object_mut().expect("object");
-    let entry = map.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let entry = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !entry.is_object() {
         *entry = Value::Object(Map::new());
     }
@@ -28,7 +30,10 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
 /// A string field of `metadata` (`name`, `namespace`, `uid`, `resourceVersion`, ...); empty
 /// strings count as absent.
 pub fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
-    metadata(object)?.get(field)?.as_str().filter(|s| !s.is_empty())
+    metadata(object)?
+        .get(field)?
+        .as_str()
+        .filter(|s| !s.is_empty())
 }
 
 /// Sets a field of `metadata`; `Value::Null` removes it.
@@ -58,7 +63,9 @@ pub fn resource_version(object: &Value) -> Option<&str> {
 
 /// `metadata.labels` as a map (non-string values are skipped).
 pub fn labels(object: &Value) -> BTreeMap<String, String> {
-    let Some(map) = metadata(object).and_then(|m| m.get("labels")).and_then(Value::as_object)
+    let Some(map) = metadata(object)
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
     else {
         return BTreeMap::new();
     };
@@ -72,7 +79,11 @@ pub fn finalizers(object: &Value) -> Vec<String> {
     metadata(object)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -110,7 +110,9 @@ impl ResourceInfo {
 ///
 /// The hook methods are the per-type part of the strategy (see
 /// [`registry::strategy`](crate::registry::strategy)); their defaults do nothing.
-pub trait Resource: Serialize + DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static {
+pub trait Resource:
+    Serialize + DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static
+{
     /// The static description of this kind.
     const INFO: ResourceInfo;
 

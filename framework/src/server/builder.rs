@@ -18,6 +18,7 @@ use crate::auth::{AlwaysAllowAuthenticated, UnionAuthenticator, X509Authenticato
 use crate::endpoints::{self, ApiState, InstalledResources};
 use crate::error::Error;
 use crate::filters::{self, FilterConfig};
+use crate::openapi::{OpenApiDocuments, OpenApiInfo};
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::Store;
@@ -46,7 +47,8 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
-type StorageFactory = Box<dyn Fn(&Arc<dyn Backend>, &str) -> Vec<(String, RestStorage)> + Send + Sync>;
+type StorageFactory =
+    Box<dyn Fn(&Arc<dyn Backend>, &str) -> Vec<(String, RestStorage)> + Send + Sync>;
 
 /// The resources of one version of a group.
 #[derive(Default)]
@@ -68,7 +70,8 @@ impl VersionBuilder {
             }
             paths
         });
-        self.factories.push((format!("{}/{}", T::INFO.group, T::INFO.version), factory));
+        self.factories
+            .push((format!("{}/{}", T::INFO.group, T::INFO.version), factory));
         self
     }
 
@@ -92,12 +95,22 @@ pub struct ApiGroup {
 impl ApiGroup {
     /// A group named `name`, e.g. `wardle.example.com`.
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), versions: Vec::new() }
+        Self {
+            name: name.into(),
+            versions: Vec::new(),
+        }
     }
 
     /// Adds a version and its resources.
-    pub fn version(mut self, version: &str, build: impl FnOnce(VersionBuilder) -> VersionBuilder) -> Self {
-        let builder = build(VersionBuilder { version: version.to_string(), factories: Vec::new() });
+    pub fn version(
+        mut self,
+        version: &str,
+        build: impl FnOnce(VersionBuilder) -> VersionBuilder,
+    ) -> Self {
+        let builder = build(VersionBuilder {
+            version: version.to_string(),
+            factories: Vec::new(),
+        });
         self.versions.push(builder);
         self
     }
@@ -146,6 +159,7 @@ pub struct ApiServer {
     options: ServerOptions,
     groups: Vec<ApiGroup>,
     backend: Option<Arc<dyn Backend>>,
+    openapi: OpenApiInfo,
 }
 
 /// A started server.
@@ -162,12 +176,16 @@ impl RunningServer {
     /// Stops accepting, ends watches, waits for in-flight requests.
     pub async fn shutdown(self) -> Result<(), ServerError> {
         self.shutdown.trigger();
-        self.task.await.map_err(|e| ServerError::Config(e.to_string()))?
+        self.task
+            .await
+            .map_err(|e| ServerError::Config(e.to_string()))?
     }
 
     /// Waits until the server stops by itself (SIGTERM / SIGINT).
     pub async fn wait(self) -> Result<(), ServerError> {
-        self.task.await.map_err(|e| ServerError::Config(e.to_string()))?
+        self.task
+            .await
+            .map_err(|e| ServerError::Config(e.to_string()))?
     }
 }
 
@@ -179,12 +197,26 @@ impl ApiServer {
 
     /// A server with these options.
     pub fn new(options: ServerOptions) -> Self {
-        Self { options, groups: Vec::new(), backend: None }
+        Self {
+            options,
+            groups: Vec::new(),
+            backend: None,
+            openapi: OpenApiInfo::default(),
+        }
     }
 
     /// Adds an API group.
     pub fn group(mut self, group: ApiGroup) -> Self {
         self.groups.push(group);
+        self
+    }
+
+    /// The `info` of the OpenAPI documents (title and version).
+    pub fn openapi_info(mut self, title: impl Into<String>, version: impl Into<String>) -> Self {
+        self.openapi = OpenApiInfo {
+            title: title.into(),
+            version: version.into(),
+        };
         self
     }
 
@@ -234,11 +266,25 @@ impl ApiServer {
         let kubeconfig = certs.write_kubeconfig(addr.port())?;
         let shutdown = ShutdownSignal::new();
         let authenticator = UnionAuthenticator::new().with(X509Authenticator::new(&client_ca)?);
-        let router = build_router(&groups, backend.clone(), shutdown.clone(), &options, Arc::new(authenticator));
+        let router = build_router(
+            &groups,
+            backend.clone(),
+            shutdown.clone(),
+            &options,
+            &self.openapi,
+            Arc::new(authenticator),
+        );
         if options.compaction_interval_seconds > 0 {
-            crate::storage::compactor::spawn(backend.clone(), Duration::from_secs(options.compaction_interval_seconds), shutdown.clone());
+            crate::storage::compactor::spawn(
+                backend.clone(),
+                Duration::from_secs(options.compaction_interval_seconds),
+                shutdown.clone(),
+            );
         }
-        let serve_options = ServeOptions { signal: shutdown.clone(), ..ServeOptions::default() };
+        let serve_options = ServeOptions {
+            signal: shutdown.clone(),
+            ..ServeOptions::default()
+        };
         let task = tokio::spawn(async move {
             let stop = async move {
                 if os_signals {
@@ -250,7 +296,12 @@ impl ApiServer {
             serve_tls_with(listener, tls_config, router, stop, serve_options).await?;
             Ok(())
         });
-        Ok(RunningServer { addr, kubeconfig, shutdown, task })
+        Ok(RunningServer {
+            addr,
+            kubeconfig,
+            shutdown,
+            task,
+        })
     }
 }
 
@@ -266,6 +317,7 @@ fn build_router(
     backend: Arc<dyn Backend>,
     shutdown: ShutdownSignal,
     options: &ServerOptions,
+    openapi: &OpenApiInfo,
     authenticator: Arc<UnionAuthenticator>,
 ) -> Router {
     let state = Arc::new(ApiState {
@@ -277,12 +329,15 @@ fn build_router(
     let router = Router::new()
         .merge(health::router(HealthState { backend, shutdown }))
         .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
+        .merge(OpenApiDocuments::build(&served, openapi).router())
         .merge(endpoints::resource_router(state))
         .fallback(|| async { Error::path_not_found().into_response() });
     let config = FilterConfig {
         authenticator,
         authorizer: Arc::new(AlwaysAllowAuthenticated),
-        always_allow_paths: ["/healthz", "/livez", "/readyz", "/version"].map(String::from).to_vec(),
+        always_allow_paths: ["/healthz", "/livez", "/readyz", "/version"]
+            .map(String::from)
+            .to_vec(),
         anonymous: options.anonymous_auth,
         request_timeout: Duration::from_secs(options.request_timeout_seconds),
     };

@@ -42,13 +42,28 @@ async fn readyz(State(state): State<HealthState>, RawQuery(query): RawQuery) -> 
     } else {
         Ok(())
     };
-    report("readyz", &[("ping", Ok(())), ("storage", storage), ("shutdown", shutdown)], query.as_deref())
+    report(
+        "readyz",
+        &[
+            ("ping", Ok(())),
+            ("storage", storage),
+            ("shutdown", shutdown),
+        ],
+        query.as_deref(),
+    )
 }
 
 fn report(name: &str, checks: &[(&str, Result<(), String>)], query: Option<&str>) -> Response {
     let failed = checks.iter().any(|(_, r)| r.is_err());
-    let verbose = query.is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
-    let code = if failed { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
+    let verbose = query.is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
+    let code = if failed {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
     if !verbose && !failed {
         return (code, "ok").into_response();
     }

@@ -29,7 +29,10 @@ pub struct ServerOptions {
 
     /// Where the self-signed serving certificate, client CA and standalone kubeconfig are
     /// kept (ignored for serving when --tls-cert-file is given).
-    #[arg(long = "cert-dir", default_value = "apiserver.local.config/certificates")]
+    #[arg(
+        long = "cert-dir",
+        default_value = "apiserver.local.config/certificates"
+    )]
     pub cert_dir: PathBuf,
 
     /// PEM file with the serving certificate (and intermediates).

@@ -45,7 +45,12 @@ impl TestServer {
     }
 
     /// Starts a server on `backend`, on `port` (0: any free port).
-    pub async fn start_with(dir: &Path, groups: Vec<ApiGroup>, backend: StorageBackendKind, port: u16) -> TestServer {
+    pub async fn start_with(
+        dir: &Path,
+        groups: Vec<ApiGroup>,
+        backend: StorageBackendKind,
+        port: u16,
+    ) -> TestServer {
         let options = ServerOptions {
             secure_port: port,
             bind_address: [127, 0, 0, 1].into(),
@@ -59,7 +64,11 @@ impl TestServer {
             server = server.group(g);
         }
         let running = server.start().await.expect("server starts");
-        TestServer { addr: running.addr, kubeconfig: running.kubeconfig.clone(), running }
+        TestServer {
+            addr: running.addr,
+            kubeconfig: running.kubeconfig.clone(),
+            running,
+        }
     }
 
     /// Runs kubectl against the server (blocking; at most 60 s, then it is killed).
@@ -70,7 +79,12 @@ impl TestServer {
     /// Runs kubectl with extra environment variables (`KUBE_EDITOR`, ...).
     pub fn kubectl_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> KubectlOutput {
         let mut command = Command::new("timeout");
-        command.arg("60").arg("kubectl").arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        command
+            .arg("60")
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args);
         command.env_remove("KUBECONFIG");
         for (k, v) in env {
             command.env(k, v);

@@ -55,7 +55,9 @@ pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Res
         Err(e) => return e.into_response(),
     };
     let ctx = call.ctx.clone();
-    let mut response = dispatch(call).await.unwrap_or_else(IntoResponse::into_response);
+    let mut response = dispatch(call)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
     add_warnings(&mut response, &ctx.warnings());
     response
 }
@@ -79,7 +81,15 @@ fn prepare(state: Arc<ApiState>, parts: Parts, body: Body, info: RequestInfo) ->
         "" => RequestContext::cluster(),
         ns => RequestContext::namespaced(ns),
     };
-    Ok(Call { parts, body, info, resource, ctx, query, state })
+    Ok(Call {
+        parts,
+        body,
+        info,
+        resource,
+        ctx,
+        query,
+        state,
+    })
 }
 
 /// A namespaced kind is reachable without a namespace only to list and watch across all

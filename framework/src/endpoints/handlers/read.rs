@@ -9,7 +9,10 @@ use crate::endpoints::response::{respond, shape_list, shape_object};
 use crate::error::Result;
 
 pub(crate) fn accept(call: &Call) -> Option<&str> {
-    call.parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
+    call.parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
 }
 
 pub(crate) async fn get(call: Call) -> Result<Response> {

@@ -34,16 +34,18 @@ pub(crate) async fn watch(call: Call) -> Result<Response> {
                 WatchEventType::Error | WatchEventType::Bookmark => event.object,
                 _ => shape_object(target, event.object, &resource.table, include),
             };
-            let mut line = serde_json::to_vec(&json!({"type": event.type_.as_str(), "object": object}))
-                .unwrap_or_default();
+            let mut line =
+                serde_json::to_vec(&json!({"type": event.type_.as_str(), "object": object}))
+                    .unwrap_or_default();
             line.push(b'\n');
             Ok::<Bytes, std::io::Error>(Bytes::from(line))
         })
         .take_until(async move { shutdown.cancelled().await });
     let mut response = Response::new(Body::from_stream(lines));
     *response.status_mut() = StatusCode::OK;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(target.content_type()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(target.content_type()),
+    );
     Ok(response)
 }

@@ -33,7 +33,10 @@ async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
 }
 
 fn content_type(call: &Call) -> Option<&str> {
-    call.parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+    call.parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
 }
 
 /// Decodes an object body and checks its `apiVersion` and `kind` against the URL, filling
@@ -48,7 +51,9 @@ async fn read_object(call: &mut Call) -> Result<Value> {
 
 fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
     let expected_version = info.api_version();
-    let map = object.as_object_mut().ok_or_else(|| Error::bad_request("the request body must be an object"))?;
+    let map = object
+        .as_object_mut()
+        .ok_or_else(|| Error::bad_request("the request body must be an object"))?;
     match map.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) {
         None => {
             map.insert("apiVersion".into(), json!(expected_version));
@@ -60,7 +65,11 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
         }
         Some(_) => {}
     }
-    match map.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    match map
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         None => {
             map.insert("kind".into(), json!(info.kind));
         }
@@ -100,15 +109,24 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     let options = call.query.write_options()?;
     let object = Arc::new(read_object(&mut call).await?);
     let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
-    let (stored, created) = updater.update(&call.ctx, &call.info.name, update, &options).await?;
-    let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let (stored, created) = updater
+        .update(&call.ctx, &call.info.name, update, &options)
+        .await?;
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     respond_object(&call, code, stored)
 }
 
 pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     negotiate(accept_header(&call), Endpoint::Object)?;
     if !call.resource.storage.can_patch() {
-        return Err(Error::method_not_supported(&call.resource.storage.info, "patch"));
+        return Err(Error::method_not_supported(
+            &call.resource.storage.info,
+            "patch",
+        ));
     }
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     let options = call.query.write_options()?;
@@ -119,12 +137,13 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     let name = call.info.name.clone();
     let update: UpdateFn = Arc::new(move |current| {
         let current = current.ok_or_else(|| Error::not_found(&info, &name))?;
-        let mut patched = apply_patch(patch_type, current, &body, &schema)
-            .map_err(Error::from)?;
+        let mut patched = apply_patch(patch_type, current, &body, &schema).map_err(Error::from)?;
         check_type(&info, &mut patched)?;
         Ok(patched)
     });
-    let (stored, _) = updater.update(&call.ctx, &call.info.name, update, &options).await?;
+    let (stored, _) = updater
+        .update(&call.ctx, &call.info.name, update, &options)
+        .await?;
     respond_object(&call, StatusCode::OK, stored)
 }
 
@@ -147,7 +166,8 @@ async fn delete_options(call: &mut Call) -> Result<DeleteOptions> {
     let encoding = body_encoding(content_type(call).or(Some("application/json")))?;
     let body = decode_body(&bytes, encoding)?;
     let body: k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions =
-        serde_json::from_value(body).map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        serde_json::from_value(body)
+            .map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))?;
     if let Some(dry_run) = body.dry_run {
         options.dry_run = dry_run.iter().any(|d| d == "All");
     }
@@ -174,13 +194,22 @@ pub(crate) async fn delete(mut call: Call) -> Result<Response> {
                     name: call.info.name.clone(),
                     group: info.group.to_string(),
                     kind: info.plural.to_string(),
-                    uid: object::meta_str(&object, "uid").unwrap_or_default().to_string(),
+                    uid: object::meta_str(&object, "uid")
+                        .unwrap_or_default()
+                        .to_string(),
                     causes: Vec::new(),
                     retry_after_seconds: 0,
                 }),
                 ..Default::default()
             };
-            respond(StatusCode::OK, crate::endpoints::negotiation::Target { shape: crate::endpoints::negotiation::Shape::Object, ..target }, &status_json(&status))
+            respond(
+                StatusCode::OK,
+                crate::endpoints::negotiation::Target {
+                    shape: crate::endpoints::negotiation::Shape::Object,
+                    ..target
+                },
+                &status_json(&status),
+            )
         }
     }
 }
@@ -190,7 +219,9 @@ pub(crate) async fn delete_collection(mut call: Call) -> Result<Response> {
     let deleter = require(&call.resource.storage.collection_deleter, &call)?.clone();
     let list_options = call.query.list_options()?;
     let options = delete_options(&mut call).await?;
-    let deleted = deleter.delete_collection(&call.ctx, &options, &list_options).await?;
+    let deleted = deleter
+        .delete_collection(&call.ctx, &options, &list_options)
+        .await?;
     let include = call.query.include_object()?;
     let info = &call.resource.storage.info;
     let body = shape_list(target, info, deleted, &call.resource.table, include);

@@ -14,7 +14,11 @@ use crate::storage::KeyValue;
 pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
     let mut object: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| Error::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
-    set_meta(&mut object, "resourceVersion", json!(kv.mod_revision.to_string()));
+    set_meta(
+        &mut object,
+        "resourceVersion",
+        json!(kv.mod_revision.to_string()),
+    );
     Ok(object)
 }
 
@@ -22,7 +26,9 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
 pub(crate) fn encode_for_storage(object: &Value) -> Result<Bytes> {
     let mut object = object.clone();
     metadata_mut(&mut object).remove("resourceVersion");
-    serde_json::to_vec(&object).map(Bytes::from).map_err(Error::internal)
+    serde_json::to_vec(&object)
+        .map(Bytes::from)
+        .map_err(Error::internal)
 }
 
 /// Decodes JSON into `T`, reporting unknown fields as `fieldValidation` asks.
@@ -42,9 +48,15 @@ pub(crate) fn decode_typed<T: Resource>(
     if unknown.is_empty() || validation == FieldValidation::Ignore {
         return Ok(typed);
     }
-    let messages: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
+    let messages: Vec<String> = unknown
+        .iter()
+        .map(|p| format!("unknown field {p:?}"))
+        .collect();
     if validation == FieldValidation::Strict {
-        return Err(Error::bad_request(format!("strict decoding error: {}", messages.join(", "))));
+        return Err(Error::bad_request(format!(
+            "strict decoding error: {}",
+            messages.join(", ")
+        )));
     }
     for m in messages {
         ctx.warn(m);

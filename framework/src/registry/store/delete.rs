@@ -22,30 +22,49 @@ pub(crate) async fn delete(
 ) -> Result<DeleteOutcome> {
     let key = inner.key(ctx, name)?;
     for _ in 0..MAX_ATTEMPTS {
-        let current = inner.backend.get(&key).await.map_err(|e| inner.storage_error(name, e))?;
+        let current = inner
+            .backend
+            .get(&key)
+            .await
+            .map_err(|e| inner.storage_error(name, e))?;
         let current = current.ok_or_else(|| Error::not_found(&inner.info, name))?;
         let object = decode_stored(&current)?;
         check_preconditions(inner, name, &object, options)?;
         let pending = !object::finalizers(&object).is_empty();
         if options.dry_run {
-            return Ok(if pending { DeleteOutcome::Pending(object) } else { DeleteOutcome::Deleted(object) });
+            return Ok(if pending {
+                DeleteOutcome::Pending(object)
+            } else {
+                DeleteOutcome::Deleted(object)
+            });
         }
         let result = if pending {
             if object::is_being_deleted(&object) {
                 return Ok(DeleteOutcome::Pending(object));
             }
             let mut marked = object.clone();
-            set_meta(&mut marked, "deletionTimestamp", json!(object::now_timestamp()));
+            set_meta(
+                &mut marked,
+                "deletionTimestamp",
+                json!(object::now_timestamp()),
+            );
             set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
             let bytes = encode_for_storage(&marked)?;
-            inner.backend.update(&key, bytes, current.mod_revision).await
+            inner
+                .backend
+                .update(&key, bytes, current.mod_revision)
+                .await
         } else {
             inner.backend.delete(&key, Some(current.mod_revision)).await
         };
         match result {
             Ok(kv) => {
                 let object = decode_stored(&kv)?;
-                return Ok(if pending { DeleteOutcome::Pending(object) } else { DeleteOutcome::Deleted(object) });
+                return Ok(if pending {
+                    DeleteOutcome::Pending(object)
+                } else {
+                    DeleteOutcome::Deleted(object)
+                });
             }
             Err(StorageError::Conflict { .. }) => continue,
             Err(e) => return Err(inner.storage_error(name, e)),
@@ -54,11 +73,18 @@ pub(crate) async fn delete(
     Err(Error::conflict(&inner.info, name))
 }
 
-fn check_preconditions(inner: &Inner, name: &str, object: &Value, options: &DeleteOptions) -> Result<()> {
+fn check_preconditions(
+    inner: &Inner,
+    name: &str,
+    object: &Value,
+    options: &DeleteOptions,
+) -> Result<()> {
     if let Some(uid) = &options.precondition_uid {
         let actual = object::meta_str(object, "uid").unwrap_or_default();
         if uid != actual {
-            let why = format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}");
+            let why = format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+            );
             return Err(Error::conflict_because(&inner.info, name, &why));
         }
     }
@@ -81,11 +107,16 @@ pub(crate) async fn delete_collection(
     list_options: &ListOptions,
 ) -> Result<ObjectList> {
     let selected = list::list(inner, ctx, list_options).await?;
-    let mut deleted = ObjectList { resource_version: selected.resource_version.clone(), ..ObjectList::default() };
+    let mut deleted = ObjectList {
+        resource_version: selected.resource_version.clone(),
+        ..ObjectList::default()
+    };
     for item in selected.items {
         let name = object::name(&item).unwrap_or_default().to_string();
         let mut item_ctx = ctx.clone();
-        item_ctx.namespace = object::namespace(&item).map(str::to_string).or(ctx.namespace.clone());
+        item_ctx.namespace = object::namespace(&item)
+            .map(str::to_string)
+            .or(ctx.namespace.clone());
         match delete(inner, &item_ctx, &name, options).await {
             Ok(DeleteOutcome::Deleted(o) | DeleteOutcome::Pending(o)) => deleted.items.push(o),
             // Deleted by someone else in the meantime: that is what was asked.

@@ -18,8 +18,14 @@ pub(crate) struct Filter {
 impl Filter {
     /// Takes the selectors of `options`, refusing fields `info` does not declare selectable.
     pub(crate) fn new(info: &ResourceInfo, options: &ListOptions) -> Result<Self> {
-        let labels = options.label_selector.clone().filter(|s| !s.is_everything());
-        let fields = options.field_selector.clone().filter(|s| !s.is_everything());
+        let labels = options
+            .label_selector
+            .clone()
+            .filter(|s| !s.is_everything());
+        let fields = options
+            .field_selector
+            .clone()
+            .filter(|s| !s.is_everything());
         if let Some(fields) = &fields {
             let mut allowed = vec!["metadata.name"];
             if info.namespaced() {

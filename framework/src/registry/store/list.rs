@@ -41,11 +41,14 @@ impl ContinueToken {
 
     /// Decodes, or a 400 that says the token is malformed.
     pub fn decode(token: &str) -> Result<Self> {
-        let bad = |_| Error::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+        let bad = |_| {
+            Error::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+        };
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(token.trim_end_matches('='))
             .map_err(|e| bad(e.to_string()))?;
-        let token: ContinueToken = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        let token: ContinueToken =
+            serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         if token.v != "meta.k8s.io/v1" || token.rv <= 0 || token.start.contains("..") {
             return Err(bad(String::new()));
         }
@@ -53,7 +56,11 @@ impl ContinueToken {
     }
 }
 
-pub(crate) async fn list(inner: &Inner, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList> {
+pub(crate) async fn list(
+    inner: &Inner,
+    ctx: &RequestContext,
+    options: &ListOptions,
+) -> Result<ObjectList> {
     let filter = Filter::new(&inner.info, options)?;
     let prefix = inner.list_prefix(ctx);
     let (revision, mut start_after) = start_point(inner, options, &prefix).await?;
@@ -61,9 +68,24 @@ pub(crate) async fn list(inner: &Inner, ctx: &RequestContext, options: &ListOpti
     let mut out = ObjectList::default();
     let mut revision = revision;
     loop {
-        let page_size = if limit == 0 { 0 } else if filter.is_everything() { limit - out.items.len() } else { SELECTOR_PAGE.max(limit) };
-        let request = ListRequest { prefix: prefix.clone(), start_after: start_after.clone(), revision, limit: page_size };
-        let page = inner.backend.list(&request).await.map_err(|e| list_error(inner, e))?;
+        let page_size = if limit == 0 {
+            0
+        } else if filter.is_everything() {
+            limit - out.items.len()
+        } else {
+            SELECTOR_PAGE.max(limit)
+        };
+        let request = ListRequest {
+            prefix: prefix.clone(),
+            start_after: start_after.clone(),
+            revision,
+            limit: page_size,
+        };
+        let page = inner
+            .backend
+            .list(&request)
+            .await
+            .map_err(|e| list_error(inner, e))?;
         revision = page.revision;
         let count = page.items.len();
         for (i, kv) in page.items.iter().enumerate() {
@@ -77,7 +99,11 @@ pub(crate) async fn list(inner: &Inner, ctx: &RequestContext, options: &ListOpti
                 let left_in_page = count - i - 1;
                 if left_in_page > 0 || page.more {
                     let relative = kv.key[prefix.len()..].to_string();
-                    let token = ContinueToken { v: "meta.k8s.io/v1".into(), rv: revision, start: format!("{relative}\u{0}") };
+                    let token = ContinueToken {
+                        v: "meta.k8s.io/v1".into(),
+                        rv: revision,
+                        start: format!("{relative}\u{0}"),
+                    };
                     out.continue_token = Some(token.encode());
                     if filter.is_everything() {
                         out.remaining_item_count = page.remaining.map(|r| r + left_in_page as i64);
@@ -96,11 +122,20 @@ pub(crate) async fn list(inner: &Inner, ctx: &RequestContext, options: &ListOpti
 }
 
 /// The revision to read at and the key to start after, from `continue` or `resourceVersion`.
-async fn start_point(inner: &Inner, options: &ListOptions, prefix: &str) -> Result<(Revision, Option<String>)> {
-    let rv = options.resource_version.as_deref().filter(|s| !s.is_empty());
+async fn start_point(
+    inner: &Inner,
+    options: &ListOptions,
+    prefix: &str,
+) -> Result<(Revision, Option<String>)> {
+    let rv = options
+        .resource_version
+        .as_deref()
+        .filter(|s| !s.is_empty());
     if let Some(token) = &options.continue_token {
         if rv.is_some_and(|rv| rv != "0") {
-            return Err(Error::bad_request("specifying resource version is not allowed when using continue"));
+            return Err(Error::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
         }
         let token = ContinueToken::decode(token)?;
         let start = token.start.trim_end_matches('\u{0}');
@@ -108,7 +143,9 @@ async fn start_point(inner: &Inner, options: &ListOptions, prefix: &str) -> Resu
     }
     match (rv, options.resource_version_match) {
         (None, ResourceVersionMatch::Unset) => Ok((0, None)),
-        (None, _) => Err(Error::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")),
+        (None, _) => Err(Error::bad_request(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        )),
         (Some("0"), ResourceVersionMatch::Exact) => Err(Error::bad_request(
             "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
         )),
@@ -135,12 +172,18 @@ pub(crate) fn parse_resource_version(rv: &str) -> Result<Revision> {
 async fn wait_for_revision(inner: &Inner, rv: Revision) -> Result<()> {
     let deadline = tokio::time::Instant::now() + FUTURE_REVISION_WAIT;
     loop {
-        let current = inner.backend.current_revision().await.map_err(|e| list_error(inner, e))?;
+        let current = inner
+            .backend
+            .current_revision()
+            .await
+            .map_err(|e| list_error(inner, e))?;
         if current >= rv {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            let mut e = Error::timeout(format!("Too large resource version: {rv}, current: {current}"));
+            let mut e = Error::timeout(format!(
+                "Too large resource version: {rv}, current: {current}"
+            ));
             e = e.with_retry_after(1);
             return Err(e);
         }
@@ -163,10 +206,17 @@ mod tests {
 
     #[test]
     fn continue_token_round_trips_like_kube() {
-        let token = ContinueToken { v: "meta.k8s.io/v1".into(), rv: 42, start: "default/b\u{0}".into() };
+        let token = ContinueToken {
+            v: "meta.k8s.io/v1".into(),
+            rv: 42,
+            start: "default/b\u{0}".into(),
+        };
         let encoded = token.encode();
         assert!(!encoded.contains('='));
         assert_eq!(ContinueToken::decode(&encoded).unwrap(), token);
-        assert_eq!(ContinueToken::decode("not-base64!").unwrap_err().code(), 400);
+        assert_eq!(
+            ContinueToken::decode("not-base64!").unwrap_err().code(),
+            400
+        );
     }
 }

@@ -52,7 +52,10 @@ pub struct Store<T: Resource> {
 
 impl<T: Resource> Clone for Store<T> {
     fn clone(&self) -> Self {
-        Self { inner: self.inner.clone(), _type: PhantomData }
+        Self {
+            inner: self.inner.clone(),
+            _type: PhantomData,
+        }
     }
 }
 
@@ -71,7 +74,9 @@ impl Inner {
             Scope::Cluster => Ok(format!("{}{name}", self.key_root)),
             Scope::Namespaced => match &ctx.namespace {
                 Some(ns) => Ok(format!("{}{ns}/{name}", self.key_root)),
-                None => Err(Error::bad_request("a namespace is required for this resource")),
+                None => Err(Error::bad_request(
+                    "a namespace is required for this resource",
+                )),
             },
         }
     }
@@ -90,7 +95,10 @@ impl Inner {
             StorageError::NotFound(_) => Error::not_found(&self.info, name),
             StorageError::KeyExists(_) => Error::already_exists(&self.info, name),
             StorageError::Conflict { .. } => Error::conflict(&self.info, name),
-            StorageError::Compacted { requested, compacted } => Error::expired(format!(
+            StorageError::Compacted {
+                requested,
+                compacted,
+            } => Error::expired(format!(
                 "too old resource version: {requested} ({compacted})"
             )),
             StorageError::FutureRevision { requested, current } => Error::timeout(format!(
@@ -106,9 +114,21 @@ impl<T: Resource> Store<T> {
     /// A store of `T` on `backend`, with keys under `prefix` (usually `/registry`).
     pub fn new(backend: Arc<dyn Backend>, prefix: &str) -> Self {
         let info = T::INFO;
-        let key_root = format!("{}/{}/{}/", prefix.trim_end_matches('/'), info.group, info.plural);
-        let inner = Arc::new(Inner { backend, key_root, info });
-        Self { inner, _type: PhantomData }
+        let key_root = format!(
+            "{}/{}/{}/",
+            prefix.trim_end_matches('/'),
+            info.group,
+            info.plural
+        );
+        let inner = Arc::new(Inner {
+            backend,
+            key_root,
+            info,
+        });
+        Self {
+            inner,
+            _type: PhantomData,
+        }
     }
 
     /// The static description of `T`.
@@ -132,7 +152,9 @@ impl<T: Resource> Store<T> {
     /// `get`, `update` and `patch` of the status subresource (`flunders/status`).
     pub fn status_rest_storage(&self) -> RestStorage {
         let status = Arc::new(StatusStore(self.clone()));
-        RestStorage::new::<T>(T::INFO).with_getter(status.clone()).with_updater(status)
+        RestStorage::new::<T>(T::INFO)
+            .with_getter(status.clone())
+            .with_updater(status)
     }
 }
 
@@ -157,7 +179,12 @@ impl<T: Resource> Lister for Store<T> {
 
 #[async_trait]
 impl<T: Resource> Creater for Store<T> {
-    async fn create(&self, ctx: &RequestContext, object: Value, options: &WriteOptions) -> Result<Value> {
+    async fn create(
+        &self,
+        ctx: &RequestContext,
+        object: Value,
+        options: &WriteOptions,
+    ) -> Result<Value> {
         write::create::<T>(&self.inner, ctx, object, options).await
     }
 }
@@ -177,7 +204,12 @@ impl<T: Resource> Updater for Store<T> {
 
 #[async_trait]
 impl<T: Resource> GracefulDeleter for Store<T> {
-    async fn delete(&self, ctx: &RequestContext, name: &str, options: &DeleteOptions) -> Result<DeleteOutcome> {
+    async fn delete(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<DeleteOutcome> {
         delete::delete(&self.inner, ctx, name, options).await
     }
 }
@@ -220,6 +252,14 @@ impl<T: Resource> Updater for StatusStore<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
-        write::update::<T>(&self.0.inner, ctx, name, update, options, UpdateTarget::Status).await
+        write::update::<T>(
+            &self.0.inner,
+            ctx,
+            name,
+            update,
+            options,
+            UpdateTarget::Status,
+        )
+        .await
     }
 }

@@ -38,15 +38,26 @@ struct WatchPlan {
     timeout: Duration,
 }
 
-pub(crate) async fn watch(inner: Arc<Inner>, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream> {
+pub(crate) async fn watch(
+    inner: Arc<Inner>,
+    ctx: &RequestContext,
+    options: &ListOptions,
+) -> Result<WatchStream> {
     let filter = Filter::new(&inner.info, options)?;
     let prefix = inner.list_prefix(ctx);
-    let rv = options.resource_version.as_deref().filter(|s| !s.is_empty() && *s != "0");
+    let rv = options
+        .resource_version
+        .as_deref()
+        .filter(|s| !s.is_empty() && *s != "0");
     let send_initial = options.send_initial_events.unwrap_or(rv.is_none());
     let timeout = options
         .timeout_seconds
         .map(Duration::from_secs)
-        .unwrap_or_else(|| Duration::from_secs(rand::rng().random_range(MIN_REQUEST_TIMEOUT..2 * MIN_REQUEST_TIMEOUT)));
+        .unwrap_or_else(|| {
+            Duration::from_secs(
+                rand::rng().random_range(MIN_REQUEST_TIMEOUT..2 * MIN_REQUEST_TIMEOUT),
+            )
+        });
     let plan = WatchPlan {
         filter,
         bookmarks: options.allow_watch_bookmarks,
@@ -64,14 +75,28 @@ pub(crate) async fn watch(inner: Arc<Inner>, ctx: &RequestContext, options: &Lis
 }
 
 /// Every selected object at the latest revision, as ADDED events, and that revision.
-async fn initial_state(inner: &Inner, prefix: &str, filter: &Filter) -> Result<(Vec<WatchEvent>, Revision)> {
-    let request = ListRequest { prefix: prefix.to_string(), ..ListRequest::default() };
-    let page = inner.backend.list(&request).await.map_err(|e| inner.storage_error("", e))?;
+async fn initial_state(
+    inner: &Inner,
+    prefix: &str,
+    filter: &Filter,
+) -> Result<(Vec<WatchEvent>, Revision)> {
+    let request = ListRequest {
+        prefix: prefix.to_string(),
+        ..ListRequest::default()
+    };
+    let page = inner
+        .backend
+        .list(&request)
+        .await
+        .map_err(|e| inner.storage_error("", e))?;
     let mut events = Vec::new();
     for kv in &page.items {
         let object = decode_stored(kv)?;
         if filter.matches(&object) {
-            events.push(WatchEvent { type_: WatchEventType::Added, object });
+            events.push(WatchEvent {
+                type_: WatchEventType::Added,
+                object,
+            });
         }
     }
     Ok((events, page.revision))
@@ -103,7 +128,10 @@ async fn run(
             return;
         }
     };
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::now() + BOOKMARK_INTERVAL,
+        BOOKMARK_INTERVAL,
+    );
     loop {
         let out = tokio::select! {
             _ = &mut deadline => return,
@@ -152,11 +180,17 @@ fn bookmark(inner: &Inner, revision: Revision, initial_events_end: bool) -> Watc
         object["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
     set_type_meta(&inner.info, &mut object);
-    WatchEvent { type_: WatchEventType::Bookmark, object }
+    WatchEvent {
+        type_: WatchEventType::Bookmark,
+        object,
+    }
 }
 
 fn error_event(inner: &Inner, e: StorageError) -> WatchEvent {
     let error: Error = inner.storage_error("", e);
     let object: Value = error.to_json();
-    WatchEvent { type_: WatchEventType::Error, object }
+    WatchEvent {
+        type_: WatchEventType::Error,
+        object,
+    }
 }

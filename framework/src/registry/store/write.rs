@@ -10,7 +10,9 @@ use crate::registry::context::RequestContext;
 use crate::registry::options::WriteOptions;
 use crate::registry::rest::UpdateFn;
 use crate::registry::strategy::{prepare_for_create, prepare_for_update, UpdateTarget};
-use crate::registry::validation::{validate_object_meta, validate_object_meta_update, validate_object_name};
+use crate::registry::validation::{
+    validate_object_meta, validate_object_meta_update, validate_object_name,
+};
 use crate::runtime::object::{self, metadata_mut, set_meta};
 use crate::runtime::{FieldError, Resource, Scope};
 use crate::storage::StorageError;
@@ -27,7 +29,8 @@ pub(crate) async fn create<T: Resource>(
 ) -> Result<Value> {
     check_namespace(inner, ctx, &mut object)?;
     prepare_for_create(&inner.info, &mut object);
-    let generate = object::name(&object).is_none() && object::meta_str(&object, "generateName").is_some();
+    let generate =
+        object::name(&object).is_none() && object::meta_str(&object, "generateName").is_some();
     for _ in 0..MAX_ATTEMPTS {
         let mut candidate = object.clone();
         if generate {
@@ -40,7 +43,11 @@ pub(crate) async fn create<T: Resource>(
             return Ok(stored);
         }
         let key = inner.key(ctx, &name)?;
-        match inner.backend.create(&key, encode_for_storage(&stored)?).await {
+        match inner
+            .backend
+            .create(&key, encode_for_storage(&stored)?)
+            .await
+        {
             Ok(kv) => return decode_stored(&kv),
             Err(StorageError::KeyExists(_)) if generate => continue,
             Err(e) => return Err(inner.storage_error(&name, e)),
@@ -87,10 +94,15 @@ fn validate_meta(inner: &Inner, object: &Value) -> Vec<FieldError> {
 fn generate_name(base: &str) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     const MAX_BASE: usize = 63 - 5;
-    let base = if base.len() > MAX_BASE { &base[..MAX_BASE] } else { base };
+    let base = if base.len() > MAX_BASE {
+        &base[..MAX_BASE]
+    } else {
+        base
+    };
     let mut rng = rand::rng();
-    let suffix: String =
-        (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
+    let suffix: String = (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
     format!("{base}{suffix}")
 }
 
@@ -104,11 +116,9 @@ fn check_namespace(inner: &Inner, ctx: &RequestContext, object: &mut Value) -> R
     let url = ctx.namespace.as_deref().unwrap_or_default();
     match object::namespace(object) {
         None => set_meta(object, "namespace", json!(url)),
-        Some(ns) if ns != url => {
-            return Err(Error::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ))
-        }
+        Some(ns) if ns != url => return Err(Error::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
         Some(_) => {}
     }
     Ok(())
@@ -124,7 +134,11 @@ pub(crate) async fn update<T: Resource>(
 ) -> Result<(Value, bool)> {
     let key = inner.key(ctx, name)?;
     for _ in 0..MAX_ATTEMPTS {
-        let current = inner.backend.get(&key).await.map_err(|e| inner.storage_error(name, e))?;
+        let current = inner
+            .backend
+            .get(&key)
+            .await
+            .map_err(|e| inner.storage_error(name, e))?;
         let Some(current) = current else {
             update(None)?;
             return Err(Error::not_found(&inner.info, name));
@@ -132,7 +146,9 @@ pub(crate) async fn update<T: Resource>(
         let old = decode_stored(&current)?;
         let new = update(Some(&old))?;
         let prepared = prepare_update::<T>(inner, ctx, name, new, &old, options, target)?;
-        let Some(new) = prepared else { return Ok((old, false)) };
+        let Some(new) = prepared else {
+            return Ok((old, false));
+        };
         if options.dry_run {
             return Ok((new, false));
         }
@@ -140,7 +156,10 @@ pub(crate) async fn update<T: Resource>(
             inner.backend.delete(&key, Some(current.mod_revision)).await
         } else {
             let bytes = encode_for_storage(&new)?;
-            inner.backend.update(&key, bytes, current.mod_revision).await
+            inner
+                .backend
+                .update(&key, bytes, current.mod_revision)
+                .await
         };
         match result {
             Ok(kv) => return Ok((decode_stored(&kv)?, false)),
@@ -180,9 +199,12 @@ fn prepare_update<T: Resource>(
     let old_typed: T = decode_typed(old, crate::registry::options::FieldValidation::Ignore, ctx)?;
     let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
     typed.default_fields();
-    let mut stored = encode_typed(&typed)?;
+    let stored = encode_typed(&typed)?;
     let mut errors: Vec<FieldError> = validate_meta(inner, &stored);
-    errors.extend(validate_object_meta_update(&stored["metadata"], &old["metadata"]));
+    errors.extend(validate_object_meta_update(
+        &stored["metadata"],
+        &old["metadata"],
+    ));
     errors.extend(typed.validate_update(&old_typed));
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, name, &errors));
