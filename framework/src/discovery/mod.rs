@@ -33,9 +33,13 @@ const PLAIN_TYPES: &str = "application/json, application/yaml";
 
 /// The encoded discovery documents of a server, built once from what it serves.
 ///
-/// ```ignore
-/// let discovery = DiscoveryDocuments::build(&served_groups);
-/// let app = axum::Router::new().merge(discovery.router()).merge(resource_routes);
+/// ```
+/// use apiserver::discovery::DiscoveryDocuments;
+/// use apiserver::registry::group::APIGroupInfo;
+///
+/// let served = vec![APIGroupInfo::new("example.com").served()];
+/// let discovery = DiscoveryDocuments::build(&served);
+/// let app: axum::Router = axum::Router::new().merge(discovery.router());
 /// ```
 #[derive(Clone, Debug)]
 pub struct DiscoveryDocuments {

@@ -53,9 +53,13 @@ impl Default for OpenApiInfo {
 
 /// The encoded OpenAPI documents of a server, built once from what it serves.
 ///
-/// ```ignore
-/// let openapi = OpenApiDocuments::build(&served_groups, &OpenApiInfo::default());
-/// let app = axum::Router::new().merge(openapi.router());
+/// ```
+/// use apiserver::openapi::{OpenApiDocuments, OpenApiInfo};
+/// use apiserver::registry::group::APIGroupInfo;
+///
+/// let served = vec![APIGroupInfo::new("example.com").served()];
+/// let openapi = OpenApiDocuments::build(&served, &OpenApiInfo::default());
+/// let app: axum::Router = axum::Router::new().merge(openapi.router());
 /// ```
 #[derive(Clone, Debug)]
 pub struct OpenApiDocuments {

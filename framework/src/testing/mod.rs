@@ -53,12 +53,26 @@ impl TestServer {
     ) -> TestServer {
         let options = ServerOptions {
             secure_port: port,
+            storage_backend: backend,
+            ..Self::options(dir)
+        };
+        Self::start_with_options(options, groups).await
+    }
+
+    /// The options [`TestServer::start`] uses: 127.0.0.1, any free port, certificates and
+    /// the SQLite file in `dir`.
+    pub fn options(dir: &Path) -> ServerOptions {
+        ServerOptions {
+            secure_port: 0,
             bind_address: [127, 0, 0, 1].into(),
             cert_dir: dir.join("certs"),
             sqlite_path: dir.join("apiserver.db"),
-            storage_backend: backend,
             ..ServerOptions::default()
-        };
+        }
+    }
+
+    /// Starts a server with these options.
+    pub async fn start_with_options(options: ServerOptions, groups: Vec<ApiGroup>) -> TestServer {
         let mut server = ApiServer::new(options);
         for g in groups {
             server = server.group(g);
