@@ -74,9 +74,7 @@ impl Error {
             name: name.to_string(),
             group: info.group.to_string(),
             kind: info.plural.to_string(),
-            uid: String::new(),
-            causes: Vec::new(),
-            retry_after_seconds: 0,
+            ..empty_details()
         }
     }
 
@@ -93,14 +91,7 @@ impl Error {
             "NotFound",
             "the server could not find the requested resource",
         )
-        .with_details(StatusDetails {
-            name: String::new(),
-            group: String::new(),
-            kind: String::new(),
-            uid: String::new(),
-            causes: Vec::new(),
-            retry_after_seconds: 0,
-        })
+        .with_details(empty_details())
     }
 
     /// 409 `AlreadyExists`.
@@ -211,20 +202,12 @@ impl Error {
 
     /// 429 `TooManyRequests` with `Retry-After`.
     pub fn too_many_requests(retry_after_seconds: u32) -> Self {
-        let details = StatusDetails {
-            name: String::new(),
-            group: String::new(),
-            kind: String::new(),
-            uid: String::new(),
-            causes: Vec::new(),
-            retry_after_seconds,
-        };
         Self::new(
             429,
             "TooManyRequests",
             "Too many requests, please try again later.",
         )
-        .with_details(details)
+        .with_retry_after(retry_after_seconds)
     }
 
     /// 500 `InternalError`.
@@ -248,14 +231,7 @@ impl Error {
 
     /// Adds `details.retryAfterSeconds` (and so a `Retry-After` header).
     pub fn with_retry_after(mut self, seconds: u32) -> Self {
-        let details = self.status.details.get_or_insert_with(|| StatusDetails {
-            name: String::new(),
-            group: String::new(),
-            kind: String::new(),
-            uid: String::new(),
-            causes: Vec::new(),
-            retry_after_seconds: 0,
-        });
+        let details = self.status.details.get_or_insert_with(empty_details);
         details.retry_after_seconds = seconds;
         self
     }
@@ -283,6 +259,17 @@ impl Error {
     /// The `Status` as JSON, with `kind` and `apiVersion`.
     pub fn to_json(&self) -> serde_json::Value {
         status_json(&self.status)
+    }
+}
+
+fn empty_details() -> StatusDetails {
+    StatusDetails {
+        name: String::new(),
+        group: String::new(),
+        kind: String::new(),
+        uid: String::new(),
+        causes: Vec::new(),
+        retry_after_seconds: 0,
     }
 }
 
@@ -323,21 +310,8 @@ impl IntoResponse for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Scope;
 
-    const INFO: ResourceInfo = ResourceInfo {
-        group: "wardle.example.com",
-        version: "v1alpha1",
-        kind: "Flunder",
-        plural: "flunders",
-        singular: "flunder",
-        scope: Scope::Namespaced,
-        short_names: &[],
-        categories: &[],
-        status: true,
-        printer_columns: &[],
-        selectable_fields: &[],
-    };
+    const INFO: ResourceInfo = crate::runtime::resource::TEST_INFO;
 
     #[test]
     fn not_found_matches_kube() {

@@ -106,18 +106,9 @@ pub fn partial_object_metadata(object: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{PrinterColumn, Scope};
+    use crate::runtime::PrinterColumn;
 
     const INFO: ResourceInfo = ResourceInfo {
-        group: "g.example.com",
-        version: "v1",
-        kind: "Thing",
-        plural: "things",
-        singular: "thing",
-        scope: Scope::Namespaced,
-        short_names: &[],
-        categories: &[],
-        status: false,
         printer_columns: &[PrinterColumn {
             name: "Reference",
             type_: "string",
@@ -126,7 +117,7 @@ mod tests {
             description: "",
             priority: 1,
         }],
-        selectable_fields: &[],
+        ..crate::runtime::resource::TEST_INFO
     };
 
     #[test]

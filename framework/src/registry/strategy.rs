@@ -119,21 +119,8 @@ pub fn spec_changed(new: &Value, old: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Scope;
 
-    const INFO: ResourceInfo = ResourceInfo {
-        group: "g.example.com",
-        version: "v1",
-        kind: "Thing",
-        plural: "things",
-        singular: "thing",
-        scope: Scope::Namespaced,
-        short_names: &[],
-        categories: &[],
-        status: true,
-        printer_columns: &[],
-        selectable_fields: &[],
-    };
+    const INFO: ResourceInfo = crate::runtime::resource::TEST_INFO;
 
     #[test]
     fn create_clears_status_and_server_fields() {

@@ -136,3 +136,19 @@ pub trait Resource:
         self.validate()
     }
 }
+
+/// A namespaced `Flunder` with a status, for unit tests across the crate.
+#[cfg(test)]
+pub(crate) const TEST_INFO: ResourceInfo = ResourceInfo {
+    group: "wardle.example.com",
+    version: "v1alpha1",
+    kind: "Flunder",
+    plural: "flunders",
+    singular: "flunder",
+    scope: Scope::Namespaced,
+    short_names: &[],
+    categories: &[],
+    status: true,
+    printer_columns: &[],
+    selectable_fields: &[],
+};
