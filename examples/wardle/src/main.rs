@@ -3,11 +3,15 @@
 use apiserver::ApiServer;
 
 #[tokio::main]
-async fn main() -> Result<(), apiserver::server::ServerError> {
+async fn main() {
     apiserver::server::init_logging();
-    ApiServer::from_args()
+    let served = ApiServer::from_args()
         .openapi_info("Wardle", env!("CARGO_PKG_VERSION"))
         .group(wardle::api_group())
         .run()
-        .await
+        .await;
+    if let Err(e) = served {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
 }

@@ -29,14 +29,16 @@ impl Drop for KillOnDrop {
 #[test]
 fn binary_serves_kubectl_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
+    let certs = dir.path().join(".apiserver-local");
+    // README's first command, with any free port, run from a fresh directory.
     let child = Command::new(env!("CARGO_BIN_EXE_wardle"))
-        .args(["--bind-address=127.0.0.1", "--secure-port=0"])
-        .arg(format!("--cert-dir={}", certs.display()))
-        .arg(format!(
-            "--sqlite-path={}",
-            dir.path().join("wardle.db").display()
-        ))
+        .current_dir(dir.path())
+        .args([
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--cert-dir=.apiserver-local",
+        ])
+        .arg("--sqlite-path=.apiserver-local/wardle.db")
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()

@@ -230,6 +230,12 @@ impl ApiServer {
     pub async fn run(self) -> Result<(), ServerError> {
         let running = self.start_with_signal(true).await?;
         tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
+        let kubeconfig =
+            std::fs::canonicalize(&running.kubeconfig).unwrap_or(running.kubeconfig.clone());
+        tracing::info!(
+            "point kubectl at it: export KUBECONFIG={}",
+            kubeconfig.display()
+        );
         running.wait().await
     }
 
@@ -308,7 +314,16 @@ impl ApiServer {
 fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
     Ok(match options.storage_backend {
         StorageBackendKind::Memory => Arc::new(MemoryBackend::new()),
-        StorageBackendKind::Sqlite => Arc::new(SqliteBackend::open(&options.sqlite_path)?),
+        StorageBackendKind::Sqlite => {
+            if let Some(dir) = options
+                .sqlite_path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(dir)?;
+            }
+            Arc::new(SqliteBackend::open(&options.sqlite_path)?)
+        }
     })
 }
 
