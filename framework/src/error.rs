@@ -262,6 +262,19 @@ impl Error {
     }
 }
 
+/// The `Status` kube-apiserver answers a delete that removed the object with.
+pub fn deleted_status(info: &ResourceInfo, name: &str, uid: &str) -> serde_json::Value {
+    let status = Status {
+        status: Some(StatusSummary::Success),
+        details: Some(StatusDetails {
+            uid: uid.to_string(),
+            ..Error::details_for(info, name)
+        }),
+        ..Status::default()
+    };
+    status_json(&status)
+}
+
 fn empty_details() -> StatusDetails {
     StatusDetails {
         name: String::new(),

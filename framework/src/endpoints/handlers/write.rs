@@ -8,9 +8,11 @@ use serde_json::{json, Value};
 
 use super::read::accept_header;
 use super::{require, Call};
-use crate::endpoints::negotiation::{body_encoding, decode_body, negotiate, Endpoint};
+use crate::endpoints::negotiation::{
+    body_encoding, decode_body, negotiate, Endpoint, Shape, Target,
+};
 use crate::endpoints::response::{respond, shape_list, shape_object};
-use crate::error::{status_json, Error, Result};
+use crate::error::{deleted_status, Error, Result};
 use crate::registry::options::DeleteOptions;
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
@@ -187,28 +189,16 @@ pub(crate) async fn delete(mut call: Call) -> Result<Response> {
     match deleter.delete(&call.ctx, &call.info.name, &options).await? {
         DeleteOutcome::Pending(object) => respond_object(&call, StatusCode::ACCEPTED, object),
         DeleteOutcome::Deleted(object) => {
-            let info = &call.resource.storage.info;
-            let status = kube_core::response::Status {
-                status: Some(kube_core::response::StatusSummary::Success),
-                details: Some(kube_core::response::StatusDetails {
-                    name: call.info.name.clone(),
-                    group: info.group.to_string(),
-                    kind: info.plural.to_string(),
-                    uid: object::meta_str(&object, "uid")
-                        .unwrap_or_default()
-                        .to_string(),
-                    causes: Vec::new(),
-                    retry_after_seconds: 0,
-                }),
-                ..Default::default()
-            };
+            let uid = object::meta_str(&object, "uid").unwrap_or_default();
+            let status = deleted_status(&call.resource.storage.info, &call.info.name, uid);
+            // A Status is a plain object whatever shape the client asked for.
             respond(
                 StatusCode::OK,
-                crate::endpoints::negotiation::Target {
-                    shape: crate::endpoints::negotiation::Shape::Object,
+                Target {
+                    shape: Shape::Object,
                     ..target
                 },
-                &status_json(&status),
+                &status,
             )
         }
     }
