@@ -22,9 +22,11 @@ pub async fn authenticate(
         Ok(Some(user)) => Some(user),
         Ok(None) if config.anonymous => Some(UserInfo::anonymous()),
         Ok(None) => None,
+        // Credentials that were sent but are wrong are refused everywhere, as kube-apiserver
+        // does: only requests with no credentials at all may fall through.
         Err(e) => {
             tracing::debug!(error = %e, "authentication failed");
-            None
+            return Error::unauthorized().into_response();
         }
     };
     match user {

@@ -1,13 +1,14 @@
 //! `/healthz`, `/livez`, `/readyz` and `/version`: plain-text checks as kube-apiserver
-//! answers them (`ok`, or a list of `[+]`/`[-]` lines with `?verbose`).
+//! answers them (`ok`, or a list of `[+]`/`[-]` lines with `?verbose`), each check also at
+//! `/{endpoint}/{check}`, and `?exclude={check}` to skip one.
 
 use std::sync::Arc;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use http::StatusCode;
+use http::{header, HeaderValue, StatusCode};
 use serde_json::json;
 
 use crate::storage::Backend;
@@ -23,61 +24,129 @@ pub struct HealthState {
 
 /// The health and version routes.
 pub fn router(state: HealthState) -> Router {
-    Router::new()
-        .route("/healthz", get(livez))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/version", get(version))
-        .with_state(state)
+    let mut router = Router::new();
+    for endpoint in ["healthz", "livez", "readyz"] {
+        router = router
+            .route(
+                &format!("/{endpoint}"),
+                get(move |s: State<HealthState>, q: RawQuery| root(endpoint, s, q)),
+            )
+            .route(
+                &format!("/{endpoint}/{{check}}"),
+                get(move |s: State<HealthState>, p: Path<String>| single(endpoint, s, p)),
+            );
+    }
+    router.route("/version", get(version)).with_state(state)
 }
 
-async fn livez(RawQuery(query): RawQuery) -> Response {
-    report("livez", &[("ping", Ok(()))], query.as_deref())
+type Check = (&'static str, Result<(), String>);
+
+/// The checks of one endpoint, run now. Liveness only says the process serves; readiness
+/// also needs storage and no shutdown in progress.
+async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
+    let mut checks: Vec<Check> = vec![("ping", Ok(()))];
+    if endpoint == "readyz" {
+        let storage = state.backend.ready().await.map_err(|e| e.to_string());
+        let shutdown = if state.shutdown.is_shutting_down() {
+            Err("process is shutting down".to_string())
+        } else {
+            Ok(())
+        };
+        checks.push(("storage", storage));
+        checks.push(("shutdown", shutdown));
+    }
+    checks
 }
 
-async fn readyz(State(state): State<HealthState>, RawQuery(query): RawQuery) -> Response {
-    let storage = state.backend.ready().await.map_err(|e| e.to_string());
-    let shutdown = if state.shutdown.is_shutting_down() {
-        Err("process is shutting down".to_string())
-    } else {
-        Ok(())
-    };
-    report(
-        "readyz",
-        &[
-            ("ping", Ok(())),
-            ("storage", storage),
-            ("shutdown", shutdown),
-        ],
-        query.as_deref(),
-    )
+async fn root(
+    endpoint: &'static str,
+    State(state): State<HealthState>,
+    query: RawQuery,
+) -> Response {
+    let checks = run_checks(endpoint, &state).await;
+    report(endpoint, &checks, query.0.as_deref())
 }
 
-fn report(name: &str, checks: &[(&str, Result<(), String>)], query: Option<&str>) -> Response {
-    let failed = checks.iter().any(|(_, r)| r.is_err());
+/// `/{endpoint}/{check}`: `ok`, or 500 with the reason (kube-apiserver shows it here, unlike
+/// on the root, because each check can be authorized on its own); 404 for an unknown check.
+async fn single(
+    endpoint: &'static str,
+    State(state): State<HealthState>,
+    Path(name): Path<String>,
+) -> Response {
+    let checks = run_checks(endpoint, &state).await;
+    match checks.into_iter().find(|(check, _)| *check == name) {
+        Some((_, Ok(()))) => plain(StatusCode::OK, "ok".into()),
+        Some((_, Err(e))) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {e}\n"),
+        ),
+        None => plain(StatusCode::NOT_FOUND, "404 page not found\n".into()),
+    }
+}
+
+/// The names listed in `exclude=` parameters.
+fn excluded(query: Option<&str>) -> Vec<String> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(k, _)| k == "exclude")
+        .map(|(_, v)| v.into_owned())
+        .collect()
+}
+
+/// The root of an endpoint, worded as kube-apiserver's `handleRootHealth`: a failure never
+/// shows its reason (the endpoint is public), excluded checks pass, and names that match no
+/// check get a warning line.
+fn report(name: &str, checks: &[Check], query: Option<&str>) -> Response {
+    let mut excluded = excluded(query);
     let verbose = query.is_some_and(|q| {
         q.split('&')
             .any(|p| p == "verbose" || p.starts_with("verbose="))
     });
-    let code = if failed {
-        StatusCode::INTERNAL_SERVER_ERROR
-    } else {
-        StatusCode::OK
-    };
-    if !verbose && !failed {
-        return (code, "ok").into_response();
-    }
     let mut body = String::new();
+    let mut failed = false;
     for (check, result) in checks {
-        match result {
-            Ok(()) => body.push_str(&format!("[+]{check} ok\n")),
-            Err(e) if verbose => body.push_str(&format!("[-]{check} failed: {e}\n")),
-            Err(_) => body.push_str(&format!("[-]{check} failed: reason withheld\n")),
+        if let Some(i) = excluded.iter().position(|e| e == check) {
+            excluded.remove(i);
+            body.push_str(&format!("[+]{check} excluded: ok\n"));
+        } else if result.is_ok() {
+            body.push_str(&format!("[+]{check} ok\n"));
+        } else {
+            failed = true;
+            body.push_str(&format!("[-]{check} failed: reason withheld\n"));
         }
     }
-    let verdict = if failed { "failed" } else { "passed" };
-    body.push_str(&format!("{name} check {verdict}\n"));
-    (code, body).into_response()
+    if !excluded.is_empty() {
+        let names: Vec<String> = excluded.iter().map(|e| format!("{e:?}")).collect();
+        body.push_str(&format!(
+            "warn: some health checks cannot be excluded: no matches for {}\n",
+            names.join(",")
+        ));
+    }
+    if failed {
+        return plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{body}{name} check failed\n"),
+        );
+    }
+    if !verbose {
+        return plain(StatusCode::OK, "ok".into());
+    }
+    plain(StatusCode::OK, format!("{body}{name} check passed\n"))
+}
+
+/// A plain-text answer with the headers kube-apiserver sets on health responses.
+fn plain(code: StatusCode, body: String) -> Response {
+    let mut response = (code, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 async fn version() -> Response {

@@ -1,0 +1,942 @@
+//! End to end over HTTP: what kubectl, client-go and kube-rs rely on beyond plain CRUD —
+//! content negotiation (Table, PartialObjectMetadata, YAML, 406), the status subresource,
+//! kubectl's less common verbs, health and version, authentication of anonymous callers,
+//! discovery and OpenAPI, and `Warning` headers — checked against kube-apiserver's behaviour.
+
+use std::time::Duration;
+
+use apiserver::testing::{KubectlOutput, TestServer};
+use futures::{AsyncBufReadExt, StreamExt};
+use http::{HeaderMap, StatusCode};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{json, Value};
+use wardle::{Flunder, FlunderSpec, FlunderStatus};
+
+const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+const POM: &str = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io";
+const POM_LIST: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+const DISCOVERY_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+async fn start(dir: &std::path::Path) -> TestServer {
+    TestServer::start(dir, vec![wardle::api_group()]).await
+}
+
+async fn config(server: &TestServer) -> Config {
+    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
+
+async fn client(server: &TestServer) -> Client {
+    Client::try_from(config(server).await).unwrap()
+}
+
+/// A client that trusts the server but presents no credentials of its own.
+async fn anonymous_client(server: &TestServer) -> Client {
+    let mut config = config(server).await;
+    config.auth_info = AuthInfo::default();
+    Client::try_from(config).unwrap()
+}
+
+fn flunder(name: &str, reference: &str) -> Flunder {
+    let mut f = Flunder {
+        spec: FlunderSpec {
+            reference: Some(reference.into()),
+            reference_type: None,
+        },
+        ..Flunder::default()
+    };
+    f.metadata.name = Some(name.into());
+    f
+}
+
+/// What the server answered to one raw request.
+struct Reply {
+    code: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Sends one request with these headers and returns the raw answer, whatever its code.
+async fn send(
+    client: &Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
+    let mut request = http::Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let request = request.body(kube::client::Body::from(body)).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(30), client.send(request))
+        .await
+        .expect("answered in time")
+        .expect("request sent");
+    let (parts, body) = response.into_parts();
+    let body = tokio::time::timeout(Duration::from_secs(30), body.collect_bytes())
+        .await
+        .expect("body read in time")
+        .expect("body read");
+    Reply {
+        code: parts.status,
+        headers: parts.headers,
+        body: body.to_vec(),
+    }
+}
+
+async fn get(client: &Client, path: &str, accept: &str) -> Reply {
+    send(client, "GET", path, &[("accept", accept)], Vec::new()).await
+}
+
+/// Asserts a `Status` with this code and reason.
+#[track_caller]
+fn assert_status(reply: &Reply, code: u16, reason: &str) {
+    let body = reply.json();
+    assert_eq!(reply.code.as_u16(), code, "{body}");
+    assert_eq!(body["kind"], "Status", "{body}");
+    assert_eq!(body["apiVersion"], "v1", "{body}");
+    assert_eq!(body["status"], "Failure", "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["reason"], reason, "{body}");
+}
+
+#[track_caller]
+fn ok(out: KubectlOutput) -> String {
+    assert!(
+        out.success,
+        "kubectl failed:\nstdout: {}\nstderr: {}",
+        out.stdout, out.stderr
+    );
+    out.stdout
+}
+
+fn write(dir: &std::path::Path, file: &str, body: &str) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, body).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn names(out: &str) -> Vec<String> {
+    let mut names: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+    names.sort();
+    names
+}
+
+#[track_caller]
+fn assert_columns(table: &Value) {
+    assert_eq!(table["kind"], "Table", "{table}");
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1", "{table}");
+    let columns = table["columnDefinitions"].as_array().unwrap();
+    let named: Vec<(&str, i64)> = columns
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["priority"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        named,
+        [("Name", 0), ("Reference", 0), ("Type", 1), ("Age", 0)],
+        "{table}"
+    );
+    for c in columns {
+        assert!(c["type"].is_string() && c["description"].is_string(), "{c}");
+    }
+}
+
+#[track_caller]
+fn assert_partial_metadata(object: &Value, name: &str) {
+    assert_eq!(object["kind"], "PartialObjectMetadata", "{object}");
+    assert_eq!(object["apiVersion"], "meta.k8s.io/v1", "{object}");
+    assert_eq!(object["metadata"]["name"], name, "{object}");
+    assert!(object["metadata"]["uid"].is_string(), "{object}");
+    assert!(object.get("spec").is_none(), "{object}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tables_metadata_yaml_and_not_acceptable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    for (name, reference) in [("a", "one"), ("b", "two")] {
+        api.create(&PostParams::default(), &flunder(name, reference))
+            .await
+            .unwrap();
+    }
+    let one = format!("{FLUNDERS}/a");
+
+    // A Table of one object: one row, cells in column order, the object as metadata only.
+    let reply = get(&client, &one, TABLE).await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    assert!(reply.header("content-type").contains("as=Table"));
+    let table = reply.json();
+    assert_columns(&table);
+    let rows = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{table}");
+    let cells = rows[0]["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "{table}");
+    assert_eq!(&cells[..3], &[json!("a"), json!("one"), json!("Flunder")]);
+    assert!(cells[3].is_string(), "{table}");
+    assert_partial_metadata(&rows[0]["object"], "a");
+    assert!(table["metadata"]["resourceVersion"].is_string(), "{table}");
+
+    // A Table of a list, with the whole object or none.
+    let table = get(&client, FLUNDERS, TABLE).await.json();
+    assert_columns(&table);
+    let rows = table["rows"].as_array().unwrap();
+    let first: Vec<&Value> = rows.iter().map(|r| &r["cells"][0]).collect();
+    assert_eq!(first, [&json!("a"), &json!("b")], "{table}");
+    assert!(table["metadata"]["resourceVersion"].is_string(), "{table}");
+    let table = get(&client, &format!("{FLUNDERS}?includeObject=Object"), TABLE)
+        .await
+        .json();
+    let object = &table["rows"][0]["object"];
+    assert_eq!(object["kind"], "Flunder", "{table}");
+    assert_eq!(object["apiVersion"], "wardle.example.com/v1alpha1");
+    assert_eq!(object["spec"]["reference"], "one", "{table}");
+    let table = get(&client, &format!("{FLUNDERS}?includeObject=None"), TABLE)
+        .await
+        .json();
+    for row in table["rows"].as_array().unwrap() {
+        assert!(row.get("object").is_none_or(Value::is_null), "{row}");
+    }
+    let bad = get(&client, &format!("{FLUNDERS}?includeObject=All"), TABLE).await;
+    assert_status(&bad, 400, "BadRequest");
+
+    // Metadata only.
+    let reply = get(&client, &one, POM).await;
+    assert!(reply
+        .header("content-type")
+        .contains("as=PartialObjectMetadata"));
+    assert_partial_metadata(&reply.json(), "a");
+    let list = get(&client, FLUNDERS, POM_LIST).await.json();
+    assert_eq!(list["kind"], "PartialObjectMetadataList", "{list}");
+    assert_eq!(list["apiVersion"], "meta.k8s.io/v1", "{list}");
+    assert!(list["metadata"]["resourceVersion"].is_string(), "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{list}");
+    assert_partial_metadata(&items[0], "a");
+    assert_partial_metadata(&items[1], "b");
+
+    // What kube-apiserver refuses with 406 rather than falling back.
+    for (path, accept) in [
+        (one.as_str(), "application/vnd.kubernetes.protobuf"),
+        (one.as_str(), "text/html"),
+        (one.as_str(), POM_LIST),
+        (FLUNDERS, POM),
+        (
+            one.as_str(),
+            "application/json;as=Table;v=v1beta9;g=meta.k8s.io",
+        ),
+        (FLUNDERS, "application/json;as=Flunder;v=v1;g=meta.k8s.io"),
+    ] {
+        let reply = get(&client, path, accept).await;
+        assert_status(&reply, 406, "NotAcceptable");
+    }
+    // The first acceptable range wins; a fallback listed by the client is honoured.
+    let reply = get(&client, &one, "text/html, application/json;q=0.5").await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.json()["kind"], "Flunder");
+
+    // YAML: the content type says so and kubectl's own YAML parser reads it back.
+    let reply = get(&client, &one, "application/yaml").await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.header("content-type"), "application/yaml");
+    let yaml = reply.text();
+    assert!(yaml.contains("kind: Flunder"), "{yaml}");
+    let file = write(dir.path(), "a.yaml", &yaml);
+    let parsed: Value = serde_json::from_str(&ok(server.kubectl(&[
+        "create",
+        "--dry-run=client",
+        "-o",
+        "json",
+        "-f",
+        &file,
+    ])))
+    .unwrap();
+    assert_eq!(parsed["metadata"]["name"], "a");
+    assert_eq!(parsed["spec"]["reference"], "one");
+    let reply = get(&client, FLUNDERS, "application/yaml").await;
+    assert_eq!(reply.header("content-type"), "application/yaml");
+    assert!(
+        reply.text().contains("kind: FlunderList"),
+        "{}",
+        reply.text()
+    );
+    let reply = get(&client, &format!("{FLUNDERS}/nope"), "application/yaml").await;
+    assert_eq!(reply.code, StatusCode::NOT_FOUND);
+
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_as_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let request = http::Request::builder()
+        .uri(format!(
+            "{FLUNDERS}?watch=1&resourceVersion={rv}&timeoutSeconds=10"
+        ))
+        .header("accept", TABLE)
+        .body(Vec::new())
+        .unwrap();
+    let stream = tokio::time::timeout(Duration::from_secs(10), client.request_stream(request))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut lines = Box::pin(stream).lines();
+    api.create(&PostParams::default(), &flunder("w", "one"))
+        .await
+        .unwrap();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next())
+        .await
+        .expect("an event in time")
+        .expect("an event")
+        .unwrap();
+    let event: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["type"], "ADDED", "{event}");
+    let table = &event["object"];
+    assert_eq!(table["kind"], "Table", "{event}");
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1", "{event}");
+    assert_eq!(table["rows"][0]["cells"][0], "w", "{event}");
+    assert_partial_metadata(&table["rows"][0]["object"], "w");
+
+    // Metadata-only events.
+    let request = http::Request::builder()
+        .uri(format!(
+            "{FLUNDERS}?watch=1&resourceVersion={rv}&timeoutSeconds=10"
+        ))
+        .header("accept", POM)
+        .body(Vec::new())
+        .unwrap();
+    let stream = tokio::time::timeout(Duration::from_secs(10), client.request_stream(request))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut lines = Box::pin(stream).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next())
+        .await
+        .expect("an event in time")
+        .expect("an event")
+        .unwrap();
+    let event: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["type"], "ADDED", "{event}");
+    assert_partial_metadata(&event["object"], "w");
+
+    // A watch cannot be metadata-list shaped, nor YAML (kube-apiserver has no YAML stream
+    // encoder).
+    let path = format!("{FLUNDERS}?watch=1&timeoutSeconds=1");
+    assert_status(&get(&client, &path, POM_LIST).await, 406, "NotAcceptable");
+    assert_status(
+        &get(&client, &path, "application/yaml").await,
+        406,
+        "NotAcceptable",
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_subresource() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+
+    // Status sent on create is dropped.
+    let mut f = flunder("s", "one");
+    f.status = Some(FlunderStatus {});
+    let created = api.create(&PostParams::default(), &f).await.unwrap();
+    assert_eq!(created.status, None);
+
+    // A status update keeps the spec, and does not bump the generation.
+    let mut changed = created.clone();
+    changed.spec.reference = Some("changed".into());
+    changed.status = Some(FlunderStatus {});
+    let stored = api
+        .replace_status("s", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_eq!(stored.spec.reference.as_deref(), Some("one"));
+    assert_eq!(stored.status, Some(FlunderStatus {}));
+    assert_eq!(stored.metadata.generation, Some(1));
+    assert_ne!(
+        stored.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let patch =
+        json!({"spec": {"reference": "patched"}, "metadata": {"labels": {"via": "status"}}});
+    let patched = api
+        .patch_status("s", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.reference.as_deref(), Some("one"));
+    assert_eq!(patched.status, Some(FlunderStatus {}));
+    assert_eq!(api.get_status("s").await.unwrap(), patched);
+
+    // A main-resource update ignores the status it is sent and keeps the stored one.
+    let mut main = patched.clone();
+    main.spec.reference = Some("two".into());
+    main.status = None;
+    let updated = api
+        .replace("s", &PostParams::default(), &main)
+        .await
+        .unwrap();
+    assert_eq!(updated.spec.reference.as_deref(), Some("two"));
+    assert_eq!(updated.status, Some(FlunderStatus {}));
+    assert_eq!(updated.metadata.generation, Some(2));
+
+    // kubectl reads the subresource.
+    let raw = ok(server.kubectl(&["get", "--raw", &format!("{FLUNDERS}/s/status")]));
+    let raw: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(raw["kind"], "Flunder", "{raw}");
+    assert_eq!(raw["metadata"]["name"], "s", "{raw}");
+
+    // There is no create, list or delete of a status: kube-apiserver routes only get, update
+    // and patch there.
+    let body = serde_json::to_vec(&flunder("t", "x")).unwrap();
+    let json_body = [("content-type", "application/json")];
+    let reply = send(
+        &client,
+        "POST",
+        &format!("{FLUNDERS}/t/status"),
+        &json_body,
+        body,
+    )
+    .await;
+    assert_status(&reply, 405, "MethodNotAllowed");
+    let reply = send(
+        &client,
+        "DELETE",
+        &format!("{FLUNDERS}/s/status"),
+        &[],
+        Vec::new(),
+    )
+    .await;
+    assert_status(&reply, 405, "MethodNotAllowed");
+    assert!(api.get_opt("t").await.unwrap().is_none());
+    assert!(api.get_opt("s").await.unwrap().is_some());
+    server.stop().await;
+}
+
+fn flunder_yaml(name: &str, reference: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{{labels}}}\nspec:\n  reference: {reference}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_verbs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let mut all = String::new();
+    for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+        let tier = if i % 2 == 0 { "even" } else { "odd" };
+        all.push_str(&flunder_yaml(name, name, &format!("tier: {tier}")));
+        all.push_str("---\n");
+    }
+    let file = write(dir.path(), "all.yaml", &all);
+    ok(server.kubectl(&["create", "-f", &file]));
+
+    // Field selector on the name, jsonpath over a list.
+    let out = ok(server.kubectl(&[
+        "get",
+        "fl",
+        "--field-selector",
+        "metadata.name=b",
+        "-o",
+        "name",
+    ]));
+    assert_eq!(out.trim(), "flunder.wardle.example.com/b");
+    let out = ok(server.kubectl(&["get", "fl", "-o", "jsonpath={.items[*].metadata.name}"]));
+    assert_eq!(names(&out), ["a", "b", "c", "d"]);
+    let out = ok(server.kubectl(&[
+        "get",
+        "fl",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}={.spec.referenceType}{\"\\n\"}{end}",
+    ]));
+    assert!(
+        out.contains("a=Flunder\n") && out.contains("d=Flunder\n"),
+        "{out}"
+    );
+
+    // generateName.
+    let gen = write(
+        dir.path(),
+        "gen.yaml",
+        "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  generateName: gen-\n  namespace: default\nspec:\n  reference: x\n",
+    );
+    let out = ok(server.kubectl(&["create", "-f", &gen, "-o", "name"]));
+    let name = out
+        .trim()
+        .strip_prefix("flunder.wardle.example.com/")
+        .unwrap();
+    assert!(name.starts_with("gen-") && name.len() > 4, "{out}");
+    let out = ok(server.kubectl(&["create", "-f", &gen, "-o", "name"]));
+    assert_ne!(out.trim(), format!("flunder.wardle.example.com/{name}"));
+
+    // Server-side dry run stores nothing, on create and on change.
+    let dry = write(dir.path(), "dry.yaml", &flunder_yaml("dry", "x", "a: b"));
+    let out = ok(server.kubectl(&["apply", "--dry-run=server", "-f", &dry]));
+    assert!(out.contains("created (server dry run)"), "{out}");
+    let missing = server.kubectl(&["get", "fl", "dry"]);
+    assert!(
+        !missing.success && missing.stderr.contains("NotFound"),
+        "{missing:?}"
+    );
+    let changed = write(
+        dir.path(),
+        "a.yaml",
+        &flunder_yaml("a", "zzz", "tier: even"),
+    );
+    ok(server.kubectl(&["apply", "--dry-run=server", "-f", &changed]));
+    let out = ok(server.kubectl(&["get", "fl", "a", "-o", "jsonpath={.spec.reference}"]));
+    assert_eq!(out, "a");
+
+    // Strategic merge patch on labels keeps the others; label and annotate.
+    ok(server.kubectl(&[
+        "patch",
+        "fl",
+        "a",
+        "--type=strategic",
+        "-p",
+        r#"{"metadata":{"labels":{"extra":"yes"}}}"#,
+    ]));
+    ok(server.kubectl(&["label", "fl", "a", "color=blue"]));
+    ok(server.kubectl(&["annotate", "fl", "a", "note=hello"]));
+    let labelled = ok(server.kubectl(&["get", "fl", "a", "-o", "json"]));
+    let labelled: Value = serde_json::from_str(&labelled).unwrap();
+    assert_eq!(
+        labelled["metadata"]["labels"],
+        json!({"tier": "even", "extra": "yes", "color": "blue"})
+    );
+    assert_eq!(labelled["metadata"]["annotations"]["note"], "hello");
+    let clash = server.kubectl(&["label", "fl", "a", "color=red"]);
+    assert!(!clash.success, "{clash:?}");
+    ok(server.kubectl(&["label", "fl", "a", "color=red", "--overwrite"]));
+    ok(server.kubectl(&["label", "fl", "a", "color-"]));
+    ok(server.kubectl(&["annotate", "fl", "a", "note-"]));
+    let out = ok(server.kubectl(&["get", "fl", "-l", "color", "-o", "name"]));
+    assert_eq!(out.trim(), "");
+
+    // Delete by label, then all.
+    let out = ok(server.kubectl(&["delete", "fl", "-l", "tier=odd"]));
+    assert!(
+        out.contains("\"b\" deleted") && out.contains("\"d\" deleted"),
+        "{out}"
+    );
+    let out = ok(server.kubectl(&["get", "fl", "-o", "name"]));
+    assert_eq!(out.lines().count(), 4, "{out}");
+    ok(server.kubectl(&["delete", "fl", "--all"]));
+    let out = ok(server.kubectl(&["get", "fl", "-o", "name"]));
+    assert_eq!(out.trim(), "", "{out}");
+
+    // Cluster-scoped fischers: listed without a namespace, not found under one.
+    let fischer = write(
+        dir.path(),
+        "fischer.yaml",
+        "apiVersion: wardle.example.com/v1alpha1\nkind: Fischer\nmetadata:\n  name: fish\ndisallowedFlunders: [bad]\n",
+    );
+    ok(server.kubectl(&["create", "-f", &fischer]));
+    let out = ok(server.kubectl(&["get", "fischers", "--no-headers"]));
+    assert!(out.starts_with("fish ") && out.contains("bad"), "{out}");
+    let out = ok(server.kubectl(&["get", "fischers", "-n", "default", "-o", "name"]));
+    assert_eq!(out.trim(), "fischer.wardle.example.com/fish");
+    let under_ns = server.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/fischers/fish",
+    ]);
+    assert!(!under_ns.success, "{under_ns:?}");
+    assert!(under_ns.stderr.contains("NotFound"), "{under_ns:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delete_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    for (name, tier) in [("a", "x"), ("b", "y"), ("c", "x")] {
+        let mut f = flunder(name, "r");
+        f.metadata.labels = Some([("tier".to_string(), tier.to_string())].into());
+        api.create(&PostParams::default(), &f).await.unwrap();
+    }
+    let other: Api<Flunder> = Api::namespaced(client.clone(), "other");
+    other
+        .create(&PostParams::default(), &flunder("a", "r"))
+        .await
+        .unwrap();
+
+    let dry = api
+        .delete_collection(
+            &DeleteParams::default().dry_run(),
+            &ListParams::default().labels("tier=x"),
+        )
+        .await
+        .unwrap();
+    let dry = dry.left().expect("a list of what would be deleted");
+    assert_eq!(dry.items.len(), 2);
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
+
+    let deleted = api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("tier=x"),
+        )
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
+    let mut gone: Vec<String> = deleted
+        .items
+        .iter()
+        .map(|f| f.metadata.name.clone().unwrap())
+        .collect();
+    gone.sort();
+    assert_eq!(gone, ["a", "c"]);
+    let left = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(left.items.len(), 1);
+    assert_eq!(
+        other
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_version_and_anonymous() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+    let anonymous = anonymous_client(&server).await;
+
+    for c in [&client, &anonymous] {
+        for path in ["/healthz", "/livez", "/readyz"] {
+            let reply = get(c, path, "*/*").await;
+            assert_eq!(reply.code, StatusCode::OK, "{path}: {}", reply.text());
+            assert_eq!(reply.text(), "ok", "{path}");
+            assert!(
+                reply.header("content-type").starts_with("text/plain"),
+                "{path}"
+            );
+        }
+        let reply = get(c, "/readyz?verbose", "*/*").await;
+        assert_eq!(reply.code, StatusCode::OK);
+        let text = reply.text();
+        assert!(text.contains("[+]ping ok"), "{text}");
+        assert!(text.ends_with("readyz check passed\n"), "{text}");
+        let reply = get(c, "/livez?verbose=1", "*/*").await;
+        assert!(reply.text().contains("[+]ping ok"), "{}", reply.text());
+
+        let reply = get(c, "/version", "application/json").await;
+        assert_eq!(reply.code, StatusCode::OK);
+        assert!(reply.header("content-type").starts_with("application/json"));
+        let version = reply.json();
+        for key in ["major", "minor", "gitVersion", "platform"] {
+            assert!(version[key].is_string(), "{version}");
+        }
+    }
+    // Each check on its own path (for authenticated callers: kube-apiserver always allows only
+    // the roots), `exclude`, and 404 for a check that does not exist.
+    let reply = get(&client, "/healthz/ping", "*/*").await;
+    assert_eq!((reply.code, reply.text().as_str()), (StatusCode::OK, "ok"));
+    let reply = get(&client, "/readyz/storage", "*/*").await;
+    assert_eq!((reply.code, reply.text().as_str()), (StatusCode::OK, "ok"));
+    let reply = get(&client, "/readyz/nonesuch", "*/*").await;
+    assert_eq!(reply.code, StatusCode::NOT_FOUND, "{}", reply.text());
+    let text = get(
+        &client,
+        "/readyz?verbose&exclude=storage&exclude=nope",
+        "*/*",
+    )
+    .await
+    .text();
+    assert!(text.contains("[+]storage excluded: ok\n"), "{text}");
+    assert!(
+        text.contains("warn: some health checks cannot be excluded: no matches for \"nope\"\n"),
+        "{text}"
+    );
+    assert_eq!(
+        get(&client, "/livez?exclude=ping", "*/*").await.text(),
+        "ok"
+    );
+
+    let info = client.apiserver_version().await.unwrap();
+    assert!(info.git_version.starts_with('v'), "{info:?}");
+
+    // Anything else needs credentials.
+    for path in [
+        "/apis",
+        "/apis/wardle.example.com/v1alpha1",
+        FLUNDERS,
+        "/openapi/v2",
+    ] {
+        let reply = get(&anonymous, path, "application/json").await;
+        assert_status(&reply, 401, "Unauthorized");
+    }
+
+    // kubectl without credentials: health yes, resources no.
+    let kubeconfig = std::fs::read_to_string(&server.kubeconfig).unwrap();
+    let stripped = strip_user_credentials(&kubeconfig);
+    let path = write(dir.path(), "anonymous.kubeconfig", &stripped);
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("timeout")
+            .arg("60")
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(&path)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap();
+        KubectlOutput {
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    assert_eq!(ok(run(&["get", "--raw", "/readyz"])), "ok");
+    let denied = run(&["get", "--raw", FLUNDERS]);
+    assert!(!denied.success, "{denied:?}");
+    assert!(denied.stderr.contains("Unauthorized"), "{denied:?}");
+    server.stop().await;
+}
+
+/// The kubeconfig without the user's certificate and key, so kubectl sends no credentials
+/// kube-apiserver verifies. A bare user name keeps kubectl from prompting for one; the basic
+/// auth header it then sends is ignored, as kube-apiserver ignores it. (Not a made-up bearer
+/// token: kube-apiserver answers a token it cannot verify with 401 on every path, health
+/// included.)
+fn strip_user_credentials(kubeconfig: &str) -> String {
+    let mut out = String::new();
+    let mut replaced = false;
+    for line in kubeconfig.lines() {
+        let key = line.trim_start();
+        if key.starts_with("client-certificate") || key.starts_with("client-key") {
+            if !replaced {
+                let indent = &line[..line.len() - key.len()];
+                out.push_str(&format!("{indent}username: nobody\n"));
+                replaced = true;
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    assert!(replaced, "no client certificate in {kubeconfig}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn discovery_and_openapi() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+
+    let groups: Value =
+        serde_json::from_str(&ok(server.kubectl(&["get", "--raw", "/apis"]))).unwrap();
+    assert_eq!(groups["kind"], "APIGroupList", "{groups}");
+    let wardle = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "wardle.example.com")
+        .unwrap_or_else(|| panic!("{groups}"));
+    assert_eq!(
+        wardle["preferredVersion"]["groupVersion"],
+        "wardle.example.com/v1alpha1"
+    );
+
+    let reply = get(&client, "/apis", DISCOVERY_V2).await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    assert!(
+        reply
+            .header("content-type")
+            .contains("as=APIGroupDiscoveryList"),
+        "{:?}",
+        reply.headers
+    );
+    let aggregated = reply.json();
+    assert_eq!(aggregated["kind"], "APIGroupDiscoveryList", "{aggregated}");
+    assert_eq!(aggregated["apiVersion"], "apidiscovery.k8s.io/v2");
+    let group = &aggregated["items"][0];
+    assert_eq!(
+        group["metadata"]["name"], "wardle.example.com",
+        "{aggregated}"
+    );
+    let resources = group["versions"][0]["resources"].as_array().unwrap();
+    let flunders = resources
+        .iter()
+        .find(|r| r["resource"] == "flunders")
+        .unwrap();
+    assert_eq!(flunders["scope"], "Namespaced");
+    assert_eq!(
+        flunders["subresources"][0]["subresource"], "status",
+        "{flunders}"
+    );
+    let discovered = client.list_api_groups_aggregated().await.unwrap();
+    assert!(
+        discovered
+            .items
+            .iter()
+            .any(|g| g.metadata.as_ref().and_then(|m| m.name.as_deref())
+                == Some("wardle.example.com"))
+    );
+
+    // Conditional discovery: an ETag, and 304 when it still matches.
+    let gv = "/apis/wardle.example.com/v1alpha1";
+    let reply = get(&client, gv, "application/json").await;
+    assert_eq!(reply.json()["kind"], "APIResourceList");
+    let etag = reply.header("etag").to_string();
+    assert!(!etag.is_empty(), "{:?}", reply.headers);
+    let reply = send(
+        &client,
+        "GET",
+        gv,
+        &[("accept", "application/json"), ("if-none-match", &etag)],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::NOT_MODIFIED, "{}", reply.text());
+    assert!(reply.body.is_empty());
+    let reply = send(
+        &client,
+        "GET",
+        gv,
+        &[("if-none-match", "\"other\"")],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK);
+
+    // OpenAPI v2 with the GVK extension kubectl uses to find a type's schema.
+    let v2 = get(&client, "/openapi/v2", "application/json").await.json();
+    let definitions = v2["definitions"].as_object().unwrap();
+    let flunder = definitions
+        .values()
+        .find(|d| {
+            d["x-kubernetes-group-version-kind"]
+                .as_array()
+                .is_some_and(|g| {
+                    g.iter()
+                        .any(|k| k["kind"] == "Flunder" && k["group"] == "wardle.example.com")
+                })
+        })
+        .unwrap_or_else(|| panic!("no Flunder in {:?}", definitions.keys().collect::<Vec<_>>()));
+    assert!(flunder["properties"]["spec"].is_object(), "{flunder}");
+
+    // OpenAPI v3: the index points at the group version, and that document has the type.
+    let index = get(&client, "/openapi/v3", "application/json").await.json();
+    let entry = &index["paths"]["apis/wardle.example.com/v1alpha1"];
+    let url = entry["serverRelativeURL"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{index}"));
+    let doc = get(&client, url, "application/json").await;
+    assert_eq!(doc.code, StatusCode::OK, "{}", doc.text());
+    let doc = doc.json();
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3."),
+        "{}",
+        doc["openapi"]
+    );
+    assert!(doc["components"]["schemas"].as_object().unwrap().len() > 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unknown_fields_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let client = client(&server).await;
+
+    let body = br#"{"apiVersion":"wardle.example.com/v1alpha1","kind":"Flunder","metadata":{"name":"w"},"spec":{"reference":"r","nope":1}}"#;
+    let reply = send(
+        &client,
+        "POST",
+        FLUNDERS,
+        &[("content-type", "application/json")],
+        body.to_vec(),
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::CREATED, "{}", reply.text());
+    let warnings: Vec<&str> = reply
+        .headers
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(warnings, [r#"299 - "unknown field \"spec.nope\"""#]);
+    assert!(reply.json()["spec"].get("nope").is_none());
+
+    // Ignore: no warning.
+    let body = br#"{"metadata":{"name":"i"},"spec":{"nope":1}}"#;
+    let reply = send(
+        &client,
+        "POST",
+        &format!("{FLUNDERS}?fieldValidation=Ignore"),
+        &[("content-type", "application/json")],
+        body.to_vec(),
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::CREATED, "{}", reply.text());
+    assert!(
+        reply.headers.get("warning").is_none(),
+        "{:?}",
+        reply.headers
+    );
+
+    // kubectl prints the server's warnings on stderr.
+    let file = write(
+        dir.path(),
+        "k.yaml",
+        "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: k\n  namespace: default\nspec:\n  reference: r\n  bogus: true\n",
+    );
+    let out = server.kubectl(&["create", "--validate=warn", "-f", &file]);
+    assert!(out.success, "{out:?}");
+    assert!(
+        out.stderr.contains("Warning: unknown field \"spec.bogus\""),
+        "{out:?}"
+    );
+    server.stop().await;
+}
