@@ -3,16 +3,20 @@
 //! kubectl's less common verbs, health and version, authentication of anonymous callers,
 //! discovery and OpenAPI, and `Warning` headers — checked against kube-apiserver's behaviour.
 
+mod common;
+
+use common::*;
+
 use std::time::Duration;
 
 use apiserver::testing::{KubectlOutput, TestServer};
 use futures::{AsyncBufReadExt, StreamExt};
 use http::{HeaderMap, StatusCode};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::config::AuthInfo;
+use kube::Client;
 use serde_json::{json, Value};
-use wardle::{Flunder, FlunderSpec, FlunderStatus};
+use wardle::{Flunder, FlunderStatus};
 
 const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
@@ -20,38 +24,11 @@ const POM: &str = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
 const POM_LIST: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
 const DISCOVERY_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
-async fn start(dir: &std::path::Path) -> TestServer {
-    TestServer::start(dir, vec![wardle::api_group()]).await
-}
-
-async fn config(server: &TestServer) -> Config {
-    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
-    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap()
-}
-
-async fn client(server: &TestServer) -> Client {
-    Client::try_from(config(server).await).unwrap()
-}
-
 /// A client that trusts the server but presents no credentials of its own.
 async fn anonymous_client(server: &TestServer) -> Client {
     let mut config = config(server).await;
     config.auth_info = AuthInfo::default();
     Client::try_from(config).unwrap()
-}
-
-fn flunder(name: &str, reference: &str) -> Flunder {
-    let mut f = Flunder {
-        spec: FlunderSpec {
-            reference: Some(reference.into()),
-            reference_type: None,
-        },
-        ..Flunder::default()
-    };
-    f.metadata.name = Some(name.into());
-    f
 }
 
 /// What the server answered to one raw request.
@@ -122,22 +99,6 @@ fn assert_status(reply: &Reply, code: u16, reason: &str) {
     assert_eq!(body["status"], "Failure", "{body}");
     assert_eq!(body["code"], code, "{body}");
     assert_eq!(body["reason"], reason, "{body}");
-}
-
-#[track_caller]
-fn ok(out: KubectlOutput) -> String {
-    assert!(
-        out.success,
-        "kubectl failed:\nstdout: {}\nstderr: {}",
-        out.stdout, out.stderr
-    );
-    out.stdout
-}
-
-fn write(dir: &std::path::Path, file: &str, body: &str) -> String {
-    let path = dir.join(file);
-    std::fs::write(&path, body).unwrap();
-    path.to_string_lossy().into_owned()
 }
 
 fn names(out: &str) -> Vec<String> {
@@ -447,12 +408,6 @@ async fn status_subresource() {
     assert!(api.get_opt("t").await.unwrap().is_none());
     assert!(api.get_opt("s").await.unwrap().is_some());
     server.stop().await;
-}
-
-fn flunder_yaml(name: &str, reference: &str, labels: &str) -> String {
-    format!(
-        "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{{labels}}}\nspec:\n  reference: {reference}\n"
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,6 +1,10 @@
 //! End to end with kube-rs: `kube::Api<Flunder>` against the wardle server over TLS, and raw
 //! requests with bad input that must get kube-apiserver's `Status` and change nothing.
 
+mod common;
+
+use common::*;
+
 use std::time::Duration;
 
 use apiserver::testing::TestServer;
@@ -8,29 +12,8 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-use wardle::{Fischer, Flunder, FlunderSpec};
-
-async fn client(server: &TestServer) -> Client {
-    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
-fn flunder(name: &str, reference: &str) -> Flunder {
-    let mut f = Flunder {
-        spec: FlunderSpec {
-            reference: Some(reference.into()),
-            reference_type: None,
-        },
-        ..Flunder::default()
-    };
-    f.metadata.name = Some(name.into());
-    f
-}
+use kube::Client;
+use wardle::{Fischer, Flunder};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn typed_client_round_trip() {

@@ -1,38 +1,16 @@
 //! End to end with kubectl: the wardle server over real TLS on its SQLite file, driven the way
 //! a user drives kube-apiserver.
 
+mod common;
+
+use common::*;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use apiserver::testing::{KubectlOutput, TestServer};
-
-async fn start(dir: &std::path::Path) -> TestServer {
-    TestServer::start(dir, vec![wardle::api_group()]).await
-}
-
-#[track_caller]
-fn ok(out: KubectlOutput) -> String {
-    assert!(
-        out.success,
-        "kubectl failed:\nstdout: {}\nstderr: {}",
-        out.stdout, out.stderr
-    );
-    out.stdout
-}
-
-fn flunder_yaml(name: &str, reference: &str, labels: &str) -> String {
-    format!(
-        "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{{labels}}}\nspec:\n  reference: {reference}\n"
-    )
-}
-
-fn write(dir: &std::path::Path, file: &str, body: &str) -> String {
-    let path = dir.join(file);
-    std::fs::write(&path, body).unwrap();
-    path.to_string_lossy().into_owned()
-}
+use apiserver::testing::TestServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn discovery_and_explain() {
