@@ -151,3 +151,26 @@ async fn compacted_history_is_410_expired() {
     assert_eq!(out.stdout.lines().count(), 3, "{}", out.stdout);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serves_a_given_certificate() {
+    // Certificates made by one server's --cert-dir are "given" to another.
+    let given = tempfile::tempdir().unwrap();
+    let first = TestServer::start(given.path(), vec![wardle::api_group()]).await;
+    first.stop().await;
+    let certs = given.path().join("certs");
+    let dir = tempfile::tempdir().unwrap();
+    let options = apiserver::server::ServerOptions {
+        tls_cert_file: Some(certs.join("apiserver.crt")),
+        tls_private_key_file: Some(certs.join("apiserver.key")),
+        ..TestServer::options(dir.path())
+    };
+    let server = TestServer::start_with_options(options, vec![wardle::api_group()]).await;
+    // The standalone kubeconfig trusts this server's own CA, not the given certificate's.
+    let out = server.kubectl(&["get", "fl"]);
+    assert!(!out.success, "the given certificate must be the one served");
+    let ca = certs.join("serving-ca.crt");
+    let out = server.kubectl(&["--certificate-authority", ca.to_str().unwrap(), "get", "fl"]);
+    assert!(out.success, "{}", out.stderr);
+    server.stop().await;
+}
