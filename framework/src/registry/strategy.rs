@@ -4,7 +4,7 @@
 //! These work on JSON so that they apply to every type alike; the per-type hooks
 //! (defaulting, validation) are methods of [`Resource`](crate::Resource).
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::runtime::object::{metadata, metadata_mut};
 use crate::runtime::ResourceInfo;
@@ -53,13 +53,7 @@ pub fn prepare_for_update(info: &ResourceInfo, target: UpdateTarget, new: &mut V
         UpdateTarget::Status => keep_only_status(new, old),
     }
     let old_meta = metadata(old).cloned().unwrap_or_default();
-    let meta = metadata_mut(new);
-    for field in SERVER_MANAGED {
-        match old_meta.get(field) {
-            Some(v) => meta.insert(field.to_string(), v.clone()),
-            None => meta.remove(field),
-        };
-    }
+    keep_server_managed(metadata_mut(new), &old_meta);
     let generation = old_meta
         .get("generation")
         .and_then(Value::as_i64)
@@ -70,6 +64,29 @@ pub fn prepare_for_update(info: &ResourceInfo, target: UpdateTarget, new: &mut V
         generation
     };
     metadata_mut(new).insert("generation".into(), json!(bumped));
+}
+
+/// kube's `BeforeUpdate`: a client cannot move the generation or creationTimestamp (they are
+/// put back silently), nor remove the deletion fields once set; a uid, deletionTimestamp or
+/// grace period it changes is left in place for `validate_object_meta_update` to refuse
+/// (422 "field is immutable"), so an update aimed at another incarnation of the name fails.
+fn keep_server_managed(meta: &mut Map<String, Value>, old: &Map<String, Value>) {
+    let is_set = |m: &Map<String, Value>, k: &str| m.get(k).is_some_and(|v| !v.is_null());
+    for field in SERVER_MANAGED {
+        let restore = match field {
+            "generation" | "creationTimestamp" => true,
+            "deletionTimestamp" => is_set(old, field),
+            // uid, deletionGracePeriodSeconds: filled in only when the client left them out.
+            _ => !is_set(meta, field),
+        };
+        if !restore {
+            continue;
+        }
+        match old.get(field) {
+            Some(v) => meta.insert(field.to_string(), v.clone()),
+            None => meta.remove(field),
+        };
+    }
 }
 
 /// Replaces everything in `new` but its status (and the resourceVersion the client sent,
@@ -137,7 +154,8 @@ mod tests {
         let mut new = json!({"metadata": {"name": "a", "uid": "other"}, "spec": {"x": 2}, "status": {"s": 9}});
         prepare_for_update(&INFO, UpdateTarget::Main, &mut new, &old);
         assert_eq!(new["status"], json!({"s": 1}));
-        assert_eq!(new["metadata"]["uid"], "u");
+        // Left for validation to refuse as immutable, as kube's BeforeUpdate does.
+        assert_eq!(new["metadata"]["uid"], "other");
         assert_eq!(new["metadata"]["generation"], 3);
     }
 

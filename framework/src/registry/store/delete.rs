@@ -42,14 +42,7 @@ pub(crate) async fn delete(
             if object::is_being_deleted(&object) {
                 return Ok(DeleteOutcome::Pending(object));
             }
-            let mut marked = object.clone();
-            set_meta(
-                &mut marked,
-                "deletionTimestamp",
-                json!(object::now_timestamp()),
-            );
-            set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
-            let bytes = encode_for_storage(&marked)?;
+            let bytes = encode_for_storage(&mark_as_deleting(object.clone()))?;
             inner
                 .backend
                 .update(&key, bytes, current.mod_revision)
@@ -71,6 +64,22 @@ pub(crate) async fn delete(
         }
     }
     Err(Error::conflict(&inner.info, name))
+}
+
+/// kube's `markAsDeleting`: a deletionTimestamp of now, a zero grace period, and (for kinds
+/// without graceful deletion, which is all of ours) a generation bump, so that controllers
+/// keyed on `observedGeneration` notice the deletion.
+fn mark_as_deleting(mut object: Value) -> Value {
+    if let Some(generation) = object["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
+        set_meta(&mut object, "generation", json!(generation + 1));
+    }
+    set_meta(
+        &mut object,
+        "deletionTimestamp",
+        json!(object::now_timestamp()),
+    );
+    set_meta(&mut object, "deletionGracePeriodSeconds", json!(0));
+    object
 }
 
 fn check_preconditions(

@@ -13,6 +13,7 @@ mod write;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -60,11 +61,14 @@ impl<T: Resource> Clone for Store<T> {
 }
 
 /// What every verb of a store needs; not generic, so most code is compiled once.
+#[derive(Clone)]
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn Backend>,
     /// `{prefix}/{group}/{plural}/`.
     pub(crate) key_root: String,
     pub(crate) info: ResourceInfo,
+    /// How often a watch that allows bookmarks gets one.
+    pub(crate) bookmark_interval: Duration,
 }
 
 impl Inner {
@@ -124,11 +128,22 @@ impl<T: Resource> Store<T> {
             backend,
             key_root,
             info,
+            bookmark_interval: watch::BOOKMARK_INTERVAL,
         });
         Self {
             inner,
             _type: PhantomData,
         }
+    }
+
+    /// Sends watch bookmarks every `interval` instead of kube-apiserver's minute: for tests,
+    /// and for clients that want their resume point refreshed more often.
+    pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
+        // Only stores already cloned share `Inner`; they keep the interval they had.
+        // A zero interval would make tokio's ticker panic.
+        let interval = interval.max(Duration::from_millis(1));
+        Arc::make_mut(&mut self.inner).bookmark_interval = interval;
+        self
     }
 
     /// The static description of `T`.

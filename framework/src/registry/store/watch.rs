@@ -9,6 +9,7 @@ use futures::StreamExt;
 use rand::Rng;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::codec::{decode_stored, set_type_meta};
@@ -19,10 +20,14 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::ListOptions;
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
+use crate::runtime::object::set_meta;
 use crate::storage::{Event, EventStream, EventType, ListRequest, Revision, StorageError};
 
 /// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
-const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long before its timeout a watch gets its last bookmark (the cacher's 2 s).
+const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
 /// Without `timeoutSeconds`, a watch ends after a random time in [30 min, 60 min), as
 /// kube-apiserver's `--min-request-timeout` does, to spread reconnects.
@@ -110,7 +115,8 @@ async fn run(
     events: Result<EventStream, StorageError>,
     tx: mpsc::Sender<WatchEvent>,
 ) {
-    let deadline = tokio::time::sleep(plan.timeout);
+    let deadline_at = Instant::now() + plan.timeout;
+    let deadline = tokio::time::sleep_until(deadline_at);
     tokio::pin!(deadline);
     for event in initial {
         if tx.send(event).await.is_err() {
@@ -128,15 +134,17 @@ async fn run(
             return;
         }
     };
-    let mut ticker = tokio::time::interval_at(
-        tokio::time::Instant::now() + BOOKMARK_INTERVAL,
-        BOOKMARK_INTERVAL,
-    );
+    let interval = inner.bookmark_interval;
+    let next_after = |now| next_bookmark(now, interval, deadline_at);
+    let mut due = plan.bookmarks.then(|| next_after(Instant::now())).flatten();
     loop {
         let out = tokio::select! {
             _ = &mut deadline => return,
             _ = tx.closed() => return,
-            _ = ticker.tick(), if plan.bookmarks => Some(bookmark(&inner, last, false)),
+            _ = tokio::time::sleep_until(due.unwrap_or(deadline_at)), if due.is_some() => {
+                due = next_after(Instant::now());
+                Some(bookmark(&inner, last, false))
+            }
             next = events.next() => match next {
                 None => return,
                 Some(Err(e)) => { let _ = tx.send(error_event(&inner, e)).await; return; }
@@ -154,22 +162,37 @@ async fn run(
     }
 }
 
+/// When the next bookmark is due, as the cacher's `nextBookmarkTime`: every `interval`, and
+/// once right before the watch times out (2 s before), so that a client resumes from a fresh
+/// resourceVersion; `None` when no bookmark fits before the deadline any more.
+fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<Instant> {
+    let before_timeout = deadline.checked_sub(PRE_TIMEOUT_BOOKMARK)?;
+    let at = (now + interval).min(before_timeout);
+    (at > now).then_some(at)
+}
+
 /// A storage event as the watcher sees it through its selectors: an object moving out of
 /// the selection is DELETED for it, one moving in is ADDED.
 fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
     let object = decode_stored(&event.kv).ok()?;
     let now = filter.matches(&object);
-    let before = match &event.prev_kv {
-        Some(prev) => decode_stored(prev).ok().is_some_and(|o| filter.matches(&o)),
-        None => false,
+    let previous = match &event.prev_kv {
+        Some(prev) => decode_stored(prev).ok().filter(|o| filter.matches(o)),
+        None => None,
     };
-    let type_ = match (event.event_type, before, now) {
-        (EventType::Delete, true, _) => WatchEventType::Deleted,
-        (EventType::Delete, false, _) => return None,
-        (EventType::Put, false, true) => WatchEventType::Added,
-        (EventType::Put, true, true) => WatchEventType::Modified,
-        (EventType::Put, true, false) => WatchEventType::Deleted,
-        (EventType::Put, false, false) => return None,
+    let (type_, object) = match (event.event_type, previous, now) {
+        (EventType::Delete, Some(_), _) => (WatchEventType::Deleted, object),
+        (EventType::Delete, None, _) => return None,
+        (EventType::Put, None, true) => (WatchEventType::Added, object),
+        (EventType::Put, Some(_), true) => (WatchEventType::Modified, object),
+        // As the cacher does: the watcher gets the last state it was shown (the one its
+        // selector matched), at the event's resourceVersion so it can resume from there.
+        (EventType::Put, Some(mut last), false) => {
+            let rv = event.revision().to_string();
+            set_meta(&mut last, "resourceVersion", json!(rv));
+            (WatchEventType::Deleted, last)
+        }
+        (EventType::Put, None, false) => return None,
     };
     Some(WatchEvent { type_, object })
 }

@@ -7,7 +7,7 @@ use super::codec::{decode_stored, decode_typed, encode_for_storage, encode_typed
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
-use crate::registry::options::WriteOptions;
+use crate::registry::options::{FieldValidation, WriteOptions};
 use crate::registry::rest::UpdateFn;
 use crate::registry::strategy::{prepare_for_create, prepare_for_update, UpdateTarget};
 use crate::registry::validation::{
@@ -39,10 +39,10 @@ pub(crate) async fn create<T: Resource>(
         }
         let stored = admit_new::<T>(inner, ctx, candidate, options)?;
         let name = object::name(&stored).unwrap_or_default().to_string();
-        if options.dry_run {
-            return Ok(stored);
-        }
         let key = inner.key(ctx, &name)?;
+        if options.dry_run {
+            return dry_run_create(inner, &key, &name, stored).await;
+        }
         match inner
             .backend
             .create(&key, encode_for_storage(&stored)?)
@@ -61,6 +61,16 @@ pub(crate) async fn create<T: Resource>(
             inner.info.group_resource()
         ),
     ))
+}
+
+/// kube's `DryRunnableStorage.Create`: nothing is written, but a name already taken is still
+/// `AlreadyExists`, so a dry run answers as the real create would.
+async fn dry_run_create(inner: &Inner, key: &str, name: &str, stored: Value) -> Result<Value> {
+    let existing = inner.backend.get(key).await;
+    match existing.map_err(|e| inner.storage_error(name, e))? {
+        Some(_) => Err(Error::already_exists(&inner.info, name)),
+        None => Ok(stored),
+    }
 }
 
 /// Runs defaulting and validation on a new object and fills the server-set fields.
@@ -170,6 +180,17 @@ pub(crate) async fn update<T: Resource>(
     Err(Error::conflict(&inner.info, name))
 }
 
+/// `object` through `T` with its defaults applied.
+fn defaulted<T: Resource>(
+    object: &Value,
+    options: &WriteOptions,
+    ctx: &RequestContext,
+) -> Result<Value> {
+    let mut typed: T = decode_typed(object, options.field_validation, ctx)?;
+    typed.default_fields();
+    encode_typed(&typed)
+}
+
 /// Checks and prepares the new state of an object; `None` when nothing would change.
 fn prepare_update<T: Resource>(
     inner: &Inner,
@@ -195,11 +216,12 @@ fn prepare_update<T: Resource>(
     }
     // Unconditional update: it applies to the version just read.
     set_meta(&mut new, "resourceVersion", json!(old_rv));
-    prepare_for_update(&inner.info, target, &mut new, old);
-    let old_typed: T = decode_typed(old, crate::registry::options::FieldValidation::Ignore, ctx)?;
-    let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
-    typed.default_fields();
-    let stored = encode_typed(&typed)?;
+    // Defaults first, as kube decodes with defaulting before the strategy runs: a client
+    // that leaves out a defaulted field has not changed the spec.
+    let mut stored = defaulted::<T>(&new, options, ctx)?;
+    prepare_for_update(&inner.info, target, &mut stored, old);
+    let old_typed: T = decode_typed(old, FieldValidation::Ignore, ctx)?;
+    let typed: T = decode_typed(&stored, FieldValidation::Ignore, ctx)?;
     let mut errors: Vec<FieldError> = validate_meta(inner, &stored);
     errors.extend(validate_object_meta_update(
         &stored["metadata"],
