@@ -249,7 +249,7 @@ impl ApiServer {
         let options = self.options.clone();
         let backend = match self.backend.clone() {
             Some(b) => b,
-            None => open_backend(&options)?,
+            None => open_backend(&options).await?,
         };
         let groups = self
             .groups
@@ -311,7 +311,7 @@ impl ApiServer {
     }
 }
 
-fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
     Ok(match options.storage_backend {
         StorageBackendKind::Memory => Arc::new(MemoryBackend::new()),
         StorageBackendKind::Sqlite => {
@@ -324,7 +324,24 @@ fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError
             }
             Arc::new(SqliteBackend::open(&options.sqlite_path)?)
         }
+        StorageBackendKind::Etcd3 => open_etcd3(options).await?,
     })
+}
+
+/// Connects to `--etcd-servers`. Keys are not prefixed here: the stores already put
+/// `--etcd-prefix` in front of theirs.
+#[cfg(feature = "etcd")]
+async fn open_etcd3(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+    let etcd_options = crate::storage::Etcd3Options::default();
+    let backend = crate::storage::Etcd3Backend::connect(&options.etcd_servers, etcd_options);
+    Ok(Arc::new(backend.await?))
+}
+
+/// Without the feature there is no etcd client to open, so say so instead of panicking.
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd3(_options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+    let message = "--storage-backend=etcd3: apiserver was built without the etcd feature";
+    Err(crate::storage::StorageError::Unavailable(message.into()).into())
 }
 
 fn build_router(

@@ -12,6 +12,8 @@ pub enum StorageBackendKind {
     Sqlite,
     /// In memory: gone when the process ends. For tests and demos.
     Memory,
+    /// An etcd v3 cluster (--etcd-servers). Needs the `etcd` feature of the `apiserver` crate.
+    Etcd3,
 }
 
 /// Options of the secure serving, storage and standalone authentication.
@@ -55,6 +57,15 @@ pub struct ServerOptions {
     #[arg(long = "sqlite-path", default_value = "apiserver.db")]
     pub sqlite_path: PathBuf,
 
+    /// The etcd endpoints, comma separated (with --storage-backend=etcd3).
+    #[cfg(feature = "etcd")]
+    #[arg(
+        long = "etcd-servers",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_servers: Vec<String>,
+
     /// The prefix of every storage key, as kube-apiserver's --etcd-prefix.
     #[arg(long = "etcd-prefix", default_value = "/registry")]
     pub storage_prefix: String,
@@ -83,6 +94,8 @@ impl Default for ServerOptions {
             extra_hosts: Vec::new(),
             storage_backend: StorageBackendKind::Sqlite,
             sqlite_path: PathBuf::from("apiserver.db"),
+            #[cfg(feature = "etcd")]
+            etcd_servers: vec!["http://127.0.0.1:2379".into()],
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
             request_timeout_seconds: 60,

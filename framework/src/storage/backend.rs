@@ -129,7 +129,8 @@ pub enum StorageError {
 /// A versioned key-value store with a global revision, compare-and-swap writes, range reads at
 /// a revision and watches from a revision.
 ///
-/// Implementations: [`memory`](crate::storage::memory), [`sqlite`](crate::storage::sqlite).
+/// Implementations: [`memory`](crate::storage::memory), [`sqlite`](crate::storage::sqlite),
+/// and `etcd3` with the `etcd` cargo feature.
 /// Every implementation must pass [`conformance`](crate::storage::conformance).
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {

@@ -3,6 +3,8 @@
 pub mod backend;
 pub mod compactor;
 pub mod conformance;
+#[cfg(feature = "etcd")]
+pub mod etcd3;
 pub mod memory;
 mod mvcc;
 mod notify;
@@ -12,5 +14,7 @@ pub use backend::{
     Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
     StorageError,
 };
+#[cfg(feature = "etcd")]
+pub use etcd3::{Etcd3Backend, Etcd3Options};
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
