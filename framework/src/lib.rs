@@ -1,6 +1,44 @@
 //! # apiserver
 //!
-//! A framework for Kubernetes aggregated API servers.
+//! A framework for Kubernetes **aggregated API servers**: the extension servers that
+//! kube-apiserver's aggregator proxies to for an API group. Write a type, derive
+//! [`Resource`](macro@Resource), add it to an [`ApiGroup`], run: kubectl, client-go and kube-rs
+//! treat the server like kube-apiserver.
+//!
+//! ```no_run
+//! use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+//! use apiserver::{ApiGroup, ApiServer, Resource};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+//! #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced,
+//!            shortnames = ["wd"],
+//!            printcolumn(name = "Color", type = "string", json_path = ".spec.color"))]
+//! struct Widget {
+//!     #[serde(default)]
+//!     metadata: ObjectMeta,
+//!     #[serde(default)]
+//!     spec: WidgetSpec,
+//! }
+//!
+//! #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+//! struct WidgetSpec {
+//!     color: Option<String>,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), apiserver::server::ServerError> {
+//!     ApiServer::from_args()
+//!         .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
+//!         .run()
+//!         .await
+//! }
+//! ```
+//!
+//! The modules follow a request's path: [`server`] (options, TLS, lifecycle, health) →
+//! [`filters`] → [`endpoints`] (HTTP and encoding) with [`discovery`] and [`openapi`] →
+//! [`registry`] (API semantics: the generic store and strategies) → [`storage`] (keys,
+//! revisions, watches). [`testing`] starts a real server for your own tests.
 #![warn(missing_docs)]
 
 pub mod auth;
