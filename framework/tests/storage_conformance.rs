@@ -58,23 +58,5 @@ mod etcd3 {
     }
 
     // Every case but `fresh_store_is_at_revision_zero`, which needs an empty etcd.
-    apiserver::backend_conformance_tests!(@cases on_etcd;
-        create_and_get,
-        create_of_existing_key_fails,
-        update_checks_revision,
-        missing_keys_are_not_found,
-        delete_with_and_without_expected_revision,
-        revision_grows_by_one_per_write,
-        create_and_mod_revisions,
-        list_by_prefix,
-        list_pagination,
-        list_at_old_revision,
-        list_at_future_revision_fails,
-        watch_replays_then_streams,
-        watch_delete_events,
-        compaction_limits_reads_and_watches,
-        compaction_keeps_current_values,
-        concurrent_writers_lose_no_update,
-        unread_watcher_does_not_block_writers,
-    );
+    apiserver::backend_conformance_tests!(shared on_etcd);
 }

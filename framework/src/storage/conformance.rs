@@ -97,8 +97,13 @@ where
 #[macro_export]
 macro_rules! backend_conformance_tests {
     ($factory:expr) => {
+        $crate::backend_conformance_tests!(@cases $factory; fresh_store_is_at_revision_zero);
+        $crate::backend_conformance_tests!(shared $factory);
+    };
+    // Every case that also holds on a store other tests write to (a shared etcd): all but
+    // `fresh_store_is_at_revision_zero`.
+    (shared $factory:expr) => {
         $crate::backend_conformance_tests!(@cases $factory;
-            fresh_store_is_at_revision_zero,
             create_and_get,
             create_of_existing_key_fails,
             update_checks_revision,
