@@ -252,6 +252,35 @@ async fn tables_metadata_yaml_and_not_acceptable() {
     server.stop().await;
 }
 
+type Lines = futures::io::Lines<std::pin::Pin<Box<dyn futures::AsyncBufRead + Send>>>;
+
+/// The lines of a watch of flunders in `default` after `rv`, asking for `accept`.
+async fn watch_lines(client: &Client, rv: &str, accept: &str) -> Lines {
+    let request = http::Request::builder()
+        .uri(format!(
+            "{FLUNDERS}?watch=1&resourceVersion={rv}&timeoutSeconds=10"
+        ))
+        .header("accept", accept)
+        .body(Vec::new())
+        .unwrap();
+    let stream = tokio::time::timeout(Duration::from_secs(10), client.request_stream(request))
+        .await
+        .unwrap()
+        .unwrap();
+    let stream: std::pin::Pin<Box<dyn futures::AsyncBufRead + Send>> = Box::pin(stream);
+    stream.lines()
+}
+
+/// The next watch event, within 10 s.
+async fn next_event(lines: &mut Lines) -> Value {
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next())
+        .await
+        .expect("an event in time")
+        .expect("an event")
+        .unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_as_table() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,27 +294,11 @@ async fn watch_as_table() {
         .metadata
         .resource_version
         .unwrap();
-    let request = http::Request::builder()
-        .uri(format!(
-            "{FLUNDERS}?watch=1&resourceVersion={rv}&timeoutSeconds=10"
-        ))
-        .header("accept", TABLE)
-        .body(Vec::new())
-        .unwrap();
-    let stream = tokio::time::timeout(Duration::from_secs(10), client.request_stream(request))
-        .await
-        .unwrap()
-        .unwrap();
-    let mut lines = Box::pin(stream).lines();
+    let mut table_events = watch_lines(&client, &rv, TABLE).await;
     api.create(&PostParams::default(), &flunder("w", "one"))
         .await
         .unwrap();
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next())
-        .await
-        .expect("an event in time")
-        .expect("an event")
-        .unwrap();
-    let event: Value = serde_json::from_str(&line).unwrap();
+    let event = next_event(&mut table_events).await;
     assert_eq!(event["type"], "ADDED", "{event}");
     let table = &event["object"];
     assert_eq!(table["kind"], "Table", "{event}");
@@ -294,24 +307,7 @@ async fn watch_as_table() {
     assert_partial_metadata(&table["rows"][0]["object"], "w");
 
     // Metadata-only events.
-    let request = http::Request::builder()
-        .uri(format!(
-            "{FLUNDERS}?watch=1&resourceVersion={rv}&timeoutSeconds=10"
-        ))
-        .header("accept", POM)
-        .body(Vec::new())
-        .unwrap();
-    let stream = tokio::time::timeout(Duration::from_secs(10), client.request_stream(request))
-        .await
-        .unwrap()
-        .unwrap();
-    let mut lines = Box::pin(stream).lines();
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next())
-        .await
-        .expect("an event in time")
-        .expect("an event")
-        .unwrap();
-    let event: Value = serde_json::from_str(&line).unwrap();
+    let event = next_event(&mut watch_lines(&client, &rv, POM).await).await;
     assert_eq!(event["type"], "ADDED", "{event}");
     assert_partial_metadata(&event["object"], "w");
 
