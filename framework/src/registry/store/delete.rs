@@ -3,16 +3,13 @@
 use serde_json::{json, Value};
 
 use super::codec::{decode_stored, encode_for_storage};
-use super::{list, Inner};
+use super::{list, Inner, MAX_ATTEMPTS};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{DeleteOptions, ListOptions};
 use crate::registry::rest::{DeleteOutcome, ObjectList};
 use crate::runtime::object::{self, set_meta};
 use crate::storage::StorageError;
-
-/// How often a delete retries after losing a race with a concurrent write.
-const MAX_ATTEMPTS: usize = 8;
 
 pub(crate) async fn delete(
     inner: &Inner,
@@ -22,11 +19,7 @@ pub(crate) async fn delete(
 ) -> Result<DeleteOutcome> {
     let key = inner.key(ctx, name)?;
     for _ in 0..MAX_ATTEMPTS {
-        let current = inner
-            .backend
-            .get(&key)
-            .await
-            .map_err(|e| inner.storage_error(name, e))?;
+        let current = inner.current(&key, name).await?;
         let current = current.ok_or_else(|| Error::not_found(&inner.info, name))?;
         let object = decode_stored(&current)?;
         check_preconditions(inner, name, &object, options)?;

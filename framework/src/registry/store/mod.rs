@@ -27,9 +27,13 @@ use crate::registry::rest::{
 };
 use crate::registry::strategy::UpdateTarget;
 use crate::runtime::{Resource, ResourceInfo, Scope};
-use crate::storage::{Backend, StorageError};
+use crate::storage::{Backend, KeyValue, StorageError};
 
 pub use list::ContinueToken;
+
+/// How often a write retries after losing a compare-and-swap race (or a generated name
+/// collides) before giving up.
+pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// The default storage prefix, as kube-apiserver's `--etcd-prefix`.
 pub const DEFAULT_PREFIX: &str = "/registry";
@@ -91,6 +95,14 @@ impl Inner {
             (Scope::Namespaced, Some(ns)) => format!("{}{ns}/", self.key_root),
             _ => self.key_root.clone(),
         }
+    }
+
+    /// The current key-value of object `name` at `key`, storage errors mapped to API errors.
+    pub(crate) async fn current(&self, key: &str, name: &str) -> Result<Option<KeyValue>> {
+        self.backend
+            .get(key)
+            .await
+            .map_err(|e| self.storage_error(name, e))
     }
 
     /// Maps a storage error of an operation on object `name` to the API error.
@@ -177,8 +189,7 @@ impl<T: Resource> Store<T> {
 impl<T: Resource> Getter for Store<T> {
     async fn get(&self, ctx: &RequestContext, name: &str, _: &GetOptions) -> Result<Value> {
         let key = self.inner.key(ctx, name)?;
-        let kv = self.inner.backend.get(&key).await;
-        match kv.map_err(|e| self.inner.storage_error(name, e))? {
+        match self.inner.current(&key, name).await? {
             Some(kv) => codec::decode_stored(&kv),
             None => Err(Error::not_found(&self.inner.info, name)),
         }

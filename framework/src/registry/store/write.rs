@@ -4,7 +4,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use super::codec::{decode_stored, decode_typed, encode_for_storage, encode_typed};
-use super::Inner;
+use super::{Inner, MAX_ATTEMPTS};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
@@ -16,10 +16,6 @@ use crate::registry::validation::{
 use crate::runtime::object::{self, metadata_mut, set_meta};
 use crate::runtime::{FieldError, Resource, Scope};
 use crate::storage::StorageError;
-
-/// How often a write retries after losing a compare-and-swap race, or a generated name
-/// collides, before giving up.
-const MAX_ATTEMPTS: usize = 8;
 
 pub(crate) async fn create<T: Resource>(
     inner: &Inner,
@@ -144,11 +140,7 @@ pub(crate) async fn update<T: Resource>(
 ) -> Result<(Value, bool)> {
     let key = inner.key(ctx, name)?;
     for _ in 0..MAX_ATTEMPTS {
-        let current = inner
-            .backend
-            .get(&key)
-            .await
-            .map_err(|e| inner.storage_error(name, e))?;
+        let current = inner.current(&key, name).await?;
         let Some(current) = current else {
             update(None)?;
             return Err(Error::not_found(&inner.info, name));
