@@ -336,13 +336,7 @@ impl LabelSelector {
 impl fmt::Display for LabelSelector {
     /// kube's canonical form: requirements joined by `,`, sorted by key.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, r) in self.requirements.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{r}")?;
-        }
-        Ok(())
+        super::write_joined(f, &self.requirements)
     }
 }
 

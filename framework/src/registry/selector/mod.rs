@@ -28,3 +28,17 @@ impl SelectorError {
         &self.message
     }
 }
+
+/// Writes requirements joined by `,`, the form both kinds of selector print in.
+fn write_joined(
+    f: &mut std::fmt::Formatter<'_>,
+    items: &[impl std::fmt::Display],
+) -> std::fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        write!(f, "{item}")?;
+    }
+    Ok(())
+}
