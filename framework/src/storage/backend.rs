@@ -83,6 +83,20 @@ pub struct ListRequest {
 /// A stream of events from a watch, in revision order.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, StorageError>> + Send>>;
 
+/// One item of a watch that reports progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchItem {
+    /// A change under the watched prefix.
+    Event(Event),
+    /// Every change under the prefix up to this revision has been delivered: the watcher is
+    /// current at this revision even if nothing under its prefix changed (etcd's progress
+    /// notification). Never smaller than an earlier item's revision.
+    Progress(Revision),
+}
+
+/// A stream of events and progress reports, in revision order.
+pub type ProgressStream = Pin<Box<dyn Stream<Item = Result<WatchItem, StorageError>> + Send>>;
+
 /// What can go wrong in storage. The registry layer turns these into API errors.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum StorageError {
@@ -159,7 +173,33 @@ pub trait Backend: Send + Sync + 'static {
     /// Streams every change under `prefix` made after revision `after` (exclusive), in
     /// revision order, forever. `after` older than the compacted revision yields
     /// [`StorageError::Compacted`] (at once, or as the stream's first item).
-    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError>;
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError> {
+        use futures::StreamExt;
+        let items = self.watch_with_progress(prefix, after).await?;
+        Ok(Box::pin(items.filter_map(|item| async move {
+            match item {
+                Ok(WatchItem::Event(event)) => Some(Ok(event)),
+                Ok(WatchItem::Progress(_)) => None,
+                Err(error) => Some(Err(error)),
+            }
+        })))
+    }
+
+    /// As [`watch`](Backend::watch), with [`WatchItem::Progress`] reports between the events:
+    /// what lets a watch cache know it has caught up with the store's current revision when
+    /// the latest writes were to other prefixes. A backend reports progress on its own or
+    /// when [`request_progress`](Backend::request_progress) asks; one that never does is
+    /// correct, only slower to serve consistent reads from a cache.
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<ProgressStream, StorageError>;
+
+    /// Asks every open [`watch_with_progress`](Backend::watch_with_progress) stream to report
+    /// its progress soon (etcd's `WatchProgressRequest`). Backends that report progress on
+    /// their own need not do anything.
+    async fn request_progress(&self) {}
 
     /// The revision of the latest write (0 for an empty store).
     async fn current_revision(&self) -> Result<Revision, StorageError>;

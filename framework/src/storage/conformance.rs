@@ -16,7 +16,7 @@ use futures::StreamExt;
 
 use super::backend::{
     Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
-    StorageError,
+    StorageError, WatchItem,
 };
 
 /// How long one case may run before it fails.
@@ -121,6 +121,7 @@ macro_rules! backend_conformance_tests {
             compaction_keeps_current_values,
             concurrent_writers_lose_no_update,
             unread_watcher_does_not_block_writers,
+            watch_reports_progress_past_other_writes,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -709,4 +710,36 @@ pub async fn unread_watcher_does_not_block_writers(backend: Arc<dyn Backend>) {
         assert_eq!(event.kv.value, Bytes::from(i.to_string()));
     }
     assert_quiet(&mut unread).await;
+}
+
+/// A progress-reporting watch of a quiet prefix says, on its own or when asked with
+/// `request_progress`, that it is current at least up to a write made under another prefix;
+/// and it never shows that write as an event.
+pub async fn watch_reports_progress_past_other_writes(backend: Arc<dyn Backend>) {
+    let start = revision(&*backend).await;
+    let mut stream = backend
+        .watch_with_progress("/progress-quiet/", start)
+        .await
+        .unwrap();
+    let elsewhere = backend
+        .create("/progress-noise/a", bytes("n"))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        backend.request_progress().await;
+        match tokio::time::timeout(Duration::from_millis(200), stream.next()).await {
+            Ok(Some(Ok(WatchItem::Progress(at)))) if at >= elsewhere.mod_revision => break,
+            Ok(Some(Ok(WatchItem::Progress(at)))) => assert!(at >= start, "progress went back"),
+            Ok(Some(Ok(WatchItem::Event(event)))) => panic!("event of another prefix: {event:?}"),
+            Ok(Some(Err(error))) => panic!("watch failed: {error}"),
+            Ok(None) => panic!("watch ended"),
+            Err(_) => {}
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no progress past {} within {EVENT_TIMEOUT:?}",
+            elsewhere.mod_revision
+        );
+    }
 }

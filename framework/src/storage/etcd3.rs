@@ -6,20 +6,25 @@
 //! `OutOfRange` on reads) is translated here.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Error as EtcdError, GetOptions,
-    PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
+    PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchRequestSender,
+    WatchResponseStream,
 };
 use futures::stream;
 
 use super::backend::{
-    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
-    StorageError,
+    Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
+    StorageError, WatchItem,
 };
+
+/// The request side of an open watch, through which progress is asked for.
+type ProgressRequester = Arc<tokio::sync::Mutex<WatchRequestSender>>;
 
 /// How to talk to etcd.
 #[derive(Clone, Debug)]
@@ -45,6 +50,9 @@ impl Default for Etcd3Options {
 pub struct Etcd3Backend {
     client: Client,
     prefix: String,
+    /// Every open watch, for [`Backend::request_progress`]; a watch that ended leaves a dead
+    /// pointer, swept on the next request.
+    watches: Arc<Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>>,
 }
 
 impl std::fmt::Debug for Etcd3Backend {
@@ -72,6 +80,7 @@ impl Etcd3Backend {
         Ok(Self {
             client,
             prefix: options.key_prefix,
+            watches: Arc::default(),
         })
     }
 
@@ -338,7 +347,11 @@ impl Backend for Etcd3Backend {
         Ok(kv)
     }
 
-    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError> {
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<ProgressStream, StorageError> {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(after + 1)
@@ -348,8 +361,27 @@ impl Backend for Etcd3Backend {
             .watch_client()
             .watch(self.full(prefix), Some(options))
             .await;
-        let watch = watch.map_err(map_error)?;
-        Ok(event_stream(self.clone(), watch, after))
+        let (requests, responses) = watch.map_err(map_error)?.split();
+        let requests = Arc::new(tokio::sync::Mutex::new(requests));
+        if let Ok(mut watches) = self.watches.lock() {
+            watches.retain(|w| w.strong_count() > 0);
+            watches.push(Arc::downgrade(&requests));
+        }
+        Ok(event_stream(self.clone(), requests, responses, after))
+    }
+
+    async fn request_progress(&self) {
+        let open: Vec<ProgressRequester> = match self.watches.lock() {
+            Ok(mut watches) => {
+                watches.retain(|w| w.strong_count() > 0);
+                watches.iter().filter_map(Weak::upgrade).collect()
+            }
+            Err(_) => return,
+        };
+        for requests in open {
+            // A watch whose stream broke reports that on its own stream.
+            let _ = requests.lock().await.request_progress().await;
+        }
     }
 
     async fn current_revision(&self) -> Result<Revision, StorageError> {
@@ -392,19 +424,27 @@ fn write_failure(key: &str, expected: Revision, current: Option<KeyValue>) -> St
     }
 }
 
-/// What an etcd watch becomes: the watch, events not yet handed out, and whether it ended.
+/// What an etcd watch becomes: the watch, items not yet handed out, and whether it ended.
 struct WatchState {
     backend: Etcd3Backend,
-    watch: WatchStream,
-    pending: VecDeque<Result<Event, StorageError>>,
+    /// Held so that the watch stays open and can be asked for progress.
+    _requests: ProgressRequester,
+    responses: WatchResponseStream,
+    pending: VecDeque<Result<WatchItem, StorageError>>,
     after: Revision,
     done: bool,
 }
 
-fn event_stream(backend: Etcd3Backend, watch: WatchStream, after: Revision) -> EventStream {
+fn event_stream(
+    backend: Etcd3Backend,
+    requests: ProgressRequester,
+    responses: WatchResponseStream,
+    after: Revision,
+) -> ProgressStream {
     let state = WatchState {
         backend,
-        watch,
+        _requests: requests,
+        responses,
         pending: VecDeque::new(),
         after,
         done: false,
@@ -425,7 +465,7 @@ fn event_stream(backend: Etcd3Backend, watch: WatchStream, after: Revision) -> E
 impl WatchState {
     /// Reads one response from etcd into `pending`, or marks the stream done.
     async fn receive(&mut self) {
-        let response = match self.watch.message().await {
+        let response = match self.responses.message().await {
             Ok(Some(response)) => response,
             Ok(None) => return self.fail(StorageError::Unavailable("watch closed".into())),
             Err(error) => return self.fail(map_error(error)),
@@ -441,8 +481,17 @@ impl WatchState {
             let reason = format!("watch canceled: {}", response.cancel_reason());
             return self.fail(StorageError::Unavailable(reason));
         }
+        if response.events().is_empty() && !response.created() {
+            // A progress notification: nothing more under the prefix up to this revision.
+            let revision = header_revision(response.header());
+            if revision > 0 {
+                self.pending.push_back(Ok(WatchItem::Progress(revision)));
+            }
+            return;
+        }
         for event in response.events() {
-            self.pending.push_back(Ok(self.convert(event)));
+            self.pending
+                .push_back(Ok(WatchItem::Event(self.convert(event))));
         }
     }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use super::backend::{
-    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
+    Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError,
 };
 use super::mvcc::{self, Write};
@@ -92,7 +92,11 @@ impl Backend for MemoryBackend {
         self.write(key, Write::Delete(expected))
     }
 
-    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError> {
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<ProgressStream, StorageError> {
         self.notifier.watch(self.store.clone(), prefix, after).await
     }
 

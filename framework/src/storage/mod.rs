@@ -11,8 +11,8 @@ mod notify;
 pub mod sqlite;
 
 pub use backend::{
-    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
-    StorageError,
+    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, ProgressStream,
+    Revision, StorageError, WatchItem,
 };
 #[cfg(feature = "etcd")]
 pub use etcd3::{Etcd3Backend, Etcd3Options};

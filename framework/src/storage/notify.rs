@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::backend::{Event, EventStream, Revision, StorageError};
+use super::backend::{Event, ProgressStream, Revision, StorageError, WatchItem};
 
 /// At most this many events are read from the log per batch.
 pub(crate) const BATCH_EVENTS: usize = 256;
@@ -64,13 +64,14 @@ impl Notifier {
     }
 
     /// Opens a watch on `source` from `after`. The first batch is read at once, so a compacted
-    /// start fails here rather than in the stream.
+    /// start fails here rather than in the stream. Every batch that looked further than its
+    /// last event ends with a progress report.
     pub(crate) async fn watch<S: EventSource>(
         &self,
         source: Arc<S>,
         prefix: &str,
         after: Revision,
-    ) -> Result<EventStream, StorageError> {
+    ) -> Result<ProgressStream, StorageError> {
         // Subscribe before the first read so no write between the two goes unnoticed.
         let latest = self.0.subscribe();
         let first = Arc::clone(&source)
@@ -98,16 +99,16 @@ struct Cursor<S> {
     latest: watch::Receiver<Revision>,
     prefix: String,
     after: Revision,
-    buffered: VecDeque<Event>,
+    buffered: VecDeque<WatchItem>,
     failed: bool,
 }
 
 impl<S: EventSource> Cursor<S> {
-    /// The next event; `None` once the stream failed or the backend is gone.
-    async fn next(&mut self) -> Option<Result<Event, StorageError>> {
+    /// The next item; `None` once the stream failed or the backend is gone.
+    async fn next(&mut self) -> Option<Result<WatchItem, StorageError>> {
         loop {
-            if let Some(event) = self.buffered.pop_front() {
-                return Some(Ok(event));
+            if let Some(item) = self.buffered.pop_front() {
+                return Some(Ok(item));
             }
             if self.failed {
                 return None;
@@ -137,8 +138,14 @@ impl<S: EventSource> Cursor<S> {
     }
 
     fn take(&mut self, batch: EventBatch) {
+        let last_event = batch.events.last().map(Event::revision);
+        self.buffered
+            .extend(batch.events.into_iter().map(WatchItem::Event));
+        if batch.scanned_to > self.after && Some(batch.scanned_to) != last_event {
+            self.buffered
+                .push_back(WatchItem::Progress(batch.scanned_to));
+        }
         self.after = self.after.max(batch.scanned_to);
-        self.buffered.extend(batch.events);
     }
 }
 

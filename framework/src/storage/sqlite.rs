@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 
 use super::backend::{
-    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
+    Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError,
 };
 use super::mvcc::{self, Write};
@@ -170,7 +170,11 @@ impl Backend for SqliteBackend {
         self.write(key, Write::Delete(expected)).await
     }
 
-    async fn watch(&self, prefix: &str, after: Revision) -> Result<EventStream, StorageError> {
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<ProgressStream, StorageError> {
         self.notifier.watch(self.db.clone(), prefix, after).await
     }
 
