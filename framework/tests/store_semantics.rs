@@ -145,7 +145,12 @@ fn rv(object: &Value) -> i64 {
 fn names(list: &ObjectList) -> Vec<String> {
     list.items
         .iter()
-        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .map(|o| {
+            o.to_value().unwrap()["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect()
 }
 
@@ -167,11 +172,27 @@ async fn list(store: &Store<Widget>, ctx: &RequestContext, options: ListOptions)
     store.list(ctx, &options).await.expect("list")
 }
 
-async fn next(stream: &mut WatchStream) -> WatchEvent {
-    tokio::time::timeout(WAIT, stream.next())
+/// A watch event with its object decoded, for assertions.
+#[derive(Debug)]
+struct Event {
+    type_: WatchEventType,
+    object: Value,
+}
+
+async fn next(stream: &mut WatchStream) -> Event {
+    let event: WatchEvent = tokio::time::timeout(WAIT, stream.next())
         .await
         .expect("a watch event in time")
-        .expect("the watch is still open")
+        .expect("the watch is still open");
+    Event {
+        type_: event.type_,
+        object: event.object.into_value().expect("a JSON object"),
+    }
+}
+
+/// The items of a list, decoded.
+fn items(list: &ObjectList) -> Vec<Value> {
+    list.items.iter().map(|o| o.to_value().unwrap()).collect()
 }
 
 /// Nothing arrives within a short while.
@@ -180,7 +201,7 @@ async fn quiet(stream: &mut WatchStream) {
     assert!(got.is_err(), "unexpected watch item: {got:?}");
 }
 
-fn event_name(event: &WatchEvent) -> &str {
+fn event_name(event: &Event) -> &str {
     event.object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -798,7 +819,7 @@ async fn list_at_exact_old_revision_shows_old_state() {
     let result = list(&store, &ns(), old.clone()).await;
     assert_eq!(result.resource_version, rv(&a).to_string());
     assert_eq!(names(&result), ["a"]);
-    assert_eq!(result.items[0]["spec"]["color"], "red");
+    assert_eq!(items(&result)[0]["spec"]["color"], "red");
     backend.compact(revision(&backend).await).await.unwrap();
     assert_error(store.list(&ns(), &old).await, 410, "Expired");
 }

@@ -9,7 +9,7 @@ use crate::endpoints::negotiation::{Encoding, Shape, Target};
 use crate::endpoints::params::IncludeObject;
 use crate::endpoints::table::{partial_object_metadata, TableConvertor};
 use crate::error::{Error, Result};
-use crate::registry::rest::ObjectList;
+use crate::registry::rest::{Object, ObjectList, WatchEvent, WatchEventType};
 use crate::runtime::ResourceInfo;
 
 /// Serializes `value` in `encoding`.
@@ -24,13 +24,7 @@ pub fn encode(encoding: Encoding, value: &Value) -> Result<Vec<u8>> {
 
 /// A response with `body` in `target`.
 pub fn respond(code: StatusCode, target: Target, body: &Value) -> Result<Response> {
-    let bytes = encode(target.encoding, body)?;
-    let mut response = (code, bytes).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(target.content_type()),
-    );
-    Ok(response)
+    respond_bytes(code, target, encode(target.encoding, body)?)
 }
 
 /// One object in the target's shape.
@@ -57,28 +51,101 @@ pub fn shape_object(
     }
 }
 
-/// A list in the target's shape.
-pub fn shape_list(
+/// A list in the target's shape. Encoded items of a JSON list are copied as they are.
+pub fn respond_list(
+    code: StatusCode,
     target: Target,
     info: &ResourceInfo,
     list: ObjectList,
     table: &TableConvertor,
     include: IncludeObject,
-) -> Value {
+) -> Result<Response> {
     let metadata = list_metadata(&list);
-    match target.shape {
-        Shape::Table => table.table(&list.items, metadata, include),
+    let body = match target.shape {
+        Shape::Object if target.encoding == Encoding::Json => {
+            let mut out = Vec::with_capacity(list_size_hint(&list));
+            out.extend_from_slice(b"{\"apiVersion\":");
+            serde_json::to_writer(&mut out, &info.api_version()).map_err(Error::internal)?;
+            out.extend_from_slice(b",\"kind\":");
+            serde_json::to_writer(&mut out, &info.list_kind()).map_err(Error::internal)?;
+            out.extend_from_slice(b",\"metadata\":");
+            serde_json::to_writer(&mut out, &metadata).map_err(Error::internal)?;
+            out.extend_from_slice(b",\"items\":[");
+            for (i, item) in list.items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                item.write_json(&mut out)?;
+            }
+            out.extend_from_slice(b"]}");
+            return respond_bytes(code, target, out);
+        }
+        Shape::Object => {
+            let items = values(list.items)?;
+            json!({
+                "apiVersion": info.api_version(),
+                "kind": info.list_kind(),
+                "metadata": metadata,
+                "items": items,
+            })
+        }
+        Shape::Table => table.table(&values(list.items)?, metadata, include),
         Shape::PartialObjectMetadataList | Shape::PartialObjectMetadata => {
-            let items: Vec<Value> = list.items.iter().map(partial_object_metadata).collect();
+            let items: Vec<Value> = values(list.items)?
+                .iter()
+                .map(partial_object_metadata)
+                .collect();
             json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items})
         }
-        Shape::Object => json!({
-            "apiVersion": info.api_version(),
-            "kind": info.list_kind(),
-            "metadata": metadata,
-            "items": list.items,
-        }),
+    };
+    respond(code, target, &body)
+}
+
+/// One line of a watch stream: `{"type":...,"object":...}` and a newline. An encoded object
+/// of a JSON watch is copied as it is.
+pub fn watch_line(
+    target: Target,
+    event: WatchEvent,
+    table: &TableConvertor,
+    include: IncludeObject,
+) -> Result<Vec<u8>> {
+    let object = match (event.type_, event.object) {
+        (WatchEventType::Error | WatchEventType::Bookmark, object) => object,
+        (_, object) if target.shape == Shape::Object => object,
+        (_, object) => Object::Decoded(shape_object(target, object.into_value()?, table, include)),
+    };
+    let mut line = Vec::with_capacity(64 + encoded_len(&object));
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(event.type_.as_str().as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    object.write_json(&mut line)?;
+    line.extend_from_slice(b"}\n");
+    Ok(line)
+}
+
+fn values(items: Vec<Object>) -> Result<Vec<Value>> {
+    items.into_iter().map(Object::into_value).collect()
+}
+
+fn encoded_len(object: &Object) -> usize {
+    match object {
+        Object::Encoded(bytes) => bytes.len(),
+        Object::Decoded(_) => 512,
     }
+}
+
+fn list_size_hint(list: &ObjectList) -> usize {
+    256 + list.items.iter().map(|o| encoded_len(o) + 1).sum::<usize>()
+}
+
+/// A response of JSON or YAML bytes already encoded in the target's encoding.
+fn respond_bytes(code: StatusCode, target: Target, bytes: Vec<u8>) -> Result<Response> {
+    let mut response = (code, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(target.content_type()),
+    );
+    Ok(response)
 }
 
 fn list_metadata(list: &ObjectList) -> Value {

@@ -9,21 +9,72 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use futures::Stream;
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOptions};
 use crate::registry::patch::PatchSchema;
 use crate::registry::served::SchemaFn;
 use crate::runtime::ResourceInfo;
 
+/// One object a verb hands to the response writer: decoded JSON, or the JSON bytes of it
+/// already encoded (what the watch cache keeps), which a JSON response copies as they are
+/// instead of serializing the object again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    /// A decoded object.
+    Decoded(Value),
+    /// A JSON object, encoded.
+    Encoded(Bytes),
+}
+
+impl Object {
+    /// The object as JSON, decoding it if needed.
+    pub fn to_value(&self) -> Result<Value> {
+        match self {
+            Self::Decoded(value) => Ok(value.clone()),
+            Self::Encoded(bytes) => decode(bytes),
+        }
+    }
+
+    /// The object as JSON, decoding it if needed.
+    pub fn into_value(self) -> Result<Value> {
+        match self {
+            Self::Decoded(value) => Ok(value),
+            Self::Encoded(bytes) => decode(&bytes),
+        }
+    }
+
+    /// Appends the object's JSON to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<()> {
+        match self {
+            Self::Decoded(value) => serde_json::to_writer(out, value).map_err(Error::internal),
+            Self::Encoded(bytes) => {
+                out.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<Value> {
+    serde_json::from_slice(bytes).map_err(|e| Error::internal(format!("encoded object: {e}")))
+}
+
+impl From<Value> for Object {
+    fn from(value: Value) -> Self {
+        Self::Decoded(value)
+    }
+}
+
 /// A page of objects, as a `{Kind}List` without its `apiVersion` and `kind`.
 #[derive(Clone, Debug, Default)]
 pub struct ObjectList {
     /// The objects, each with `apiVersion`, `kind` and `metadata.resourceVersion`.
-    pub items: Vec<Value>,
+    pub items: Vec<Object>,
     /// `metadata.resourceVersion` of the list.
     pub resource_version: String,
     /// `metadata.continue`, when more pages follow.
@@ -66,7 +117,7 @@ pub struct WatchEvent {
     /// What happened.
     pub type_: WatchEventType,
     /// The object (a `Status` for errors).
-    pub object: Value,
+    pub object: Object,
 }
 
 /// A stream of watch events; it ends when the watch ends.

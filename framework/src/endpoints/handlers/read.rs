@@ -5,7 +5,7 @@ use http::{header, StatusCode};
 
 use super::{require, Call};
 use crate::endpoints::negotiation::{negotiate, Endpoint};
-use crate::endpoints::response::{respond, shape_list, shape_object};
+use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::Result;
 
 pub(crate) fn accept(call: &Call) -> Option<&str> {
@@ -32,8 +32,14 @@ pub(crate) async fn list(call: Call) -> Result<Response> {
     let options = call.query.list_options()?;
     let list = lister.list(&call.ctx, &options).await?;
     let info = &call.resource.storage.info;
-    let body = shape_list(target, info, list, &call.resource.table, include);
-    respond(StatusCode::OK, target, &body)
+    respond_list(
+        StatusCode::OK,
+        target,
+        info,
+        list,
+        &call.resource.table,
+        include,
+    )
 }
 
 pub(crate) use accept as accept_header;

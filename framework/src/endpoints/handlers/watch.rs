@@ -6,14 +6,13 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{header, HeaderValue, StatusCode};
-use serde_json::json;
 
 use super::read::accept_header;
 use super::{require, Call};
 use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint};
-use crate::endpoints::response::shape_object;
+use crate::endpoints::response::watch_line;
 use crate::error::{Error, Result};
-use crate::registry::rest::WatchEventType;
+use crate::registry::rest::{Object, WatchEvent, WatchEventType};
 
 pub(crate) async fn watch(call: Call) -> Result<Response> {
     let target = negotiate(accept_header(&call), Endpoint::Watch)?;
@@ -30,14 +29,13 @@ pub(crate) async fn watch(call: Call) -> Result<Response> {
     let shutdown = call.state.shutdown.clone();
     let lines = events
         .map(move |event| {
-            let object = match event.type_ {
-                WatchEventType::Error | WatchEventType::Bookmark => event.object,
-                _ => shape_object(target, event.object, &resource.table, include),
-            };
-            let mut line =
-                serde_json::to_vec(&json!({"type": event.type_.as_str(), "object": object}))
-                    .unwrap_or_default();
-            line.push(b'\n');
+            let line = watch_line(target, event, &resource.table, include).unwrap_or_else(|e| {
+                let error = WatchEvent {
+                    type_: WatchEventType::Error,
+                    object: Object::Decoded(e.to_json()),
+                };
+                watch_line(target, error, &resource.table, include).unwrap_or_default()
+            });
             Ok::<Bytes, std::io::Error>(Bytes::from(line))
         })
         .take_until(async move { shutdown.cancelled().await });

@@ -11,7 +11,7 @@ use super::{require, Call};
 use crate::endpoints::negotiation::{
     body_encoding, decode_body, negotiate, Endpoint, Shape, Target,
 };
-use crate::endpoints::response::{respond, shape_list, shape_object};
+use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
 use crate::registry::options::DeleteOptions;
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
@@ -214,6 +214,12 @@ pub(crate) async fn delete_collection(mut call: Call) -> Result<Response> {
         .await?;
     let include = call.query.include_object()?;
     let info = &call.resource.storage.info;
-    let body = shape_list(target, info, deleted, &call.resource.table, include);
-    respond(StatusCode::OK, target, &body)
+    respond_list(
+        StatusCode::OK,
+        target,
+        info,
+        deleted,
+        &call.resource.table,
+        include,
+    )
 }

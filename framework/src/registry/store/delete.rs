@@ -114,13 +114,16 @@ pub(crate) async fn delete_collection(
         ..ObjectList::default()
     };
     for item in selected.items {
+        let item = item.into_value()?;
         let name = object::name(&item).unwrap_or_default().to_string();
         let mut item_ctx = ctx.clone();
         item_ctx.namespace = object::namespace(&item)
             .map(str::to_string)
             .or(ctx.namespace.clone());
         match delete(inner, &item_ctx, &name, options).await {
-            Ok(DeleteOutcome::Deleted(o) | DeleteOutcome::Pending(o)) => deleted.items.push(o),
+            Ok(DeleteOutcome::Deleted(o) | DeleteOutcome::Pending(o)) => {
+                deleted.items.push(o.into())
+            }
             // Deleted by someone else in the meantime: that is what was asked.
             Err(e) if e.code() == 404 => {}
             Err(e) => return Err(e),

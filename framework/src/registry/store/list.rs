@@ -94,7 +94,7 @@ pub(crate) async fn list(
             if !filter.matches(&object) {
                 continue;
             }
-            out.items.push(object);
+            out.items.push(object.into());
             if limit > 0 && out.items.len() == limit {
                 let left_in_page = count - i - 1;
                 if left_in_page > 0 || page.more {

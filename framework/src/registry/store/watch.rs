@@ -100,7 +100,7 @@ async fn initial_state(
         if filter.matches(&object) {
             events.push(WatchEvent {
                 type_: WatchEventType::Added,
-                object,
+                object: object.into(),
             });
         }
     }
@@ -194,7 +194,10 @@ fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
         }
         (EventType::Put, None, false) => return None,
     };
-    Some(WatchEvent { type_, object })
+    Some(WatchEvent {
+        type_,
+        object: object.into(),
+    })
 }
 
 fn bookmark(inner: &Inner, revision: Revision, initial_events_end: bool) -> WatchEvent {
@@ -205,7 +208,7 @@ fn bookmark(inner: &Inner, revision: Revision, initial_events_end: bool) -> Watc
     set_type_meta(&inner.info, &mut object);
     WatchEvent {
         type_: WatchEventType::Bookmark,
-        object,
+        object: object.into(),
     }
 }
 
@@ -214,6 +217,6 @@ fn error_event(inner: &Inner, e: StorageError) -> WatchEvent {
     let object: Value = error.to_json();
     WatchEvent {
         type_: WatchEventType::Error,
-        object,
+        object: object.into(),
     }
 }
