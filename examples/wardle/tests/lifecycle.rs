@@ -93,8 +93,11 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn compacted_history_is_410_expired() {
     let dir = tempfile::tempdir().unwrap();
+    // Storage's history is what is compacted; the watch cache keeps a window of events of its
+    // own (as kube-apiserver's does) and would serve this watch from it.
     let options = apiserver::server::ServerOptions {
         compaction_interval_seconds: 1,
+        watch_cache: false,
         ..TestServer::options(dir.path())
     };
     let server = TestServer::start_with_options(options, vec![wardle::api_group()]).await;

@@ -47,8 +47,14 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
-type StorageFactory =
-    Box<dyn Fn(&Arc<dyn Backend>, &str) -> Vec<(String, RestStorage)> + Send + Sync>;
+type StorageFactory = Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;
+
+/// What the stores of a server share: where they store, and how.
+struct StorageConfig {
+    backend: Arc<dyn Backend>,
+    prefix: String,
+    watch_cache: bool,
+}
 
 /// The resources of one version of a group.
 #[derive(Default)]
@@ -61,8 +67,11 @@ impl VersionBuilder {
     /// Serves `T` with the generic [`Store`]: `{plural}` and, when `T` has a status,
     /// `{plural}/status`.
     pub fn resource<T: Resource>(mut self) -> Self {
-        let factory: StorageFactory = Box::new(|backend, prefix| {
-            let store = Store::<T>::new(backend.clone(), prefix);
+        let factory: StorageFactory = Box::new(|config| {
+            let mut store = Store::<T>::new(config.backend.clone(), &config.prefix);
+            if config.watch_cache {
+                store = store.with_watch_cache();
+            }
             let plural = T::INFO.plural;
             let mut paths = vec![(plural.to_string(), store.rest_storage())];
             if T::INFO.status {
@@ -80,7 +89,7 @@ impl VersionBuilder {
     pub fn storage(mut self, path: &str, storage: RestStorage) -> Self {
         let path = path.to_string();
         let gv = format!("{}/{}", storage.info.group, storage.info.version);
-        let factory: StorageFactory = Box::new(move |_, _| vec![(path.clone(), storage.clone())]);
+        let factory: StorageFactory = Box::new(move |_| vec![(path.clone(), storage.clone())]);
         self.factories.push((gv, factory));
         self
     }
@@ -115,7 +124,7 @@ impl ApiGroup {
         self
     }
 
-    fn build(&self, backend: &Arc<dyn Backend>, prefix: &str) -> Result<APIGroupInfo, ServerError> {
+    fn build(&self, config: &StorageConfig) -> Result<APIGroupInfo, ServerError> {
         let mut info = APIGroupInfo::new(&self.name);
         for version in &self.versions {
             let expected = format!("{}/{}", self.name, version.version);
@@ -125,7 +134,7 @@ impl ApiGroup {
                         "a resource of {gv} was registered under {expected}"
                     )));
                 }
-                for (path, storage) in factory(backend, prefix) {
+                for (path, storage) in factory(config) {
                     info.add(&version.version, &path, storage);
                 }
             }
@@ -251,10 +260,15 @@ impl ApiServer {
             Some(b) => b,
             None => open_backend(&options).await?,
         };
+        let config = StorageConfig {
+            backend: backend.clone(),
+            prefix: options.storage_prefix.clone(),
+            watch_cache: options.watch_cache,
+        };
         let groups = self
             .groups
             .iter()
-            .map(|g| g.build(&backend, &options.storage_prefix))
+            .map(|g| g.build(&config))
             .collect::<Result<Vec<_>, _>>()?;
         let mut hosts = options.extra_hosts.clone();
         if !options.bind_address.is_unspecified() {

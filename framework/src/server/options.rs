@@ -74,6 +74,11 @@ pub struct ServerOptions {
     #[arg(long = "etcd-compaction-interval", default_value_t = 300)]
     pub compaction_interval_seconds: u64,
 
+    /// Serve watches, and lists that allow it, from an in-memory cache of each resource
+    /// (`--watch-cache=false` reads storage for every request).
+    #[arg(long = "watch-cache", default_value_t = true, action = clap::ArgAction::Set)]
+    pub watch_cache: bool,
+
     /// Requests that are not watches fail with 504 after this many seconds.
     #[arg(long = "request-timeout", default_value_t = 60)]
     pub request_timeout_seconds: u64,
@@ -98,6 +103,7 @@ impl Default for ServerOptions {
             etcd_servers: vec!["http://127.0.0.1:2379".into()],
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
+            watch_cache: true,
             request_timeout_seconds: 60,
             anonymous_auth: false,
         }

@@ -1,6 +1,7 @@
 //! Storage: keys, bytes, revisions and watches. Nothing here knows HTTP or API semantics.
 
 pub mod backend;
+pub mod cacher;
 pub mod compactor;
 pub mod conformance;
 #[cfg(feature = "etcd")]
@@ -14,6 +15,7 @@ pub use backend::{
     Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, ProgressStream,
     Revision, StorageError, WatchItem,
 };
+pub use cacher::{Cacher, CacherOptions};
 #[cfg(feature = "etcd")]
 pub use etcd3::{Etcd3Backend, Etcd3Options};
 pub use memory::MemoryBackend;

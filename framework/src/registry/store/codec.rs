@@ -8,7 +8,7 @@ use crate::registry::context::RequestContext;
 use crate::registry::options::FieldValidation;
 use crate::runtime::object::{metadata_mut, set_meta};
 use crate::runtime::{Resource, ResourceInfo};
-use crate::storage::KeyValue;
+use crate::storage::{KeyValue, StorageError};
 
 /// A stored object, with `metadata.resourceVersion` from the key's modification revision.
 pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
@@ -20,6 +20,14 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
         json!(kv.mod_revision.to_string()),
     );
     Ok(object)
+}
+
+/// The bytes a client receives for a stored key-value, for the watch cache.
+pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, StorageError> {
+    let object = decode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))?;
+    serde_json::to_vec(&object)
+        .map(Bytes::from)
+        .map_err(|e| StorageError::Internal(e.to_string()))
 }
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).

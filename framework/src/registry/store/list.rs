@@ -12,8 +12,8 @@ use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
-use crate::registry::rest::ObjectList;
-use crate::storage::{ListRequest, Revision, StorageError};
+use crate::registry::rest::{Object, ObjectList};
+use crate::storage::{Cacher, ListRequest, Revision, StorageError};
 
 /// How many keys one backend read fetches when selectors may drop most of them.
 const SELECTOR_PAGE: usize = 500;
@@ -63,6 +63,9 @@ pub(crate) async fn list(
 ) -> Result<ObjectList> {
     let filter = Filter::new(&inner.info, options)?;
     let prefix = inner.list_prefix(ctx);
+    if let Some(list) = from_cache(inner, options, &filter, &prefix).await? {
+        return Ok(list);
+    }
     let (revision, mut start_after) = start_point(inner, options, &prefix).await?;
     let limit = options.limit;
     let mut out = ObjectList::default();
@@ -119,6 +122,104 @@ pub(crate) async fn list(
     }
     out.resource_version = revision.to_string();
     Ok(out)
+}
+
+/// The first page from the watch cache, when the list allows it: any `resourceVersion`
+/// but an exact one, and no `continue` (later pages are read from the backend at the
+/// first page's revision). `None` when the cache cannot serve it.
+async fn from_cache(
+    inner: &Inner,
+    options: &ListOptions,
+    filter: &Filter,
+    prefix: &str,
+) -> Result<Option<ObjectList>> {
+    let Some(cache) = &inner.cache else {
+        return Ok(None);
+    };
+    if options.continue_token.is_some() {
+        return Ok(None);
+    }
+    let rv = options
+        .resource_version
+        .as_deref()
+        .filter(|s| !s.is_empty());
+    let servable = match (rv, options.resource_version_match) {
+        (_, ResourceVersionMatch::Exact) => false,
+        (None, ResourceVersionMatch::Unset) => consistent_revision(inner, cache).await?,
+        (None, _) => false,
+        (Some("0"), _) => cache.is_ready(),
+        (Some(rv), _) => {
+            let rv = parse_resource_version(rv)?;
+            wait_for_revision(inner, rv).await?;
+            cache_reaches(inner, cache, rv).await
+        }
+    };
+    if !servable {
+        return Ok(None);
+    }
+    let Some((objects, revision)) = cache.snapshot(prefix) else {
+        return Ok(None);
+    };
+    let limit = options.limit;
+    let mut out = ObjectList {
+        resource_version: revision.to_string(),
+        ..ObjectList::default()
+    };
+    for (i, object) in objects.iter().enumerate() {
+        if !filter.is_everything() {
+            let value: serde_json::Value = serde_json::from_slice(&object.encoded)
+                .map_err(|e| Error::internal(format!("cached object {}: {e}", object.key)))?;
+            if !filter.matches(&value) {
+                continue;
+            }
+        }
+        out.items.push(Object::Encoded(object.encoded.clone()));
+        if limit > 0 && out.items.len() == limit {
+            let left = objects.len() - i - 1;
+            if left > 0 {
+                let token = ContinueToken {
+                    v: "meta.k8s.io/v1".into(),
+                    rv: revision,
+                    start: format!("{}\u{0}", &object.key[prefix.len()..]),
+                };
+                out.continue_token = Some(token.encode());
+                if filter.is_everything() {
+                    out.remaining_item_count = Some(left as i64);
+                }
+            }
+            break;
+        }
+    }
+    Ok(Some(out))
+}
+
+/// How long a read waits for the watch cache to catch up with a revision the store has
+/// reached before it reads the store instead.
+const CACHE_CATCH_UP: Duration = Duration::from_secs(1);
+
+/// Whether the cache is (or within [`CACHE_CATCH_UP`] gets) current at `revision`.
+pub(crate) async fn cache_reaches(inner: &Inner, cache: &Cacher, revision: Revision) -> bool {
+    match cache.revision() {
+        None => false,
+        Some(at) if at >= revision => true,
+        Some(_) => {
+            inner.backend.request_progress().await;
+            cache.wait_for(revision, CACHE_CATCH_UP).await
+        }
+    }
+}
+
+/// For a consistent read: whether the cache is current at the store's current revision.
+pub(crate) async fn consistent_revision(inner: &Inner, cache: &Cacher) -> Result<bool> {
+    if !cache.is_ready() {
+        return Ok(false);
+    }
+    let current = inner
+        .backend
+        .current_revision()
+        .await
+        .map_err(|e| list_error(inner, e))?;
+    Ok(cache_reaches(inner, cache, current).await)
 }
 
 /// The revision to read at and the key to start after, from `continue` or `resourceVersion`.

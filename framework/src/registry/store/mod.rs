@@ -27,7 +27,8 @@ use crate::registry::rest::{
 };
 use crate::registry::strategy::UpdateTarget;
 use crate::runtime::{Resource, ResourceInfo, Scope};
-use crate::storage::{Backend, KeyValue, StorageError};
+use crate::storage::cacher::EncodeFn;
+use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
 
 pub use list::ContinueToken;
 
@@ -73,6 +74,8 @@ pub(crate) struct Inner {
     pub(crate) info: ResourceInfo,
     /// How often a watch that allows bookmarks gets one.
     pub(crate) bookmark_interval: Duration,
+    /// The watch cache of `key_root`, when on.
+    pub(crate) cache: Option<Cacher>,
 }
 
 impl Inner {
@@ -141,6 +144,7 @@ impl<T: Resource> Store<T> {
             key_root,
             info,
             bookmark_interval: watch::BOOKMARK_INTERVAL,
+            cache: None,
         });
         Self {
             inner,
@@ -156,6 +160,30 @@ impl<T: Resource> Store<T> {
         let interval = interval.max(Duration::from_millis(1));
         Arc::make_mut(&mut self.inner).bookmark_interval = interval;
         self
+    }
+
+    /// Puts a watch cache in front of the backend: watches, and lists that allow it, are
+    /// served from memory (see [`Cacher`]). Must be called within a tokio runtime.
+    pub fn with_watch_cache(self) -> Self {
+        self.with_watch_cache_options(CacherOptions::default())
+    }
+
+    /// [`with_watch_cache`](Store::with_watch_cache) with sizes of your own.
+    pub fn with_watch_cache_options(mut self, options: CacherOptions) -> Self {
+        let encode: EncodeFn = Arc::new(codec::encode_for_client);
+        let cache = Cacher::new(
+            self.inner.backend.clone(),
+            &self.inner.key_root,
+            encode,
+            options,
+        );
+        Arc::make_mut(&mut self.inner).cache = Some(cache);
+        self
+    }
+
+    /// Whether a watch cache serves this store.
+    pub fn has_watch_cache(&self) -> bool {
+        self.inner.cache.is_some()
     }
 
     /// The static description of `T`.

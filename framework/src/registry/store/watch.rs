@@ -10,18 +10,20 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 
 use super::codec::{decode_stored, set_type_meta};
 use super::filter::Filter;
-use super::list::parse_resource_version;
+use super::list::{cache_reaches, consistent_revision, parse_resource_version};
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::ListOptions;
+use crate::registry::rest::Object;
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
 use crate::runtime::object::set_meta;
-use crate::storage::{Event, EventStream, EventType, ListRequest, Revision, StorageError};
+use crate::storage::cacher::{CacheItem, CachedEvent, CachedObject};
+use crate::storage::{Event, EventType, ListRequest, Revision, StorageError, WatchItem};
 
 /// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
 pub(crate) const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
@@ -69,15 +71,118 @@ pub(crate) async fn watch(
         initial_events_end: options.send_initial_events == Some(true),
         timeout,
     };
-    let (initial, from) = match rv {
-        Some(rv) if !send_initial => (Vec::new(), parse_resource_version(rv)?),
-        _ => initial_state(&inner, &prefix, &plan.filter).await?,
+    let start = match rv {
+        Some(rv) if !send_initial => Start::After(parse_resource_version(rv)?),
+        Some(rv) => Start::StateNotOlderThan(parse_resource_version(rv)?),
+        None if options.resource_version.as_deref() == Some("0") => Start::AnyState,
+        None => Start::LatestState,
     };
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let events = inner.backend.watch(&prefix, from).await;
-    tokio::spawn(run(inner, plan, initial, from, events, tx));
+    if let Some(watch) = from_cache(&inner, &prefix, start).await? {
+        let from = watch.revision;
+        let mut first = Vec::new();
+        for object in &watch.initial {
+            let shown = plan.filter.is_everything()
+                || serde_json::from_slice::<Value>(&object.encoded)
+                    .is_ok_and(|o| plan.filter.matches(&o));
+            if shown {
+                first.push(WatchEvent {
+                    type_: WatchEventType::Added,
+                    object: Object::Encoded(object.encoded.clone()),
+                });
+            }
+        }
+        let filter = plan.filter.clone();
+        let replay = futures::stream::iter(watch.replay.into_iter().map(CacheItem::Event).map(Ok));
+        let live = BroadcastStream::new(watch.live);
+        let steps = replay
+            .chain(live)
+            // A watcher that lags too far behind is ended; its client resumes from the last
+            // event it got, as from any ended watch.
+            .take_while(|item| std::future::ready(item.is_ok()))
+            .filter_map(move |item| {
+                std::future::ready(match item {
+                    Err(_) => None,
+                    Ok(CacheItem::Progress(at)) => Some(Step::Advance(at, None)),
+                    Ok(CacheItem::Event(event)) if event.revision() <= from => None,
+                    Ok(CacheItem::Event(event)) if !event.object.key.starts_with(&*prefix) => {
+                        Some(Step::Advance(event.revision(), None))
+                    }
+                    Ok(CacheItem::Event(event)) => Some(Step::Advance(
+                        event.revision(),
+                        translate_cached(&filter, &event),
+                    )),
+                })
+            });
+        tokio::spawn(run(inner, plan, first, from, Box::pin(steps), tx));
+        return Ok(Box::pin(ReceiverStream::new(rx)));
+    }
+    let (initial, from) = match start {
+        Start::After(from) => (Vec::new(), from),
+        _ => initial_state(&inner, &prefix, &plan.filter).await?,
+    };
+    let steps: Steps = match inner.backend.watch_with_progress(&prefix, from).await {
+        Err(e) => Box::pin(futures::stream::iter([Step::Fail(error_event(&inner, e))])),
+        Ok(items) => {
+            let (filter, failing) = (plan.filter.clone(), inner.clone());
+            Box::pin(items.map(move |item| match item {
+                Ok(WatchItem::Progress(at)) => Step::Advance(at, None),
+                Ok(WatchItem::Event(event)) => {
+                    Step::Advance(event.revision(), translate(&filter, &event))
+                }
+                Err(e) => Step::Fail(error_event(&failing, e)),
+            }))
+        }
+    };
+    tokio::spawn(run(inner, plan, initial, from, steps, tx));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    /// After this revision, without initial state.
+    After(Revision),
+    /// With the state at a revision not older than this one.
+    StateNotOlderThan(Revision),
+    /// With any recent state (`resourceVersion=0`).
+    AnyState,
+    /// With the latest state (no `resourceVersion`).
+    LatestState,
+}
+
+/// The cache's watch, when it can serve this one.
+async fn from_cache(
+    inner: &Inner,
+    prefix: &str,
+    start: Start,
+) -> Result<Option<crate::storage::cacher::CacheWatch>> {
+    let Some(cache) = &inner.cache else {
+        return Ok(None);
+    };
+    let after = match start {
+        Start::After(after) => Some(after),
+        Start::AnyState => None,
+        Start::StateNotOlderThan(at) => match cache_reaches(inner, cache, at).await {
+            true => None,
+            false => return Ok(None),
+        },
+        Start::LatestState => match consistent_revision(inner, cache).await? {
+            true => None,
+            false => return Ok(None),
+        },
+    };
+    Ok(cache.watch(prefix, after).ok())
+}
+
+/// What a watch's task forwards: progress, with the event it shows this watcher if any, or
+/// the error that ends the watch.
+enum Step {
+    Advance(Revision, Option<WatchEvent>),
+    Fail(WatchEvent),
+}
+
+type Steps = std::pin::Pin<Box<dyn futures::Stream<Item = Step> + Send>>;
 
 /// Every selected object at the latest revision, as ADDED events, and that revision.
 async fn initial_state(
@@ -112,7 +217,7 @@ async fn run(
     plan: WatchPlan,
     initial: Vec<WatchEvent>,
     from: Revision,
-    events: Result<EventStream, StorageError>,
+    mut steps: Steps,
     tx: mpsc::Sender<WatchEvent>,
 ) {
     let deadline_at = Instant::now() + plan.timeout;
@@ -127,13 +232,6 @@ async fn run(
     if plan.initial_events_end && tx.send(bookmark(&inner, last, true)).await.is_err() {
         return;
     }
-    let mut events = match events {
-        Ok(events) => events,
-        Err(e) => {
-            let _ = tx.send(error_event(&inner, e)).await;
-            return;
-        }
-    };
     let interval = inner.bookmark_interval;
     let next_after = |now| next_bookmark(now, interval, deadline_at);
     let mut due = plan.bookmarks.then(|| next_after(Instant::now())).flatten();
@@ -145,12 +243,12 @@ async fn run(
                 due = next_after(Instant::now());
                 Some(bookmark(&inner, last, false))
             }
-            next = events.next() => match next {
+            next = steps.next() => match next {
                 None => return,
-                Some(Err(e)) => { let _ = tx.send(error_event(&inner, e)).await; return; }
-                Some(Ok(event)) => {
-                    last = event.revision();
-                    translate(&plan.filter, &event)
+                Some(Step::Fail(error)) => { let _ = tx.send(error).await; return; }
+                Some(Step::Advance(at, shown)) => {
+                    last = last.max(at);
+                    shown
                 }
             },
         };
@@ -171,16 +269,45 @@ fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<
     (at > now).then_some(at)
 }
 
-/// A storage event as the watcher sees it through its selectors: an object moving out of
-/// the selection is DELETED for it, one moving in is ADDED.
+/// A storage event as the watcher sees it through its selectors.
 fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
     let object = decode_stored(&event.kv).ok()?;
-    let now = filter.matches(&object);
     let previous = match &event.prev_kv {
-        Some(prev) => decode_stored(prev).ok().filter(|o| filter.matches(o)),
+        Some(prev) => decode_stored(prev).ok(),
         None => None,
     };
-    let (type_, object) = match (event.event_type, previous, now) {
+    seen_through(filter, event.event_type, object, previous, event.revision())
+}
+
+/// A cached event as the watcher sees it; without selectors, its encoded bytes as they are.
+fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> {
+    if filter.is_everything() {
+        let type_ = match (event.event_type, &event.prev) {
+            (EventType::Delete, _) => WatchEventType::Deleted,
+            (EventType::Put, Some(_)) => WatchEventType::Modified,
+            (EventType::Put, None) => WatchEventType::Added,
+        };
+        let object = Object::Encoded(event.object.encoded.clone());
+        return Some(WatchEvent { type_, object });
+    }
+    let decode = |o: &CachedObject| serde_json::from_slice::<Value>(&o.encoded).ok();
+    let object = decode(&event.object)?;
+    let previous = event.prev.as_deref().and_then(decode);
+    seen_through(filter, event.event_type, object, previous, event.revision())
+}
+
+/// What a change looks like through a watcher's selectors: an object moving out of the
+/// selection is DELETED for it, one moving in is ADDED.
+fn seen_through(
+    filter: &Filter,
+    event_type: EventType,
+    object: Value,
+    previous: Option<Value>,
+    revision: Revision,
+) -> Option<WatchEvent> {
+    let now = filter.matches(&object);
+    let previous = previous.filter(|o| filter.matches(o));
+    let (type_, object) = match (event_type, previous, now) {
         (EventType::Delete, Some(_), _) => (WatchEventType::Deleted, object),
         (EventType::Delete, None, _) => return None,
         (EventType::Put, None, true) => (WatchEventType::Added, object),
@@ -188,8 +315,7 @@ fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
         // As the cacher does: the watcher gets the last state it was shown (the one its
         // selector matched), at the event's resourceVersion so it can resume from there.
         (EventType::Put, Some(mut last), false) => {
-            let rv = event.revision().to_string();
-            set_meta(&mut last, "resourceVersion", json!(rv));
+            set_meta(&mut last, "resourceVersion", json!(revision.to_string()));
             (WatchEventType::Deleted, last)
         }
         (EventType::Put, None, false) => return None,

@@ -1,0 +1,582 @@
+//! The watch cache: the current objects of one resource and a window of its recent events,
+//! kept in memory from one backend watch, so that many watchers and most lists cost the
+//! backend nothing.
+//!
+//! A [`Cacher`] lists its prefix once, then follows it with one
+//! [`watch_with_progress`](Backend::watch_with_progress). Objects are kept as the bytes a
+//! client receives (made once per write by the [`EncodeFn`] its owner gives), so neither a
+//! list nor a fan-out to a thousand watchers encodes an object again. Watchers subscribe to a
+//! bounded broadcast of events: one that falls more than its capacity behind is told so and
+//! its watch ends, without slowing the others or holding memory for it.
+//!
+//! When the backend watch fails (etcd gone, history compacted under a stalled cache) the cache
+//! stops serving, ends every watch that followed it, and starts over with a fresh list. While
+//! it is not ready, callers read the backend directly.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use super::backend::{
+    Backend, EventType, KeyValue, ListRequest, Revision, StorageError, WatchItem,
+};
+
+/// Makes the bytes a client receives for a stored key-value (its `resourceVersion` set from
+/// the key-value's `mod_revision`). Called once per write and once per object at each list
+/// of the backend.
+pub type EncodeFn = Arc<dyn Fn(&KeyValue) -> Result<Bytes, StorageError> + Send + Sync>;
+
+/// Sizes of a cache.
+#[derive(Clone, Copy, Debug)]
+pub struct CacherOptions {
+    /// How many recent events are kept for watches that resume from an older revision
+    /// (kube-apiserver's default window is 100 events; it grows to 100 × 1024 under load).
+    pub window: usize,
+    /// How many events a watcher may fall behind before its watch is ended.
+    pub watcher_lag: usize,
+}
+
+impl Default for CacherOptions {
+    fn default() -> Self {
+        Self {
+            window: 1024,
+            watcher_lag: 1024,
+        }
+    }
+}
+
+/// One object as the cache keeps it.
+#[derive(Debug)]
+pub struct CachedObject {
+    /// The object's key.
+    pub key: Arc<str>,
+    /// What a client receives: JSON with `metadata.resourceVersion`.
+    pub encoded: Bytes,
+    /// The revision of the write that produced this state (for a deleted object, the delete).
+    pub mod_revision: Revision,
+}
+
+/// One change, as the cache hands it to watchers.
+#[derive(Debug)]
+pub struct CachedEvent {
+    /// Put or delete.
+    pub event_type: EventType,
+    /// The new state; for a delete, the last state at the delete's revision.
+    pub object: Arc<CachedObject>,
+    /// The state before (absent for a create).
+    pub prev: Option<Arc<CachedObject>>,
+}
+
+impl CachedEvent {
+    /// The revision of the write.
+    pub fn revision(&self) -> Revision {
+        self.object.mod_revision
+    }
+}
+
+/// What a watcher receives from the cache.
+#[derive(Clone, Debug)]
+pub enum CacheItem {
+    /// A change under the cache's prefix.
+    Event(Arc<CachedEvent>),
+    /// Nothing more up to this revision.
+    Progress(Revision),
+}
+
+/// Why a watch cannot be served from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMiss {
+    /// The cache is (re)loading.
+    NotReady,
+    /// The start revision is older than the window of events; the backend may still have it.
+    TooOld,
+}
+
+/// A watch served by the cache: what to send first, then what follows.
+pub struct CacheWatch {
+    /// The revision the watch starts from: the snapshot's, or the one asked for.
+    pub revision: Revision,
+    /// For a watch without a start revision: every object under the prefix, in key order.
+    pub initial: Vec<Arc<CachedObject>>,
+    /// For a watch from a revision: the events after it still in the window, in order.
+    pub replay: Vec<Arc<CachedEvent>>,
+    /// Everything after `revision`. Items at or below it may repeat and must be skipped.
+    pub live: broadcast::Receiver<CacheItem>,
+}
+
+/// A watch cache of one prefix. Cheap to clone; the cache stops with its last clone.
+#[derive(Clone)]
+pub struct Cacher {
+    shared: Arc<Shared>,
+    _task: Arc<TaskGuard>,
+}
+
+impl std::fmt::Debug for Cacher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cacher")
+            .field("prefix", &self.shared.prefix)
+            .field("revision", &self.revision())
+            .finish_non_exhaustive()
+    }
+}
+
+struct TaskGuard(JoinHandle<()>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Shared {
+    backend: Arc<dyn Backend>,
+    prefix: String,
+    encode: EncodeFn,
+    options: CacherOptions,
+    state: RwLock<State>,
+    /// The cache's revision while it is ready; `None` while it is not.
+    revision: watch::Sender<Option<Revision>>,
+}
+
+struct State {
+    ready: bool,
+    revision: Revision,
+    objects: BTreeMap<Arc<str>, Arc<CachedObject>>,
+    window: VecDeque<Arc<CachedEvent>>,
+    /// Every event after this revision is in the window.
+    window_start: Revision,
+    live: broadcast::Sender<CacheItem>,
+}
+
+/// How long the cache waits before listing again after a failure, at most.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+impl Cacher {
+    /// Starts a cache of everything under `prefix` on `backend`. Must be called within a tokio
+    /// runtime; the cache loads in the background ([`Cacher::is_ready`]).
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        prefix: &str,
+        encode: EncodeFn,
+        options: CacherOptions,
+    ) -> Self {
+        let (live, _) = broadcast::channel(options.watcher_lag.max(1));
+        let shared = Arc::new(Shared {
+            backend,
+            prefix: prefix.to_owned(),
+            encode,
+            options,
+            state: RwLock::new(State {
+                ready: false,
+                revision: 0,
+                objects: BTreeMap::new(),
+                window: VecDeque::new(),
+                window_start: 0,
+                live,
+            }),
+            revision: watch::Sender::new(None),
+        });
+        let task = tokio::spawn(run(Arc::clone(&shared)));
+        Self {
+            shared,
+            _task: Arc::new(TaskGuard(task)),
+        }
+    }
+
+    /// The prefix this cache holds.
+    pub fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    /// Whether the cache is loaded and following the backend.
+    pub fn is_ready(&self) -> bool {
+        self.revision().is_some()
+    }
+
+    /// The revision the cache is current at; `None` while it is not ready.
+    pub fn revision(&self) -> Option<Revision> {
+        *self.shared.revision.borrow()
+    }
+
+    /// Waits until the cache is ready and current at `revision` or later; false after
+    /// `timeout`.
+    pub async fn wait_for(&self, revision: Revision, timeout: Duration) -> bool {
+        let mut current = self.shared.revision.subscribe();
+        let reached = async move {
+            current
+                .wait_for(|r| r.is_some_and(|r| r >= revision))
+                .await
+                .is_ok()
+        };
+        tokio::time::timeout(timeout, reached)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Every object whose key starts with `prefix` (which must start with the cache's), in key
+    /// order, and the revision they are current at; `None` while the cache is not ready.
+    pub fn snapshot(&self, prefix: &str) -> Option<(Vec<Arc<CachedObject>>, Revision)> {
+        let state = self.shared.state.read().ok()?;
+        if !state.ready {
+            return None;
+        }
+        Some((objects_under(&state.objects, prefix), state.revision))
+    }
+
+    /// Opens a watch of the keys under `prefix`: from the current state when `after` is
+    /// `None`, else from the events after revision `after`.
+    pub fn watch(&self, prefix: &str, after: Option<Revision>) -> Result<CacheWatch, CacheMiss> {
+        // Under the read lock no event is applied, so the snapshot or replay and the
+        // subscription meet exactly.
+        let state = self.shared.state.read().map_err(|_| CacheMiss::NotReady)?;
+        if !state.ready {
+            return Err(CacheMiss::NotReady);
+        }
+        let live = state.live.subscribe();
+        match after {
+            None => Ok(CacheWatch {
+                revision: state.revision,
+                initial: objects_under(&state.objects, prefix),
+                replay: Vec::new(),
+                live,
+            }),
+            Some(after) if after < state.window_start => Err(CacheMiss::TooOld),
+            Some(after) => Ok(CacheWatch {
+                revision: after,
+                initial: Vec::new(),
+                replay: state
+                    .window
+                    .iter()
+                    .filter(|e| e.revision() > after && e.object.key.starts_with(prefix))
+                    .cloned()
+                    .collect(),
+                live,
+            }),
+        }
+    }
+}
+
+fn objects_under(
+    objects: &BTreeMap<Arc<str>, Arc<CachedObject>>,
+    prefix: &str,
+) -> Vec<Arc<CachedObject>> {
+    objects
+        .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(|(key, _)| key.starts_with(prefix))
+        .map(|(_, object)| Arc::clone(object))
+        .collect()
+}
+
+/// Loads, follows, and on failure starts over, until the cache is dropped.
+async fn run(shared: Arc<Shared>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match follow(&shared).await {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(error) => {
+                tracing::warn!(prefix = %shared.prefix, %error, "watch cache: reloading");
+            }
+        }
+        shared.unready();
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One life of the cache: list, then apply the watch until it fails.
+async fn follow(shared: &Shared) -> Result<(), StorageError> {
+    let (objects, revision) = shared.load().await?;
+    let mut items = shared
+        .backend
+        .watch_with_progress(&shared.prefix, revision)
+        .await?;
+    shared.ready(objects, revision);
+    while let Some(item) = items.next().await {
+        match item? {
+            WatchItem::Event(event) => shared.apply(event),
+            WatchItem::Progress(revision) => shared.progress(revision),
+        }
+    }
+    Err(StorageError::Unavailable(
+        "the backend ended the watch".into(),
+    ))
+}
+
+impl Shared {
+    /// Every object under the prefix at one revision.
+    async fn load(
+        &self,
+    ) -> Result<(BTreeMap<Arc<str>, Arc<CachedObject>>, Revision), StorageError> {
+        let mut objects = BTreeMap::new();
+        let mut request = ListRequest {
+            prefix: self.prefix.clone(),
+            limit: 10_000,
+            ..ListRequest::default()
+        };
+        loop {
+            let page = self.backend.list(&request).await?;
+            request.revision = page.revision;
+            for kv in &page.items {
+                if let Some(object) = self.encode(kv) {
+                    objects.insert(Arc::clone(&object.key), object);
+                }
+            }
+            request.start_after = page.items.last().map(|kv| kv.key.clone());
+            if !page.more || request.start_after.is_none() {
+                return Ok((objects, page.revision));
+            }
+        }
+    }
+
+    fn encode(&self, kv: &KeyValue) -> Option<Arc<CachedObject>> {
+        match (self.encode)(kv) {
+            Ok(encoded) => Some(Arc::new(CachedObject {
+                key: Arc::from(kv.key.as_str()),
+                encoded,
+                mod_revision: kv.mod_revision,
+            })),
+            Err(error) => {
+                tracing::error!(key = %kv.key, %error, "watch cache: cannot encode a stored object");
+                None
+            }
+        }
+    }
+
+    fn ready(&self, objects: BTreeMap<Arc<str>, Arc<CachedObject>>, revision: Revision) {
+        let Ok(mut state) = self.state.write() else {
+            return;
+        };
+        state.objects = objects;
+        state.window.clear();
+        state.window_start = revision;
+        state.revision = revision;
+        state.ready = true;
+        self.revision.send_replace(Some(revision));
+    }
+
+    /// Stops serving and ends every watch that followed the cache: replacing the broadcast
+    /// drops its sender, so each receiver sees it closed once it has read what was sent.
+    fn unready(&self) {
+        let Ok(mut state) = self.state.write() else {
+            return;
+        };
+        state.ready = false;
+        state.objects = BTreeMap::new();
+        state.window = VecDeque::new();
+        state.live = broadcast::channel(self.options.watcher_lag.max(1)).0;
+        self.revision.send_replace(None);
+    }
+
+    fn apply(&self, event: super::backend::Event) {
+        let key: &str = &event.kv.key;
+        let Ok(mut state) = self.state.write() else {
+            return;
+        };
+        let revision = event.revision();
+        let prev = match event.event_type {
+            EventType::Put => {
+                let Some(object) = self.encode(&event.kv) else {
+                    return;
+                };
+                let prev = state
+                    .objects
+                    .insert(Arc::clone(&object.key), Arc::clone(&object));
+                Some((object, prev))
+            }
+            EventType::Delete => {
+                let prev = state.objects.remove(key);
+                self.encode(&event.kv).map(|object| (object, prev))
+            }
+        };
+        state.revision = revision;
+        if let Some((object, prev)) = prev {
+            let cached = Arc::new(CachedEvent {
+                event_type: event.event_type,
+                object,
+                prev,
+            });
+            state.window.push_back(Arc::clone(&cached));
+            while state.window.len() > self.options.window.max(1) {
+                if let Some(old) = state.window.pop_front() {
+                    state.window_start = old.revision();
+                }
+            }
+            // No receiver is not an error: nobody watches right now.
+            let _ = state.live.send(CacheItem::Event(cached));
+        }
+        self.revision.send_replace(Some(revision));
+    }
+
+    fn progress(&self, revision: Revision) {
+        let Ok(mut state) = self.state.write() else {
+            return;
+        };
+        if revision <= state.revision {
+            return;
+        }
+        state.revision = revision;
+        let _ = state.live.send(CacheItem::Progress(revision));
+        self.revision.send_replace(Some(revision));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemoryBackend;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn plain() -> EncodeFn {
+        Arc::new(|kv: &KeyValue| {
+            Ok(Bytes::from(format!(
+                "{}@{}",
+                String::from_utf8_lossy(&kv.value),
+                kv.mod_revision
+            )))
+        })
+    }
+
+    fn cacher(backend: &Arc<MemoryBackend>, options: CacherOptions) -> Cacher {
+        let backend: Arc<dyn Backend> = backend.clone();
+        Cacher::new(backend, "/c/", plain(), options)
+    }
+
+    async fn ready_at(cache: &Cacher, backend: &MemoryBackend) {
+        let current = backend.current_revision().await.unwrap();
+        assert!(
+            cache.wait_for(current, WAIT).await,
+            "cache never reached {current}"
+        );
+    }
+
+    fn text(object: &CachedObject) -> &str {
+        std::str::from_utf8(&object.encoded).unwrap()
+    }
+
+    async fn next(live: &mut broadcast::Receiver<CacheItem>) -> Arc<CachedEvent> {
+        loop {
+            let item = tokio::time::timeout(WAIT, live.recv()).await.unwrap();
+            if let CacheItem::Event(event) = item.unwrap() {
+                return event;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn loads_then_follows_with_encoded_objects() {
+        let backend = Arc::new(MemoryBackend::new());
+        backend.create("/c/a", Bytes::from("A")).await.unwrap();
+        backend.create("/other/x", Bytes::from("X")).await.unwrap();
+        let cache = cacher(&backend, CacherOptions::default());
+        ready_at(&cache, &backend).await;
+        let (objects, revision) = cache.snapshot("/c/").unwrap();
+        assert_eq!(objects.iter().map(|o| text(o)).collect::<Vec<_>>(), ["A@1"]);
+        assert_eq!(
+            revision, 2,
+            "progress carries the cache past other prefixes"
+        );
+        let mut watch = cache.watch("/c/", None).unwrap();
+        assert_eq!(watch.initial.len(), 1);
+        let b = backend.create("/c/b", Bytes::from("B")).await.unwrap();
+        let event = next(&mut watch.live).await;
+        assert_eq!(text(&event.object), "B@3");
+        assert!(event.prev.is_none());
+        backend
+            .update("/c/b", Bytes::from("B2"), b.mod_revision)
+            .await
+            .unwrap();
+        let event = next(&mut watch.live).await;
+        assert_eq!(text(event.prev.as_ref().unwrap()), "B@3");
+        backend.delete("/c/b", None).await.unwrap();
+        let event = next(&mut watch.live).await;
+        assert_eq!(event.event_type, EventType::Delete);
+        assert_eq!(
+            text(&event.object),
+            "B2@5",
+            "a delete shows the last state at its revision"
+        );
+        ready_at(&cache, &backend).await;
+        let (objects, _) = cache.snapshot("/c/").unwrap();
+        assert_eq!(objects.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn replays_the_window_and_refuses_older_starts() {
+        let backend = Arc::new(MemoryBackend::new());
+        let options = CacherOptions {
+            window: 3,
+            watcher_lag: 16,
+        };
+        let cache = cacher(&backend, options);
+        ready_at(&cache, &backend).await;
+        for i in 0..5 {
+            backend
+                .create(&format!("/c/{i}"), Bytes::from(i.to_string()))
+                .await
+                .unwrap();
+        }
+        ready_at(&cache, &backend).await;
+        let watch = cache.watch("/c/", Some(2)).unwrap();
+        let revisions: Vec<_> = watch.replay.iter().map(|e| e.revision()).collect();
+        assert_eq!(revisions, [3, 4, 5]);
+        assert_eq!(cache.watch("/c/", Some(1)).err(), Some(CacheMiss::TooOld));
+        let narrow = cache.watch("/c/4", Some(2)).unwrap();
+        assert_eq!(narrow.replay.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_lagging_watcher_is_told_and_others_go_on() {
+        let backend = Arc::new(MemoryBackend::new());
+        let options = CacherOptions {
+            window: 8,
+            watcher_lag: 4,
+        };
+        let cache = cacher(&backend, options);
+        ready_at(&cache, &backend).await;
+        let mut slow = cache.watch("/c/", None).unwrap().live;
+        let mut fast = cache.watch("/c/", None).unwrap().live;
+        for i in 0..10 {
+            backend
+                .create(&format!("/c/{i}"), Bytes::from("v"))
+                .await
+                .unwrap();
+            assert_eq!(next(&mut fast).await.revision(), i + 1);
+        }
+        let lagged = loop {
+            match slow.recv().await {
+                Err(broadcast::error::RecvError::Lagged(n)) => break n,
+                Ok(_) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert!(lagged > 0);
+    }
+
+    #[tokio::test]
+    async fn reloading_ends_the_watches_that_followed() {
+        let backend = Arc::new(MemoryBackend::new());
+        let cache = cacher(&backend, CacherOptions::default());
+        ready_at(&cache, &backend).await;
+        let mut watch = cache.watch("/c/", None).unwrap();
+        // What the cache does when its backend watch fails, before it lists again.
+        backend.create("/c/a", Bytes::from("A")).await.unwrap();
+        next(&mut watch.live).await;
+        cache.shared.unready();
+        let end = tokio::time::timeout(WAIT, async {
+            loop {
+                if let Err(broadcast::error::RecvError::Closed) = watch.live.recv().await {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(end.is_ok(), "old watchers end when the cache reloads");
+    }
+}
