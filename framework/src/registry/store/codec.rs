@@ -25,9 +25,11 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
 /// The bytes a client receives for a stored key-value, for the watch cache.
 pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, StorageError> {
     let object = decode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))?;
-    serde_json::to_vec(&object)
-        .map(Bytes::from)
-        .map_err(|e| StorageError::Internal(e.to_string()))
+    let mut encoded =
+        serde_json::to_vec(&object).map_err(|e| StorageError::Internal(e.to_string()))?;
+    // Kept for as long as the object is current: no spare capacity.
+    encoded.shrink_to_fit();
+    Ok(Bytes::from(encoded))
 }
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).
