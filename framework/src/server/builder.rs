@@ -344,11 +344,34 @@ async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, Serve
 
 /// Connects to `--etcd-servers`. Keys are not prefixed here: the stores already put
 /// `--etcd-prefix` in front of theirs.
+///
+/// etcd need not answer yet: the client connects in the background, `/readyz` fails and
+/// requests get 503 until it does. Unreadable `--etcd-cafile`/`--etcd-certfile`/
+/// `--etcd-keyfile` are an error here, at start.
 #[cfg(feature = "etcd")]
 async fn open_etcd3(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
-    let etcd_options = crate::storage::Etcd3Options::default();
-    let backend = crate::storage::Etcd3Backend::connect(&options.etcd_servers, etcd_options);
-    Ok(Arc::new(backend.await?))
+    use crate::storage::{Etcd3Backend, Etcd3Options, Etcd3Tls};
+    let files = [
+        &options.etcd_cafile,
+        &options.etcd_certfile,
+        &options.etcd_keyfile,
+    ];
+    let tls = if files.iter().any(|f| f.is_some()) {
+        let tls = Etcd3Tls::from_files(
+            options.etcd_cafile.as_deref(),
+            options.etcd_certfile.as_deref(),
+            options.etcd_keyfile.as_deref(),
+        );
+        Some(tls.map_err(|e| ServerError::Config(format!("etcd TLS: {e}")))?)
+    } else {
+        None
+    };
+    let etcd_options = Etcd3Options {
+        tls,
+        ..Etcd3Options::default()
+    };
+    let backend = Etcd3Backend::connect(&options.etcd_servers, etcd_options).await?;
+    Ok(Arc::new(backend))
 }
 
 /// Without the feature there is no etcd client to open, so say so instead of panicking.
@@ -372,8 +395,16 @@ fn build_router(
         shutdown: shutdown.clone(),
     });
     let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
+    let storage_check = match options.storage_backend {
+        StorageBackendKind::Etcd3 => "etcd",
+        _ => "storage",
+    };
     let router = Router::new()
-        .merge(health::router(HealthState { backend, shutdown }))
+        .merge(health::router(HealthState {
+            backend,
+            storage_check,
+            shutdown,
+        }))
         .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
         .merge(OpenApiDocuments::build(&served, openapi).router())
         .merge(endpoints::resource_router(state))

@@ -18,6 +18,9 @@ use crate::storage::Backend;
 pub struct HealthState {
     /// The storage backend; `/readyz` fails while it cannot serve.
     pub backend: Arc<dyn Backend>,
+    /// The name of the storage check: `etcd` on etcd (as kube-apiserver's `[-]etcd failed`),
+    /// `storage` otherwise.
+    pub storage_check: &'static str,
     /// Set when shutdown starts: `/readyz` fails so load balancers stop sending.
     pub shutdown: crate::server::serve::ShutdownSignal,
 }
@@ -52,7 +55,7 @@ async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
         } else {
             Ok(())
         };
-        checks.push(("storage", storage));
+        checks.push((state.storage_check, storage));
         checks.push(("shutdown", shutdown));
     }
     checks

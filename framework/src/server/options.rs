@@ -66,6 +66,23 @@ pub struct ServerOptions {
     )]
     pub etcd_servers: Vec<String>,
 
+    /// SSL Certificate Authority file used to secure etcd communication: etcd's serving
+    /// certificate is verified against it. Needed for `https://` etcd servers.
+    #[cfg(feature = "etcd")]
+    #[arg(long = "etcd-cafile")]
+    pub etcd_cafile: Option<PathBuf>,
+
+    /// SSL certification file used to secure etcd communication: the client certificate for
+    /// an etcd with `--client-cert-auth`.
+    #[cfg(feature = "etcd")]
+    #[arg(long = "etcd-certfile", requires = "etcd_keyfile")]
+    pub etcd_certfile: Option<PathBuf>,
+
+    /// SSL key file used to secure etcd communication: the key of --etcd-certfile.
+    #[cfg(feature = "etcd")]
+    #[arg(long = "etcd-keyfile", requires = "etcd_certfile")]
+    pub etcd_keyfile: Option<PathBuf>,
+
     /// The prefix of every storage key, as kube-apiserver's --etcd-prefix.
     #[arg(long = "etcd-prefix", default_value = "/registry")]
     pub storage_prefix: String,
@@ -101,11 +118,56 @@ impl Default for ServerOptions {
             sqlite_path: PathBuf::from("apiserver.db"),
             #[cfg(feature = "etcd")]
             etcd_servers: vec!["http://127.0.0.1:2379".into()],
+            #[cfg(feature = "etcd")]
+            etcd_cafile: None,
+            #[cfg(feature = "etcd")]
+            etcd_certfile: None,
+            #[cfg(feature = "etcd")]
+            etcd_keyfile: None,
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
             watch_cache: true,
             request_timeout_seconds: 60,
             anonymous_auth: false,
         }
+    }
+}
+
+#[cfg(all(test, feature = "etcd"))]
+mod tests {
+    use clap::Parser;
+
+    use super::ServerOptions;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: ServerOptions,
+    }
+
+    #[test]
+    fn etcd_tls_flags_as_kube_apiserver_names_them() {
+        let cli = Cli::try_parse_from([
+            "server",
+            "--storage-backend=etcd3",
+            "--etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379",
+            "--etcd-cafile=ca.crt",
+            "--etcd-certfile=client.crt",
+            "--etcd-keyfile=client.key",
+        ])
+        .unwrap();
+        let options = cli.options;
+        assert_eq!(options.etcd_servers.len(), 2);
+        assert_eq!(options.etcd_cafile.unwrap().to_str(), Some("ca.crt"));
+        assert_eq!(options.etcd_certfile.unwrap().to_str(), Some("client.crt"));
+        assert_eq!(options.etcd_keyfile.unwrap().to_str(), Some("client.key"));
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key() {
+        assert!(Cli::try_parse_from(["server", "--etcd-certfile=client.crt"]).is_err());
+        assert!(Cli::try_parse_from(["server", "--etcd-keyfile=client.key"]).is_err());
+        let only_ca = Cli::try_parse_from(["server", "--etcd-cafile=ca.crt"]).unwrap();
+        assert!(only_ca.options.etcd_certfile.is_none());
     }
 }

@@ -6,15 +6,17 @@
 //! `OutOfRange` on reads) is translated here.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Error as EtcdError, GetOptions,
-    PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchRequestSender,
-    WatchResponseStream,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Error as EtcdError,
+    GetOptions, Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    WatchOptions, WatchRequestSender, WatchResponseStream,
 };
 use futures::stream;
 
@@ -22,18 +24,34 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError, WatchItem,
 };
+use crate::server::certs::{parse_certs_pem, CertKey};
+use crate::server::tls::TlsError;
 
 /// The request side of an open watch, through which progress is asked for.
 type ProgressRequester = Arc<tokio::sync::Mutex<WatchRequestSender>>;
 
 /// How to talk to etcd.
+///
+/// The deadlines make a dead or unreachable etcd an error within seconds instead of a request
+/// that hangs: the client keeps reconnecting in the background, and the first request after
+/// etcd is back succeeds.
 #[derive(Clone, Debug)]
 pub struct Etcd3Options {
     /// Prepended to every key in etcd and stripped from every key read back, so several
     /// users (tests, tenants) can share one cluster without seeing each other's keys.
     pub key_prefix: String,
-    /// How long to wait for a TCP connection to an endpoint.
+    /// How long to wait for a TCP connection (and TLS handshake) to an endpoint.
     pub connect_timeout: Duration,
+    /// How long one read or write (or the start of a watch) may take before it fails with
+    /// [`StorageError::Unavailable`] (HTTP 503). An established watch is not bounded.
+    pub request_timeout: Duration,
+    /// How long the readiness check (`/readyz`) waits for etcd.
+    pub ready_timeout: Duration,
+    /// HTTP/2 keep-alive pings (interval, timeout): a connection whose pings go unanswered is
+    /// dropped, so watches on a silently dead etcd end instead of waiting forever.
+    pub keep_alive: Option<(Duration, Duration)>,
+    /// TLS to etcd, for `https://` endpoints.
+    pub tls: Option<Etcd3Tls>,
 }
 
 impl Default for Etcd3Options {
@@ -41,7 +59,92 @@ impl Default for Etcd3Options {
         Self {
             key_prefix: String::new(),
             connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            ready_timeout: Duration::from_secs(2),
+            keep_alive: Some((Duration::from_secs(10), Duration::from_secs(5))),
+            tls: None,
         }
+    }
+}
+
+/// TLS to etcd, as kube-apiserver's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`:
+/// the CA bundle that etcd's serving certificate is verified against and, for an etcd started
+/// with `--client-cert-auth`, the client certificate and key to present. All PEM.
+#[derive(Clone, Default)]
+pub struct Etcd3Tls {
+    ca_pem: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Etcd3Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd3Tls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl Etcd3Tls {
+    /// From PEM data: an optional CA bundle, and an optional client certificate chain with its
+    /// private key. Malformed PEM is an error here rather than a failed handshake later.
+    pub fn from_pem(
+        ca_pem: Option<Vec<u8>>,
+        identity: Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Self, TlsError> {
+        if let Some(ca) = &ca_pem {
+            parse_certs_pem(ca)?;
+        }
+        if let Some((cert, key)) = &identity {
+            CertKey::from_pem(cert, key)?;
+        }
+        Ok(Self { ca_pem, identity })
+    }
+
+    /// Reads `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`. A certificate needs its
+    /// key and the other way round; a file that cannot be read or parsed is an error naming it.
+    pub fn from_files(
+        ca_file: Option<&Path>,
+        cert_file: Option<&Path>,
+        key_file: Option<&Path>,
+    ) -> Result<Self, TlsError> {
+        let read = |path: &Path| std::fs::read(path).map_err(|e| TlsError::io(path, e));
+        let ca_pem = match ca_file {
+            Some(path) => {
+                let pem = read(path)?;
+                parse_certs_pem(&pem)
+                    .map_err(|e| TlsError::Invalid(format!("{}: {e}", path.display())))?;
+                Some(pem)
+            }
+            None => None,
+        };
+        let identity = match (cert_file, key_file) {
+            (Some(cert), Some(key)) => {
+                let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+                CertKey::from_pem(&cert_pem, &key_pem).map_err(|e| {
+                    TlsError::Invalid(format!("{} / {}: {e}", cert.display(), key.display()))
+                })?;
+                Some((cert_pem, key_pem))
+            }
+            (None, None) => None,
+            _ => {
+                return Err(TlsError::Invalid(
+                    "a client certificate for etcd needs both a certificate and a key file".into(),
+                ))
+            }
+        };
+        Ok(Self { ca_pem, identity })
+    }
+
+    fn options(&self) -> TlsOptions {
+        let mut options = TlsOptions::new();
+        if let Some(ca) = &self.ca_pem {
+            options = options.ca_certificate(Certificate::from_pem(ca));
+        }
+        if let Some((cert, key)) = &self.identity {
+            options = options.identity(Identity::from_pem(cert, key));
+        }
+        options
     }
 }
 
@@ -50,6 +153,8 @@ impl Default for Etcd3Options {
 pub struct Etcd3Backend {
     client: Client,
     prefix: String,
+    request_timeout: Duration,
+    ready_timeout: Duration,
     /// Every open watch, for [`Backend::request_progress`]; a watch that ended leaves a dead
     /// pointer, swept on the next request.
     watches: Arc<Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>>,
@@ -64,24 +169,67 @@ impl std::fmt::Debug for Etcd3Backend {
 }
 
 impl Etcd3Backend {
-    /// Creates a client for `endpoints` (`http://127.0.0.1:2379`, …).
+    /// Creates a client for `endpoints` (`http://127.0.0.1:2379`, `https://…`, …).
     ///
-    /// The connection is made lazily: this succeeds even when no endpoint answers. Call
-    /// [`Backend::ready`] to check that one does.
+    /// The connection is made lazily: this succeeds even when no endpoint answers, and the
+    /// client keeps trying. Call [`Backend::ready`] to check that one does. `https://`
+    /// endpoints need [`Etcd3Options::tls`] with a CA; mixing `http://` and `https://` is an
+    /// error; TLS options with only `http://` endpoints are ignored with a warning, as
+    /// kube-apiserver does.
     pub async fn connect(
         endpoints: &[String],
         options: Etcd3Options,
     ) -> Result<Self, StorageError> {
-        // No request timeout: tonic would apply it to the long-lived watch streams too.
-        let connect = ConnectOptions::new().with_connect_timeout(options.connect_timeout);
+        let https = endpoints
+            .iter()
+            .filter(|e| e.starts_with("https://"))
+            .count();
+        if https > 0 && https < endpoints.len() {
+            return Err(StorageError::Internal(format!(
+                "etcd endpoints {}: all https:// or none",
+                endpoints.join(",")
+            )));
+        }
+        // No request timeout here: tonic would apply it to the long-lived watch streams too;
+        // `within` bounds every other call instead.
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(options.connect_timeout)
+            .with_keep_alive_while_idle(true);
+        if let Some((interval, timeout)) = options.keep_alive {
+            connect = connect.with_keep_alive(interval, timeout);
+        }
+        match (&options.tls, https > 0) {
+            (Some(tls), true) if tls.ca_pem.is_some() => connect = connect.with_tls(tls.options()),
+            (_, true) => {
+                return Err(StorageError::Internal(format!(
+                    "etcd endpoints {}: https:// needs the CA that signed etcd's certificate \
+                     (--etcd-cafile)",
+                    endpoints.join(",")
+                )))
+            }
+            (Some(_), false) => tracing::warn!(
+                endpoints = %endpoints.join(","),
+                "etcd TLS options are ignored: no endpoint is https://"
+            ),
+            (None, false) => {}
+        }
         let client = Client::connect(endpoints, Some(connect))
             .await
             .map_err(|e| StorageError::Unavailable(e.to_string()))?;
         Ok(Self {
             client,
             prefix: options.key_prefix,
+            request_timeout: options.request_timeout,
+            ready_timeout: options.ready_timeout,
             watches: Arc::default(),
         })
+    }
+
+    /// Runs one call to etcd with the request deadline. While no endpoint is connected the
+    /// client's balancer waits for one instead of failing, so without a deadline a request to
+    /// a dead etcd would hang.
+    async fn within<T>(&self, call: impl Future<Output = T>) -> Result<T, StorageError> {
+        deadline(self.request_timeout, call).await
     }
 
     fn full(&self, key: &str) -> String {
@@ -99,7 +247,8 @@ impl Etcd3Backend {
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StorageError> {
-        self.client.kv_client().txn(txn).await.map_err(map_error)
+        let mut kv = self.client.kv_client();
+        self.within(kv.txn(txn)).await?.map_err(map_error)
     }
 
     /// The key-value a failed transaction read in its `else` branch, if the key exists.
@@ -114,12 +263,9 @@ impl Etcd3Backend {
     /// revision 1 is canceled with it.
     async fn compacted_revision(&self) -> Result<Revision, StorageError> {
         let options = WatchOptions::new().with_start_revision(1);
-        let watch = self
-            .client
-            .watch_client()
-            .watch(self.full("\0"), Some(options))
-            .await;
-        let mut stream = watch.map_err(map_error)?;
+        let mut client = self.client.watch_client();
+        let watch = self.within(client.watch(self.full("\0"), Some(options)));
+        let mut stream = watch.await?.map_err(map_error)?;
         let probe = async {
             while let Some(response) = stream.message().await.map_err(map_error)? {
                 if response.compact_revision() > 0 {
@@ -186,27 +332,52 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
 }
 
 fn map_error(error: EtcdError) -> StorageError {
-    match error {
+    match &error {
         EtcdError::GRpcStatus(status) => {
             let code = status.code() as i32;
-            if [CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE].contains(&code) {
-                StorageError::Unavailable(status.message().to_owned())
+            // A status with a source was made by the client from a failed connection (etcd
+            // went away mid-stream: "h2 protocol error", code Unknown or Internal); one that
+            // etcd sent has none.
+            let lost_connection =
+                std::error::Error::source(status).is_some() && [UNKNOWN, INTERNAL].contains(&code);
+            if lost_connection || [CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE].contains(&code) {
+                let message = status.message();
+                StorageError::Unavailable(describe(message, std::error::Error::source(status)))
             } else {
-                StorageError::Internal(status.message().to_owned())
+                StorageError::Internal(format!("etcd: {}", status.message()))
             }
         }
         EtcdError::TransportError(_) | EtcdError::IoError(_) => {
-            StorageError::Unavailable(error.to_string())
+            let source = std::error::Error::source(&error);
+            StorageError::Unavailable(describe(&error.to_string(), source))
         }
-        other => StorageError::Internal(other.to_string()),
+        other => StorageError::Internal(format!("etcd: {other}")),
     }
+}
+
+/// `etcd: `, `message` and its causes, each once ("etcd: tcp connect error: Connection refused").
+fn describe(message: &str, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut text = format!("etcd: {message}");
+    // Bounded: error chains are short, and a cycle must not loop forever.
+    for _ in 0..8 {
+        let Some(cause) = source else { break };
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 // gRPC status codes, by number: etcd-client does not re-export tonic's `Code`, and a direct
 // tonic dependency would have to track etcd-client's version.
 const CANCELLED: i32 = 1;
+const UNKNOWN: i32 = 2;
 const DEADLINE_EXCEEDED: i32 = 4;
 const OUT_OF_RANGE: i32 = 11;
+const INTERNAL: i32 = 13;
 const UNAVAILABLE: i32 = 14;
 
 fn out_of_range_message(error: &EtcdError) -> Option<String> {
@@ -225,7 +396,8 @@ fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
 #[async_trait]
 impl Backend for Etcd3Backend {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
-        let response = self.client.kv_client().get(self.full(key), None).await;
+        let mut kv = self.client.kv_client();
+        let response = self.within(kv.get(self.full(key), None)).await?;
         let response = response.map_err(map_error)?;
         Ok(response.kvs().first().map(|kv| self.convert(kv)))
     }
@@ -233,7 +405,8 @@ impl Backend for Etcd3Backend {
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
         let options = self.list_options(request);
         let start = self.list_start(request);
-        let response = match self.client.kv_client().get(start, Some(options)).await {
+        let mut kv = self.client.kv_client();
+        let response = match self.within(kv.get(start, Some(options))).await? {
             Ok(response) => response,
             Err(error) => match out_of_range_message(&error) {
                 Some(message) => return Err(self.out_of_range(request.revision, &message).await),
@@ -356,12 +529,9 @@ impl Backend for Etcd3Backend {
             .with_prefix()
             .with_start_revision(after + 1)
             .with_prev_key();
-        let watch = self
-            .client
-            .watch_client()
-            .watch(self.full(prefix), Some(options))
-            .await;
-        let (requests, responses) = watch.map_err(map_error)?.split();
+        let mut client = self.client.watch_client();
+        let watch = self.within(client.watch(self.full(prefix), Some(options)));
+        let (requests, responses) = watch.await?.map_err(map_error)?.split();
         let requests = Arc::new(tokio::sync::Mutex::new(requests));
         if let Ok(mut watches) = self.watches.lock() {
             watches.retain(|w| w.strong_count() > 0);
@@ -380,18 +550,16 @@ impl Backend for Etcd3Backend {
         };
         for requests in open {
             // A watch whose stream broke reports that on its own stream.
-            let _ = requests.lock().await.request_progress().await;
+            let mut requests = requests.lock().await;
+            let _ = self.within(requests.request_progress()).await;
         }
     }
 
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         // Any range answers with the store's revision in its header; count_only keeps it small.
         let options = GetOptions::new().with_count_only();
-        let response = self
-            .client
-            .kv_client()
-            .get(self.full("\0"), Some(options))
-            .await;
+        let mut kv = self.client.kv_client();
+        let response = self.within(kv.get(self.full("\0"), Some(options))).await?;
         Ok(header_revision(response.map_err(map_error)?.header()))
     }
 
@@ -403,13 +571,32 @@ impl Backend for Etcd3Backend {
                 current,
             });
         }
-        match self.client.kv_client().compact(revision, None).await {
+        let mut kv = self.client.kv_client();
+        match self.within(kv.compact(revision, None)).await? {
             Ok(_) => Ok(()),
             // Compacting at or below the compacted revision is a no-op for the trait.
             Err(error) if out_of_range_message(&error).is_some() => Ok(()),
             Err(error) => Err(map_error(error)),
         }
     }
+
+    /// A count-only read with the (shorter) readiness deadline.
+    async fn ready(&self) -> Result<(), StorageError> {
+        let options = GetOptions::new().with_count_only();
+        let mut kv = self.client.kv_client();
+        let read = kv.get(self.full("\0"), Some(options));
+        deadline(self.ready_timeout, read)
+            .await?
+            .map_err(map_error)?;
+        Ok(())
+    }
+}
+
+/// `call`, or [`StorageError::Unavailable`] when it takes longer than `limit`.
+async fn deadline<T>(limit: Duration, call: impl Future<Output = T>) -> Result<T, StorageError> {
+    tokio::time::timeout(limit, call)
+        .await
+        .map_err(|_| StorageError::Unavailable(format!("etcd did not answer within {limit:?}")))
 }
 
 /// The error of a failed compare-and-swap, from the key as it is now.
@@ -530,7 +717,40 @@ impl WatchState {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{prefix_end, Etcd3Backend, Etcd3Options, Etcd3Tls};
+    use crate::storage::StorageError;
+
+    async fn connect_error(endpoints: &[&str], options: Etcd3Options) -> String {
+        let endpoints: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
+        match Etcd3Backend::connect(&endpoints, options).await {
+            Err(StorageError::Internal(message)) => message,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn https_needs_a_ca_and_schemes_do_not_mix() {
+        let https = ["https://127.0.0.1:2379"];
+        let message = connect_error(&https, Etcd3Options::default()).await;
+        assert!(message.contains("--etcd-cafile"), "{message}");
+        let mixed = ["https://127.0.0.1:2379", "http://127.0.0.1:2380"];
+        let message = connect_error(&mixed, Etcd3Options::default()).await;
+        assert!(message.contains("all https:// or none"), "{message}");
+    }
+
+    #[test]
+    fn tls_files_are_checked_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.crt");
+        let error = Etcd3Tls::from_files(Some(&missing), None, None).unwrap_err();
+        assert!(error.to_string().contains("missing.crt"), "{error}");
+        let garbage = dir.path().join("garbage.crt");
+        std::fs::write(&garbage, "not PEM").unwrap();
+        let error = Etcd3Tls::from_files(Some(&garbage), None, None).unwrap_err();
+        assert!(error.to_string().contains("garbage.crt"), "{error}");
+        let error = Etcd3Tls::from_files(None, Some(&garbage), None).unwrap_err();
+        assert!(error.to_string().contains("both"), "{error}");
+    }
 
     #[test]
     fn prefix_end_increments_the_last_byte() {

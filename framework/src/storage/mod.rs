@@ -17,6 +17,6 @@ pub use backend::{
 };
 pub use cacher::{Cacher, CacherOptions};
 #[cfg(feature = "etcd")]
-pub use etcd3::{Etcd3Backend, Etcd3Options};
+pub use etcd3::{Etcd3Backend, Etcd3Options, Etcd3Tls};
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;

@@ -1,0 +1,518 @@
+//! wardle on etcd processes of the tests' own, so they can stop and restart them: TLS to etcd
+//! with client certificates (`--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`), and etcd
+//! unreachable at start or while serving (readyz red, `Status` 503, nothing half-written,
+//! recovery without a restart of the server).
+//!
+//! Needs the `etcd` binary (Debian's etcd-server; `bash .ci/etcd.sh start` installs it) and the
+//! `etcd` feature: `cargo test -p wardle --features etcd --test etcd`.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use common::*;
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use apiserver::server::{ApiServer, ServerOptions, StorageBackendKind};
+use apiserver::testing::TestServer;
+use futures::StreamExt;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::Client;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use serde_json::Value;
+use wardle::Flunder;
+
+const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The files of etcd's TLS: its serving certificate and the CA that also signs clients.
+struct EtcdTls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// One etcd process on free loopback ports and a data directory that outlives restarts.
+struct Etcd {
+    data_dir: PathBuf,
+    log: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+    tls: Option<EtcdTls>,
+    child: Option<Child>,
+}
+
+impl Etcd {
+    /// An etcd that is not started yet, with its data and log in `dir`.
+    fn new(dir: &Path, tls: Option<EtcdTls>) -> Etcd {
+        let found = Command::new("etcd").arg("--version").output();
+        assert!(
+            found.is_ok_and(|out| out.status.success()),
+            "the etcd binary is not on PATH: `bash .ci/etcd.sh start` installs Debian's etcd-server"
+        );
+        Etcd {
+            data_dir: dir.join("etcd-data"),
+            log: dir.join("etcd.log"),
+            client_port: free_port(),
+            peer_port: free_port(),
+            tls,
+            child: None,
+        }
+    }
+
+    fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Starts (or restarts, on the same ports and data) the process.
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "etcd runs already");
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut command = Command::new("etcd");
+        command
+            .args(["--name", "wardle-test", "--data-dir"])
+            .arg(&self.data_dir)
+            .args(["--listen-client-urls", &self.url()])
+            .args(["--advertise-client-urls", &self.url()])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .arg(format!("--initial-cluster=wardle-test={peer}"));
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let log = File::create(&self.log).unwrap();
+        let child = command
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+    }
+
+    /// Kills the process (SIGKILL: no goodbye to its clients) and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("etcd runs").id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    /// Panics with the log if the process has exited.
+    fn assert_running(&mut self) {
+        if let Some(child) = &mut self.child {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("etcd exited ({status}); its log:\n{log}");
+            }
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Options of a wardle server on `etcd` with certificates in `dir`.
+fn options(dir: &Path, etcd: &Etcd) -> ServerOptions {
+    ServerOptions {
+        storage_backend: StorageBackendKind::Etcd3,
+        etcd_servers: vec![etcd.url()],
+        compaction_interval_seconds: 0,
+        ..TestServer::options(dir)
+    }
+}
+
+/// The server, and an admin client that does not retry: kube-rs retries 503s by default,
+/// which would hide the answers these tests check.
+async fn start(options: ServerOptions) -> (TestServer, Client) {
+    let server = TestServer::start_with_options(options, vec![wardle::api_group()]).await;
+    let mut config = config(&server).await;
+    config.default_retry = false;
+    (server, Client::try_from(config).unwrap())
+}
+
+/// An answer: code and body.
+struct Reply {
+    code: u16,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Sends one request. The bound only keeps a broken server from hanging the test; the 503
+/// checks below tell a storage error from the server's own 60 s request timeout (a 504).
+async fn send(client: &Client, method: &str, path: &str, body: &str) -> Reply {
+    let mut request = http::Request::builder().method(method).uri(path);
+    if !body.is_empty() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(90), client.send(request))
+        .await
+        .expect("an answer")
+        .expect("request sent");
+    let code = response.status().as_u16();
+    let body = tokio::time::timeout(
+        Duration::from_secs(90),
+        response.into_body().collect_bytes(),
+    )
+    .await
+    .expect("a body")
+    .expect("body read");
+    Reply {
+        code,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+fn flunder_json(name: &str) -> String {
+    serde_json::to_string(&flunder(name, "other")).unwrap()
+}
+
+/// Asserts `/readyz` fails on etcd, as kube-apiserver's does.
+async fn assert_not_ready(client: &Client) {
+    let reply = send(client, "GET", "/readyz?verbose", "").await;
+    assert_eq!(reply.code, 500, "{}", reply.body);
+    assert!(
+        reply.body.contains("[-]etcd failed: reason withheld\n"),
+        "{}",
+        reply.body
+    );
+    assert!(
+        reply.body.ends_with("readyz check failed\n"),
+        "{}",
+        reply.body
+    );
+    let reply = send(client, "GET", "/readyz/etcd", "").await;
+    assert_eq!(reply.code, 500, "{}", reply.body);
+}
+
+/// Asserts a storage request got `Status` 503 `ServiceUnavailable` naming etcd.
+#[track_caller]
+fn assert_unavailable(reply: &Reply) {
+    let status = reply.json();
+    assert_eq!(reply.code, 503, "{status}");
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert_eq!(status["code"], 503, "{status}");
+    assert_eq!(status["reason"], "ServiceUnavailable", "{status}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("etcd"), "{status}");
+}
+
+/// Asserts a watch failed on storage: a 503 `Status`, or (once the stream has begun) a
+/// 200 whose only event is an `ERROR` with that `Status`, as kube-apiserver may send either.
+#[track_caller]
+fn assert_watch_unavailable(reply: &Reply) {
+    if reply.code != 200 {
+        return assert_unavailable(reply);
+    }
+    let events: Vec<&str> = reply.body.lines().collect();
+    assert_eq!(events.len(), 1, "{}", reply.body);
+    let event: Value = serde_json::from_str(events[0]).unwrap();
+    assert_eq!(event["type"], "ERROR", "{event}");
+    let status = Reply {
+        code: event["object"]["code"].as_u64().unwrap_or_default() as u16,
+        body: event["object"].to_string(),
+    };
+    assert_unavailable(&status);
+}
+
+/// Polls `/readyz` until it is `ok` (at most 120 tries, half a second apart).
+async fn wait_ready(client: &Client, etcd: &mut Etcd) {
+    for _ in 0..120 {
+        etcd.assert_running();
+        let reply = send(client, "GET", "/readyz", "").await;
+        if reply.code == 200 {
+            assert_eq!(reply.body, "ok");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = std::fs::read_to_string(&etcd.log).unwrap_or_default();
+    panic!("the server did not become ready on etcd; etcd's log:\n{log}");
+}
+
+/// Watches flunders in `default` from `rv` until `name` is added (at most 20 events).
+async fn watch_sees_added(api: &Api<Flunder>, rv: &str, name: &str, create: impl AsyncFnOnce()) {
+    let params = WatchParams::default().timeout(30);
+    let mut stream = api.watch(&params, rv).await.unwrap().boxed();
+    create().await;
+    for _ in 0..20 {
+        let event = tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await
+            .expect("a watch event")
+            .expect("the watch is open")
+            .expect("a good event");
+        match event {
+            WatchEvent::Added(f) if f.metadata.name.as_deref() == Some(name) => return,
+            WatchEvent::Error(e) => panic!("watch error: {e:?}"),
+            _ => {}
+        }
+    }
+    panic!("no ADDED event for {name}");
+}
+
+/// A CA, and certificates it signs, for etcd's TLS.
+struct Pki {
+    issuer: Issuer<'static, KeyPair>,
+    ca_pem: String,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "etcd-ca");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let ca_pem = params.self_signed(&key).unwrap().pem();
+        Pki {
+            issuer: Issuer::new(params, key),
+            ca_pem,
+        }
+    }
+
+    /// A certificate for `cn` (and 127.0.0.1 / localhost) and its key, written as
+    /// `dir/{stem}.crt` and `dir/{stem}.key`.
+    fn leaf(&self, dir: &Path, stem: &str, cn: &str) -> (PathBuf, PathBuf) {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (cert_file, key_file) = (
+            dir.join(format!("{stem}.crt")),
+            dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serves_from_etcd_over_tls_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let ca = dir.path().join("etcd-ca.crt");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let (cert, key) = pki.leaf(dir.path(), "etcd-server", "etcd");
+    let (client_cert, client_key) = pki.leaf(dir.path(), "apiserver-etcd-client", "apiserver");
+    let tls = EtcdTls {
+        ca: ca.clone(),
+        cert,
+        key,
+    };
+    let mut etcd = Etcd::new(dir.path(), Some(tls));
+    etcd.start();
+
+    let with_cert = ServerOptions {
+        etcd_cafile: Some(ca.clone()),
+        etcd_certfile: Some(client_cert.clone()),
+        etcd_keyfile: Some(client_key.clone()),
+        ..options(&dir.path().join("a"), &etcd)
+    };
+    let (server, client) = start(with_cert).await;
+    wait_ready(&client, &mut etcd).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    api.create(&pp, &flunder("one", "x")).await.unwrap();
+    assert_eq!(api.get("one").await.unwrap().metadata.name.unwrap(), "one");
+    let list = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let rv = list.metadata.resource_version.unwrap();
+    watch_sees_added(&api, &rv, "two", async || {
+        api.create(&pp, &flunder("two", "x")).await.unwrap();
+    })
+    .await;
+    server.stop().await;
+
+    // Without a client certificate etcd refuses the handshake: not ready, and 503s.
+    let without_cert = ServerOptions {
+        etcd_cafile: Some(ca.clone()),
+        ..options(&dir.path().join("b"), &etcd)
+    };
+    let (server, client) = start(without_cert).await;
+    assert_not_ready(&client).await;
+    assert_unavailable(&send(&client, "GET", FLUNDERS, "").await);
+    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("three")).await);
+    server.stop().await;
+
+    // Unreadable files and an https endpoint without a CA stop the start with a clear error.
+    let missing = dir.path().join("no-such-ca.crt");
+    let bad_ca = ServerOptions {
+        etcd_cafile: Some(missing.clone()),
+        ..options(&dir.path().join("c"), &etcd)
+    };
+    let error = ApiServer::new(bad_ca)
+        .start()
+        .await
+        .err()
+        .expect("no start");
+    let text = error.to_string();
+    assert!(
+        text.contains("no-such-ca.crt") && text.contains("etcd"),
+        "{text}"
+    );
+    let not_pem = ServerOptions {
+        etcd_cafile: Some(ca.clone()),
+        etcd_certfile: Some(client_key.clone()),
+        etcd_keyfile: Some(client_key.clone()),
+        ..options(&dir.path().join("d"), &etcd)
+    };
+    let error = ApiServer::new(not_pem)
+        .start()
+        .await
+        .err()
+        .expect("no start");
+    assert!(error.to_string().contains("certificate"), "{error}");
+    let no_ca = ServerOptions {
+        etcd_certfile: Some(client_cert),
+        etcd_keyfile: Some(client_key),
+        ..options(&dir.path().join("e"), &etcd)
+    };
+    let error = ApiServer::new(no_ca).start().await.err().expect("no start");
+    assert!(error.to_string().contains("--etcd-cafile"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn starts_while_etcd_is_down_and_serves_once_it_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = Etcd::new(dir.path(), None);
+    let (server, client) = start(options(dir.path(), &etcd)).await;
+
+    assert_not_ready(&client).await;
+    assert_unavailable(&send(&client, "GET", FLUNDERS, "").await);
+    assert_unavailable(&send(&client, "GET", &format!("{FLUNDERS}/one"), "").await);
+    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("one")).await);
+    // Health that does not need storage stays green.
+    assert_eq!(send(&client, "GET", "/livez", "").await.code, 200);
+
+    etcd.start();
+    wait_ready(&client, &mut etcd).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("one")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let reply = send(&client, "GET", FLUNDERS, "").await;
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    assert_eq!(reply.json()["items"][0]["metadata"]["name"], "one");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovers_when_etcd_comes_back_after_dying() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = Etcd::new(dir.path(), None);
+    etcd.start();
+    let (server, client) = start(options(dir.path(), &etcd)).await;
+    wait_ready(&client, &mut etcd).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    api.create(&pp, &flunder("before", "x")).await.unwrap();
+
+    etcd.kill();
+    assert_not_ready(&client).await;
+    assert_unavailable(&send(&client, "GET", FLUNDERS, "").await);
+    assert_unavailable(&send(&client, "GET", &format!("{FLUNDERS}/before"), "").await);
+    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("lost")).await);
+    let watch = format!("{FLUNDERS}?watch=1&resourceVersion=1");
+    assert_watch_unavailable(&send(&client, "GET", &watch, "").await);
+    assert_unavailable(&send(&client, "DELETE", &format!("{FLUNDERS}/before"), "").await);
+
+    // The same data directory: what was written is there, the failed create is not.
+    etcd.start();
+    wait_ready(&client, &mut etcd).await;
+    assert_eq!(
+        api.get("before").await.unwrap().spec.reference.unwrap(),
+        "x"
+    );
+    match api.get("lost").await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 404, "{s:?}"),
+        other => panic!("the failed create left something behind: {other:?}"),
+    }
+    let list = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let rv = list.metadata.resource_version.unwrap();
+    watch_sees_added(&api, &rv, "after", async || {
+        api.create(&pp, &flunder("after", "x")).await.unwrap();
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn answers_503_while_etcd_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = Etcd::new(dir.path(), None);
+    etcd.start();
+    let (server, client) = start(options(dir.path(), &etcd)).await;
+    wait_ready(&client, &mut etcd).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("one")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+
+    // A stopped etcd keeps its connections open and answers nothing: the request deadline,
+    // not the server's 60 s request timeout (a 504), ends each request.
+    etcd.signal("STOP");
+    assert_not_ready(&client).await;
+    let reply = send(&client, "GET", &format!("{FLUNDERS}/one"), "").await;
+    assert_unavailable(&reply);
+    assert!(reply.body.contains("did not answer"), "{}", reply.body);
+
+    etcd.signal("CONT");
+    wait_ready(&client, &mut etcd).await;
+    let reply = send(&client, "GET", &format!("{FLUNDERS}/one"), "").await;
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    server.stop().await;
+}
