@@ -168,9 +168,16 @@ pub async fn etcd_puts(
         }
     })
     .await?;
-    let all = etcd_client::DeleteOptions::new().with_prefix();
-    client.kv_client().delete(&*prefix, Some(all)).await?;
+    delete_prefix(client, &prefix).await?;
     Ok(sample)
+}
+
+/// Deletes every etcd key under `prefix`, e.g. a bench run's.
+#[cfg(feature = "etcd")]
+pub async fn delete_prefix(mut client: etcd_client::Client, prefix: &str) -> Result<(), Error> {
+    let all = etcd_client::DeleteOptions::new().with_prefix();
+    client.delete(prefix, Some(all)).await?;
+    Ok(())
 }
 
 /// Raw SQLite inserts of `value` into a fresh database at `path`, with the SQLite backend's

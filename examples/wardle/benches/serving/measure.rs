@@ -236,9 +236,8 @@ async fn raw_writes(
 async fn cleanup(wardle: &Wardle) -> Result<(), Error> {
     #[cfg(feature = "etcd")]
     if let (Some(prefix), Some(servers)) = (&wardle.etcd_prefix, &wardle.etcd_servers) {
-        let mut client = etcd_client::Client::connect([servers], None).await?;
-        let all = etcd_client::DeleteOptions::new().with_prefix();
-        client.delete(format!("{prefix}/"), Some(all)).await?;
+        let client = etcd_client::Client::connect([servers], None).await?;
+        ceiling::delete_prefix(client, &format!("{prefix}/")).await?;
     }
     #[cfg(not(feature = "etcd"))]
     let _ = (&wardle.etcd_prefix, &wardle.etcd_servers);
