@@ -1,0 +1,245 @@
+//! The runs: one server per backend measured for every figure (and its ceilings beside it),
+//! and a memory-only run (e.g. with the watch cache off).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::ceiling::{self, BareServer, Canned};
+use crate::client::{self, Client, Error, Sample};
+use crate::server::{Backend, Wardle};
+use crate::workload::{self, FanOut};
+use crate::Settings;
+
+/// Namespaces: the bench objects, the fan-out's own, and one probe object.
+const NS: &str = "bench";
+const NS_FANOUT: &str = "bench-fanout";
+const NS_PROBE: &str = "bench-probe";
+/// Objects per page of the paginated list.
+pub const LIMIT: usize = 500;
+
+/// What the server did.
+pub struct Ours {
+    pub creates: Sample,
+    pub gets: Sample,
+    pub lists: Sample,
+    pub walks: Sample,
+    pub pages: usize,
+    pub fan_out: FanOut,
+    pub memory: Memory,
+}
+
+/// What the ceilings did with the same bytes.
+pub struct Ceilings {
+    pub writes: Sample,
+    /// What the write ceiling is (raw etcd puts, …).
+    pub writes_label: &'static str,
+    pub gets: Sample,
+    pub lists: Sample,
+    pub walks: Sample,
+}
+
+/// Memory figures of one server: RSS idle, after each number of objects, and the mean JSON
+/// size of one object.
+pub struct Memory {
+    pub idle: u64,
+    pub at: Vec<(usize, u64)>,
+    pub json_size: f64,
+}
+
+/// Every figure of one backend with the watch cache at its default, with its ceilings.
+pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ceilings), Error> {
+    let dir = tempfile::tempdir()?;
+    let wardle = Wardle::start(dir.path(), backend, None)?;
+    let tls = client::tls_config(&wardle.cert_dir)?;
+    let client = Client::connect(wardle.port, tls.clone(), settings.connections).await?;
+    let idle = settle_rss(&client, &wardle).await?;
+    let creates = workload::create(&client, NS, 0..settings.objects, settings.concurrency).await?;
+    let rss_objects = settle_rss(&client, &wardle).await?;
+    let (reads, canned) = reads(settings, &client).await?;
+    let fan_client = Client::connect(wardle.port, tls.clone(), settings.watch_connections).await?;
+    let fan_out = workload::fan_out(
+        &fan_client,
+        NS_FANOUT,
+        settings.watchers,
+        settings.fan_out_writes,
+    )
+    .await?;
+    drop(fan_client);
+    let json_size = workload::mean_item_size(&canned.list)?;
+    let pages = canned.pages.len();
+    let ceilings = ceilings(settings, backend, &wardle, dir.path(), tls, canned).await?;
+    let mut at = vec![(settings.objects, rss_objects)];
+    if settings.large > settings.objects {
+        let more = settings.objects..settings.large;
+        workload::create(&client, NS, more, settings.concurrency).await?;
+        at.push((settings.large, settle_rss(&client, &wardle).await?));
+    }
+    drop(client);
+    cleanup(&wardle).await?;
+    let (gets, lists, walks) = reads;
+    let memory = Memory {
+        idle,
+        at,
+        json_size,
+    };
+    let ours = Ours {
+        creates,
+        gets,
+        lists,
+        walks,
+        pages,
+        fan_out,
+        memory,
+    };
+    Ok((ours, ceilings))
+}
+
+/// Gets of random objects, full lists and paginated walks; and what the server answered,
+/// for the bare server to answer again.
+async fn reads(
+    settings: &Settings,
+    client: &Client,
+) -> Result<((Sample, Sample, Sample), Canned), Error> {
+    let n = settings.objects;
+    let item = |i: usize| format!("{}/{}", workload::collection(NS), workload::name(i));
+    let random_item = move |i| item(workload::spread(i, n));
+    let gets = workload::gets(client, settings.gets, settings.concurrency, random_item).await?;
+    let list_path = workload::collection(NS);
+    let lists = workload::lists(client, &list_path, settings.lists).await?;
+    let first_page = format!("{list_path}?limit={LIMIT}");
+    let next = |_: usize, token: &str| {
+        let token = workload::query_escape(token);
+        format!("{list_path}?limit={LIMIT}&continue={token}")
+    };
+    let (walks, pages) = workload::walks(client, settings.walks, &first_page, next).await?;
+    let probe = workload::flunder(NS_PROBE, "probe");
+    let canned = Canned {
+        get: client.get(&item(0)).await?,
+        list: client.get(&list_path).await?,
+        pages,
+        created: client
+            .create(&workload::collection(NS_PROBE), probe)
+            .await?,
+    };
+    Ok(((gets, lists, walks), canned))
+}
+
+/// The read ceilings (the bare server with wardle's certificates and answers) and the write
+/// ceiling of `backend`.
+async fn ceilings(
+    settings: &Settings,
+    backend: &Backend,
+    wardle: &Wardle,
+    dir: &Path,
+    tls: std::sync::Arc<rustls::ClientConfig>,
+    canned: Canned,
+) -> Result<Ceilings, Error> {
+    let object = canned.get.clone();
+    let bare = BareServer::start(&wardle.cert_dir, canned)?;
+    let client = Client::connect(bare.port, tls, settings.connections).await?;
+    let gets = workload::gets(&client, settings.gets, settings.concurrency, |_| {
+        "/get".into()
+    })
+    .await?;
+    let lists = workload::lists(&client, "/list", settings.lists).await?;
+    let next = |i: usize, _: &str| format!("/page?i={i}");
+    let (walks, _) = workload::walks(&client, settings.walks, "/page?i=0", next).await?;
+    let (writes, writes_label) = raw_writes(settings, backend, &client, dir, object).await?;
+    Ok(Ceilings {
+        writes,
+        writes_label,
+        gets,
+        lists,
+        walks,
+    })
+}
+
+/// The memory figures alone (idle, `objects`, `large`), e.g. with the watch cache off.
+pub async fn memory(
+    settings: &Settings,
+    backend: &Backend,
+    watch_cache: Option<bool>,
+) -> Result<Memory, Error> {
+    let dir = tempfile::tempdir()?;
+    let wardle = Wardle::start(dir.path(), backend, watch_cache)?;
+    let tls = client::tls_config(&wardle.cert_dir)?;
+    let client = Client::connect(wardle.port, tls, settings.connections).await?;
+    let idle = settle_rss(&client, &wardle).await?;
+    let mut at = Vec::new();
+    let mut made = 0;
+    for n in [settings.objects, settings.large] {
+        if n > made {
+            workload::create(&client, NS, made..n, settings.concurrency).await?;
+            at.push((n, settle_rss(&client, &wardle).await?));
+            made = n;
+        }
+    }
+    let list = client
+        .get(&format!("{}?limit=100", workload::collection(NS)))
+        .await?;
+    let json_size = workload::mean_item_size(&list)?;
+    drop(client);
+    cleanup(&wardle).await?;
+    Ok(Memory {
+        idle,
+        at,
+        json_size,
+    })
+}
+
+/// The server's RSS once it has been quiet for a second (after a request, so the
+/// connection and its TLS state count as idle cost).
+async fn settle_rss(client: &Client, wardle: &Wardle) -> Result<u64, Error> {
+    client.get("/apis/wardle.example.com/v1alpha1").await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    wardle.rss()
+}
+
+/// The write ceiling of `backend`: raw etcd puts, raw SQLite inserts, or (memory, which has
+/// no store of its own to compare with) the bare server's POST.
+async fn raw_writes(
+    settings: &Settings,
+    backend: &Backend,
+    bare: &Client,
+    dir: &Path,
+    object: bytes::Bytes,
+) -> Result<(Sample, &'static str), Error> {
+    let count = settings.raw_writes;
+    match backend {
+        Backend::Memory => {
+            let body = workload::flunder(NS, "f");
+            let bare = bare.clone();
+            let sample = client::drive(count, settings.concurrency, move |_| {
+                let (bare, body) = (bare.clone(), body.clone());
+                async move { bare.create("/create", body).await.map(drop) }
+            })
+            .await?;
+            Ok((sample, "bare axum POST"))
+        }
+        Backend::Sqlite => {
+            let path = dir.join("raw.db");
+            let sample =
+                ceiling::sqlite_inserts(&path, object, count, settings.concurrency).await?;
+            Ok((sample, "raw SQLite inserts (1 writer)"))
+        }
+        #[cfg(feature = "etcd")]
+        Backend::Etcd3(servers) => {
+            let sample = ceiling::etcd_puts(servers, object, count, settings.concurrency).await?;
+            Ok((sample, "raw etcd-client puts"))
+        }
+        #[cfg(not(feature = "etcd"))]
+        Backend::Etcd3(_) => Err("etcd3 needs the etcd feature".into()),
+    }
+}
+
+/// Removes the run's keys from etcd (other backends keep their data in the run's directory).
+async fn cleanup(wardle: &Wardle) -> Result<(), Error> {
+    #[cfg(feature = "etcd")]
+    if let (Some(prefix), Some(servers)) = (&wardle.etcd_prefix, &wardle.etcd_servers) {
+        let client = etcd_client::Client::connect([servers], None).await?;
+        ceiling::delete_prefix(client, &format!("{prefix}/")).await?;
+    }
+    #[cfg(not(feature = "etcd"))]
+    let _ = (&wardle.etcd_prefix, &wardle.etcd_servers);
+    Ok(())
+}

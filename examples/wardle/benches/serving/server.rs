@@ -1,0 +1,160 @@
+//! The server under test: the release `wardle` binary as a child process on a free loopback
+//! port, with its own certificate directory and storage, so its resident memory is its own.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::client::Error;
+
+const WARDLE: &str = env!("CARGO_BIN_EXE_wardle");
+
+/// A storage backend of the server, with what it needs to run.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// `--storage-backend=memory`.
+    Memory,
+    /// `--storage-backend=sqlite`, a fresh database in the run's directory.
+    Sqlite,
+    /// `--storage-backend=etcd3` against these endpoints, under a fresh key prefix.
+    Etcd3(String),
+}
+
+impl Backend {
+    /// The name `--storage-backend` takes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite => "sqlite",
+            Backend::Etcd3(_) => "etcd3",
+        }
+    }
+}
+
+/// A running `wardle`; killed when dropped.
+pub struct Wardle {
+    child: Child,
+    /// The secure port on 127.0.0.1.
+    pub port: u16,
+    /// `--cert-dir`: serving CA and certificate, client CA, admin client certificate.
+    pub cert_dir: PathBuf,
+    /// The etcd key prefix of this run, if on etcd (removed by the caller when done).
+    pub etcd_prefix: Option<String>,
+    /// The etcd endpoints, if on etcd.
+    pub etcd_servers: Option<String>,
+}
+
+impl Wardle {
+    /// Starts the server in `dir` on `backend`; `watch_cache: Some(false)` passes
+    /// `--watch-cache=false`, `None` passes nothing (a binary without the flag).
+    pub fn start(dir: &Path, backend: &Backend, watch_cache: Option<bool>) -> Result<Self, Error> {
+        let cert_dir = dir.join("certs");
+        let mut command = Command::new(WARDLE);
+        command
+            .args(["--bind-address=127.0.0.1", "--secure-port=0"])
+            .arg(format!("--cert-dir={}", cert_dir.display()))
+            .arg(format!("--storage-backend={}", backend.name()));
+        let (mut etcd_prefix, mut etcd_servers) = (None, None);
+        match backend {
+            Backend::Memory => {}
+            Backend::Sqlite => {
+                command.arg(format!("--sqlite-path={}", dir.join("wardle.db").display()));
+            }
+            Backend::Etcd3(servers) => {
+                let prefix = format!("/bench-{}-{}", std::process::id(), unique());
+                command.arg(format!("--etcd-servers={servers}"));
+                command.arg(format!("--etcd-prefix={prefix}"));
+                etcd_prefix = Some(prefix);
+                etcd_servers = Some(servers.clone());
+            }
+        }
+        if let Some(on) = watch_cache {
+            command.arg(format!("--watch-cache={on}"));
+        }
+        // Only the line that says where it serves; no per-request logging in the way.
+        command.env("RUST_LOG", "warn,apiserver::server::builder=info");
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{WARDLE}: {e}"))?;
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        let mut wardle = Self {
+            child,
+            port: 0,
+            cert_dir,
+            etcd_prefix,
+            etcd_servers,
+        };
+        wardle.port = serving_port(stderr)?.port();
+        Ok(wardle)
+    }
+
+    /// The server's resident memory (VmRSS) in bytes.
+    pub fn rss(&self) -> Result<u64, Error> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .ok_or("no VmRSS in /proc/<pid>/status")?;
+        Ok(kib * 1024)
+    }
+}
+
+impl Drop for Wardle {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether this `wardle` build has the `--watch-cache` flag.
+pub fn has_watch_cache_flag() -> Result<bool, Error> {
+    let help = Command::new(WARDLE).arg("--help").output()?;
+    Ok(String::from_utf8_lossy(&help.stdout).contains("--watch-cache"))
+}
+
+/// Reads the log until "serving addr=…" (bounded to 60 s), then keeps forwarding warnings
+/// and errors to our stderr so the pipe never fills.
+fn serving_port(stderr: std::process::ChildStderr) -> Result<SocketAddr, Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut announced = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !announced {
+                announced = line.contains("serving addr=");
+                if tx.send(line).is_err() {
+                    return;
+                }
+            } else if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("wardle: {line}");
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).map_err(|_| {
+            format!(
+                "wardle did not announce 'serving addr=' (exited, or not within 60 s); it said:\n{}",
+                seen.join("\n")
+            )
+        })?;
+        if let Some(rest) = line.split("serving addr=").nth(1) {
+            let addr = rest.split_whitespace().next().unwrap_or_default();
+            return Ok(addr.parse()?);
+        }
+        seen.push(line);
+    }
+}
+
+/// A number unique to this moment, for names that must not collide across runs.
+pub fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}
