@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts or stops a throw-away etcd on 127.0.0.1 for the etcd3 storage conformance tests.
-# Usage: .ci/etcd.sh start | stop
+# Starts or stops a throw-away etcd on 127.0.0.1 for the tests on etcd3 (storage conformance,
+# wardle's end-to-end and reliability tests).
+# Usage: .ci/etcd.sh start | stop | status
 # `start` installs Debian's etcd-server and protoc (the etcd-client crate needs protoc to
 # build) when missing, starts etcd in the background and waits until it answers.
 set -euo pipefail
@@ -25,7 +26,7 @@ install() {
 }
 
 healthy() {
-  etcdctl --endpoints="$CLIENT_URL" --command-timeout=2s endpoint health >/dev/null 2>&1
+  need etcdctl && etcdctl --endpoints="$CLIENT_URL" --command-timeout=2s endpoint health >/dev/null 2>&1
 }
 
 start() {
@@ -64,5 +65,7 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  # Exit status 0 when an etcd already answers on $CLIENT_URL.
+  status) healthy ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

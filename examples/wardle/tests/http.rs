@@ -1,11 +1,25 @@
 //! End to end over HTTP: what kubectl, client-go and kube-rs rely on beyond plain CRUD —
 //! content negotiation (Table, PartialObjectMetadata, YAML, 406), the status subresource,
 //! kubectl's less common verbs, health and version, authentication of anonymous callers,
-//! discovery and OpenAPI, and `Warning` headers — checked against kube-apiserver's behaviour.
+//! discovery and OpenAPI, and `Warning` headers — checked against kube-apiserver's behaviour,
+//! on each storage backend.
 
 mod common;
 
 use common::*;
+
+backend_tests! {
+    all: [
+        tables_metadata_yaml_and_not_acceptable,
+        watch_as_table,
+        status_subresource,
+        kubectl_verbs,
+        delete_collection,
+        health_version_and_anonymous,
+        discovery_and_openapi,
+        unknown_fields_warn,
+    ],
+}
 
 use std::time::Duration;
 
@@ -135,10 +149,9 @@ fn assert_partial_metadata(object: &Value, name: &str) {
     assert!(object.get("spec").is_none(), "{object}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tables_metadata_yaml_and_not_acceptable() {
+async fn tables_metadata_yaml_and_not_acceptable(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
     let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
     for (name, reference) in [("a", "one"), ("b", "two")] {
@@ -281,10 +294,9 @@ async fn next_event(lines: &mut Lines) -> Value {
     serde_json::from_str(&line).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn watch_as_table() {
+async fn watch_as_table(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
     let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
     let rv = api
@@ -323,10 +335,9 @@ async fn watch_as_table() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn status_subresource() {
+async fn status_subresource(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
     let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
 
@@ -406,10 +417,9 @@ async fn status_subresource() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kubectl_verbs() {
+async fn kubectl_verbs(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let mut all = String::new();
     for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
         let tier = if i % 2 == 0 { "even" } else { "odd" };
@@ -534,10 +544,9 @@ async fn kubectl_verbs() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn delete_collection() {
+async fn delete_collection(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
     let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
     for (name, tier) in [("a", "x"), ("b", "y"), ("c", "x")] {
@@ -595,10 +604,9 @@ async fn delete_collection() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn health_version_and_anonymous() {
+async fn health_version_and_anonymous(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
     let anonymous = anonymous_client(&server).await;
 
@@ -719,10 +727,9 @@ fn strip_user_credentials(kubeconfig: &str) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn discovery_and_openapi() {
+async fn discovery_and_openapi(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
 
     let groups: Value =
@@ -835,10 +842,9 @@ async fn discovery_and_openapi() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn unknown_fields_warn() {
+async fn unknown_fields_warn(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let client = client(&server).await;
 
     let body = br#"{"apiVersion":"wardle.example.com/v1alpha1","kind":"Flunder","metadata":{"name":"w"},"spec":{"reference":"r","nope":1}}"#;

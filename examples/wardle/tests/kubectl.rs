@@ -1,9 +1,20 @@
-//! End to end with kubectl: the wardle server over real TLS on its SQLite file, driven the way
-//! a user drives kube-apiserver.
+//! End to end with kubectl: the wardle server over real TLS on each storage backend, driven the
+//! way a user drives kube-apiserver.
 
 mod common;
 
 use common::*;
+
+backend_tests! {
+    all: [
+        discovery_and_explain,
+        apply_get_patch_edit_delete,
+        selectors_and_chunks,
+        watch_sees_changes,
+    ],
+    // A restart finds the objects again only on a persistent backend.
+    persistent: [survives_restart_and_watch_resumes],
+}
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -12,10 +23,9 @@ use std::time::Duration;
 
 use apiserver::testing::TestServer;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn discovery_and_explain() {
+async fn discovery_and_explain(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let out = ok(server.kubectl(&[
         "api-resources",
         "--api-group=wardle.example.com",
@@ -50,10 +60,9 @@ async fn discovery_and_explain() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn apply_get_patch_edit_delete() {
+async fn apply_get_patch_edit_delete(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let file = write(dir.path(), "a.yaml", &flunder_yaml("a", "one", "app: x"));
     assert!(ok(server.kubectl(&["apply", "-f", &file]))
         .contains("flunder.wardle.example.com/a created"));
@@ -117,10 +126,9 @@ async fn apply_get_patch_edit_delete() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn selectors_and_chunks() {
+async fn selectors_and_chunks(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let mut all = String::new();
     for i in 0..7 {
         let app = if i % 2 == 0 { "even" } else { "odd" };
@@ -214,10 +222,9 @@ fn expect_line(rx: &mpsc::Receiver<String>, words: &[&str]) {
     panic!("no watch line starting with {words:?}; saw {seen:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn watch_sees_changes() {
+async fn watch_sees_changes(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let server = start(backend, dir.path()).await;
     let file = write(dir.path(), "w.yaml", &flunder_yaml("w", "one", "app: w"));
     ok(server.kubectl(&["create", "-f", &file]));
     let (mut child, rx) = spawn_watch(&server, &[]);
@@ -241,10 +248,10 @@ async fn watch_sees_changes() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn survives_restart_and_watch_resumes() {
+async fn survives_restart_and_watch_resumes(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path()).await;
+    let options = backend.options(dir.path());
+    let server = serve(options.clone()).await;
     let port = server.addr.port();
     let file = write(dir.path(), "p.yaml", &flunder_yaml("p", "before", "app: p"));
     ok(server.kubectl(&["create", "-f", &file]));
@@ -262,12 +269,11 @@ async fn survives_restart_and_watch_resumes() {
     ]));
     server.stop().await;
 
-    let server = TestServer::start_with(
-        dir.path(),
-        vec![wardle::api_group()],
-        apiserver::server::StorageBackendKind::Sqlite,
-        port,
-    )
+    // The same storage (file or etcd prefix) and port: kubectl's kubeconfig still holds.
+    let server = serve(apiserver::server::ServerOptions {
+        secure_port: port,
+        ..options
+    })
     .await;
     let out = ok(server.kubectl(&["get", "fl", "-o", "name"]));
     assert_eq!(

@@ -1,17 +1,156 @@
-//! Helpers shared by the wardle end-to-end tests.
-#![allow(dead_code)] // each test file uses its own subset
+//! Helpers shared by the wardle end-to-end tests, and [`backend_tests!`], which runs each
+//! test on every storage backend.
+#![allow(dead_code, unused_imports, unused_macros)] // each test file uses its own subset
 
 use std::path::Path;
 
+use apiserver::server::{ServerOptions, StorageBackendKind};
 use apiserver::testing::{KubectlOutput, TestServer};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use wardle::{Flunder, FlunderSpec};
 
-/// The wardle server on a fresh SQLite file in `dir`.
-pub async fn start(dir: &Path) -> TestServer {
-    TestServer::start(dir, vec![wardle::api_group()]).await
+/// The storage backend a test's server runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// In memory: gone with the server.
+    Memory,
+    /// A fresh SQLite file in the test's directory.
+    Sqlite,
+    /// A fresh key prefix on the etcd named by `APISERVER_TEST_ETCD`.
+    #[cfg(feature = "etcd")]
+    Etcd3,
 }
+
+/// The etcd the etcd3 variants use: `APISERVER_TEST_ETCD`, default `http://127.0.0.1:23790`
+/// (where `.ci/etcd.sh start` runs one).
+#[cfg(feature = "etcd")]
+pub fn etcd_endpoint() -> String {
+    std::env::var("APISERVER_TEST_ETCD").unwrap_or_else(|_| "http://127.0.0.1:23790".into())
+}
+
+impl Backend {
+    /// The server options of a test in `dir`: loopback, any free port, certificates (and the
+    /// SQLite file) in `dir`. On etcd the keys live under a prefix of their own, so tests
+    /// sharing one etcd never see each other's objects; a server restarted with the same
+    /// options (clone them) finds its objects again.
+    pub fn options(self, dir: &Path) -> ServerOptions {
+        let options = TestServer::options(dir);
+        match self {
+            Backend::Memory => ServerOptions {
+                storage_backend: StorageBackendKind::Memory,
+                ..options
+            },
+            Backend::Sqlite => ServerOptions {
+                storage_backend: StorageBackendKind::Sqlite,
+                ..options
+            },
+            #[cfg(feature = "etcd")]
+            Backend::Etcd3 => ServerOptions {
+                storage_backend: StorageBackendKind::Etcd3,
+                etcd_servers: vec![etcd_endpoint()],
+                storage_prefix: etcd_prefix(),
+                // Compaction is etcd-wide: one test server's compactor would take the history
+                // other tests on the same etcd still watch from.
+                compaction_interval_seconds: 0,
+                ..options
+            },
+        }
+    }
+}
+
+/// A key prefix no other test (in this run or an earlier one on the same etcd) uses.
+pub fn etcd_prefix() -> String {
+    format!("/wardle-e2e/{}", uuid::Uuid::new_v4())
+}
+
+/// The wardle server on `backend`, certificates (and the SQLite file) in `dir`.
+pub async fn start(backend: Backend, dir: &Path) -> TestServer {
+    serve(backend.options(dir)).await
+}
+
+/// The wardle server with these options. On etcd3 it first checks that etcd answers, and
+/// fails the test saying so when it does not: a skipped etcd variant would hide the gap.
+pub async fn serve(options: ServerOptions) -> TestServer {
+    #[cfg(feature = "etcd")]
+    if options.storage_backend == StorageBackendKind::Etcd3 {
+        etcd_ready(&options.etcd_servers).await;
+    }
+    TestServer::start_with_options(options, vec![wardle::api_group()]).await
+}
+
+/// Panics with a clear message unless the etcd at `endpoints` answers.
+#[cfg(feature = "etcd")]
+pub async fn etcd_ready(endpoints: &[String]) {
+    use apiserver::storage::{Backend as _, Etcd3Backend, Etcd3Options};
+    let backend = Etcd3Backend::connect(endpoints, Etcd3Options::default())
+        .await
+        .unwrap_or_else(|e| panic!("no etcd client for {endpoints:?}: {e}"));
+    if let Err(e) = backend.ready().await {
+        panic!(
+            "etcd at {endpoints:?} (APISERVER_TEST_ETCD) is not ready: {e}; \
+             `bash .ci/etcd.sh start` runs one on 127.0.0.1:23790"
+        );
+    }
+}
+
+/// Generates one `#[tokio::test]` per storage backend for each named `async fn(Backend)` of
+/// the test file: `memory::NAME`, `sqlite::NAME` and, with the `etcd` feature, `etcd3::NAME`.
+///
+/// Tests under `persistent:` restart the server and expect their objects back, which only a
+/// persistent backend can give: they run on SQLite and etcd3, not in memory.
+///
+/// ```ignore
+/// backend_tests! {
+///     all: [create_and_get, watch],
+///     persistent: [survives_restart],
+/// }
+/// ```
+macro_rules! backend_tests {
+    (
+        $(all: [$($all:ident),* $(,)?] $(,)?)?
+        $(persistent: [$($persistent:ident),* $(,)?] $(,)?)?
+    ) => {
+        mod memory {
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $all() {
+                    super::$all($crate::common::Backend::Memory).await
+                }
+            )*)?
+        }
+        mod sqlite {
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $all() {
+                    super::$all($crate::common::Backend::Sqlite).await
+                }
+            )*)?
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $persistent() {
+                    super::$persistent($crate::common::Backend::Sqlite).await
+                }
+            )*)?
+        }
+        #[cfg(feature = "etcd")]
+        mod etcd3 {
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $all() {
+                    super::$all($crate::common::Backend::Etcd3).await
+                }
+            )*)?
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $persistent() {
+                    super::$persistent($crate::common::Backend::Etcd3).await
+                }
+            )*)?
+        }
+    };
+}
+pub(crate) use backend_tests;
 
 /// kube-rs configuration from the server's admin kubeconfig.
 pub async fn config(server: &TestServer) -> Config {
