@@ -8,6 +8,7 @@ use crate::registry::context::RequestContext;
 use crate::registry::options::FieldValidation;
 use crate::runtime::object::{metadata_mut, set_meta};
 use crate::runtime::{Resource, ResourceInfo};
+use crate::storage::cacher::CachedObject;
 use crate::storage::{KeyValue, StorageError};
 
 /// A stored object, with `metadata.resourceVersion` from the key's modification revision.
@@ -30,6 +31,12 @@ pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, Sto
     // Kept for as long as the object is current: no spare capacity.
     encoded.shrink_to_fit();
     Ok(Bytes::from(encoded))
+}
+
+/// A watch-cache object decoded, for selectors and shapes that need the JSON.
+pub(crate) fn decode_cached(object: &CachedObject) -> Result<Value> {
+    serde_json::from_slice(&object.encoded)
+        .map_err(|e| Error::internal(format!("cached object {}: {e}", object.key)))
 }
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).

@@ -2,11 +2,13 @@
 
 use serde_json::Value;
 
+use super::codec::decode_cached;
 use crate::error::{Error, Result};
 use crate::registry::options::ListOptions;
 use crate::registry::selector::{field_value, FieldSelector, LabelSelector};
 use crate::runtime::object;
 use crate::runtime::ResourceInfo;
+use crate::storage::cacher::CachedObject;
 
 /// The selectors of a list or watch.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +44,14 @@ impl Filter {
     /// Whether every object matches.
     pub(crate) fn is_everything(&self) -> bool {
         self.labels.is_none() && self.fields.is_none()
+    }
+
+    /// Whether a watch-cache object is selected, decoding it only when a selector needs to.
+    pub(crate) fn selects(&self, object: &CachedObject) -> Result<bool> {
+        if self.is_everything() {
+            return Ok(true);
+        }
+        Ok(self.matches(&decode_cached(object)?))
     }
 
     /// Whether `object` is selected.

@@ -33,6 +33,16 @@ pub struct ContinueToken {
 }
 
 impl ContinueToken {
+    /// The token of a page read at `rv` whose last key, relative to the list prefix, is
+    /// `last`: the next page starts just after it.
+    pub fn after(rv: Revision, last: &str) -> Self {
+        Self {
+            v: "meta.k8s.io/v1".into(),
+            rv,
+            start: format!("{last}\u{0}"),
+        }
+    }
+
     /// Encodes as kube does: unpadded URL-safe base64 of the JSON.
     pub fn encode(&self) -> String {
         let json = serde_json::to_vec(self).unwrap_or_default();
@@ -101,12 +111,7 @@ pub(crate) async fn list(
             if limit > 0 && out.items.len() == limit {
                 let left_in_page = count - i - 1;
                 if left_in_page > 0 || page.more {
-                    let relative = kv.key[prefix.len()..].to_string();
-                    let token = ContinueToken {
-                        v: "meta.k8s.io/v1".into(),
-                        rv: revision,
-                        start: format!("{relative}\u{0}"),
-                    };
+                    let token = ContinueToken::after(revision, &kv.key[prefix.len()..]);
                     out.continue_token = Some(token.encode());
                     if filter.is_everything() {
                         out.remaining_item_count = page.remaining.map(|r| r + left_in_page as i64);
@@ -166,22 +171,14 @@ async fn from_cache(
         ..ObjectList::default()
     };
     for (i, object) in objects.iter().enumerate() {
-        if !filter.is_everything() {
-            let value: serde_json::Value = serde_json::from_slice(&object.encoded)
-                .map_err(|e| Error::internal(format!("cached object {}: {e}", object.key)))?;
-            if !filter.matches(&value) {
-                continue;
-            }
+        if !filter.selects(object)? {
+            continue;
         }
         out.items.push(Object::Encoded(object.encoded.clone()));
         if limit > 0 && out.items.len() == limit {
             let left = objects.len() - i - 1;
             if left > 0 {
-                let token = ContinueToken {
-                    v: "meta.k8s.io/v1".into(),
-                    rv: revision,
-                    start: format!("{}\u{0}", &object.key[prefix.len()..]),
-                };
+                let token = ContinueToken::after(revision, &object.key[prefix.len()..]);
                 out.continue_token = Some(token.encode());
                 if filter.is_everything() {
                     out.remaining_item_count = Some(left as i64);

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 
-use super::codec::{decode_stored, set_type_meta};
+use super::codec::{decode_cached, decode_stored, set_type_meta};
 use super::filter::Filter;
 use super::list::{cache_reaches, consistent_revision, parse_resource_version};
 use super::Inner;
@@ -22,7 +22,7 @@ use crate::registry::options::ListOptions;
 use crate::registry::rest::Object;
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
 use crate::runtime::object::set_meta;
-use crate::storage::cacher::{CacheItem, CachedEvent, CachedObject};
+use crate::storage::cacher::{CacheItem, CachedEvent};
 use crate::storage::{Event, EventType, ListRequest, Revision, StorageError, WatchItem};
 
 /// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
@@ -82,10 +82,7 @@ pub(crate) async fn watch(
         let from = watch.revision;
         let mut first = Vec::new();
         for object in &watch.initial {
-            let shown = plan.filter.is_everything()
-                || serde_json::from_slice::<Value>(&object.encoded)
-                    .is_ok_and(|o| plan.filter.matches(&o));
-            if shown {
+            if plan.filter.selects(object).unwrap_or(false) {
                 first.push(WatchEvent {
                     type_: WatchEventType::Added,
                     object: Object::Encoded(object.encoded.clone()),
@@ -290,9 +287,8 @@ fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> 
         let object = Object::Encoded(event.object.encoded.clone());
         return Some(WatchEvent { type_, object });
     }
-    let decode = |o: &CachedObject| serde_json::from_slice::<Value>(&o.encoded).ok();
-    let object = decode(&event.object)?;
-    let previous = event.prev.as_deref().and_then(decode);
+    let object = decode_cached(&event.object).ok()?;
+    let previous = event.prev.as_deref().and_then(|o| decode_cached(o).ok());
     seen_through(filter, event.event_type, object, previous, event.revision())
 }
 
