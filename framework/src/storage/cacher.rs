@@ -275,13 +275,16 @@ fn objects_under(
 
 /// Loads, follows, and on failure starts over, until the cache is dropped.
 async fn run(shared: Arc<Shared>) {
-    let mut backoff = Duration::from_millis(100);
+    const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+    let mut backoff = FIRST_BACKOFF;
     loop {
-        match follow(&shared).await {
-            Ok(()) => backoff = Duration::from_millis(100),
-            Err(error) => {
-                tracing::warn!(prefix = %shared.prefix, %error, "watch cache: reloading");
-            }
+        // `follow` only returns when it fails.
+        if let Err(error) = follow(&shared).await {
+            tracing::warn!(prefix = %shared.prefix, %error, "watch cache: reloading");
+        }
+        // A cache that was serving failed afresh: retry soon, not after the last outage's wait.
+        if shared.revision.borrow().is_some() {
+            backoff = FIRST_BACKOFF;
         }
         shared.unready();
         tokio::time::sleep(backoff).await;
