@@ -3,6 +3,7 @@
 
 pub mod builder;
 pub mod certs;
+pub mod core_api;
 pub mod health;
 pub mod options;
 pub mod serve;

@@ -12,6 +12,9 @@
 //! # }
 //! ```
 
+pub mod fake_core;
+pub mod pki;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
