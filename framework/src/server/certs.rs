@@ -374,7 +374,7 @@ impl Ca {
     }
 }
 
-fn ca_params(cn: &str, from: i64, until: i64) -> Result<CertificateParams, TlsError> {
+pub(crate) fn ca_params(cn: &str, from: i64, until: i64) -> Result<CertificateParams, TlsError> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, cn);
@@ -419,7 +419,7 @@ fn leaf_params(kind: &LeafKind<'_>) -> Result<CertificateParams, TlsError> {
 
 /// Sets the validity in whole days: from the day before `from` (tolerating clock skew between
 /// machines) to the day of `until`.
-fn set_validity(params: &mut CertificateParams, from: i64, until: i64) {
+pub(crate) fn set_validity(params: &mut CertificateParams, from: i64, until: i64) {
     let (y, m, d) = ymd(from - DAY);
     params.not_before = rcgen::date_time_ymd(y, m, d);
     let (y, m, d) = ymd(until);

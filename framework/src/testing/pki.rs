@@ -10,9 +10,11 @@
 //! ```
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
+
+use crate::server::certs::{ca_params, set_validity};
 
 const DAY: i64 = 24 * 60 * 60;
 
@@ -65,16 +67,7 @@ impl TestCa {
     /// verifiers find issuers by name).
     pub fn new(name: &str) -> Self {
         let cn = format!("{name}@{:016x}", rand::random::<u64>());
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        set_validity(&mut params, now() - DAY, now() + 365 * DAY);
+        let params = ca_params(&cn, now() - DAY, now() + 365 * DAY).expect("CA params");
         let key = KeyPair::generate().expect("CA key");
         let cert = params.self_signed(&key).expect("self-signed CA");
         Self {
@@ -141,16 +134,6 @@ fn leaf_params(hosts: Vec<String>) -> CertificateParams {
         KeyUsagePurpose::KeyEncipherment,
     ];
     params
-}
-
-fn set_validity(params: &mut CertificateParams, from: i64, until: i64) {
-    let at = |unix: i64| {
-        let ts = jiff::Timestamp::from_second(unix).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-        let dt = ts.to_zoned(jiff::tz::TimeZone::UTC).datetime();
-        rcgen::date_time_ymd(i32::from(dt.year()), dt.month() as u8, dt.day() as u8)
-    };
-    params.not_before = at(from);
-    params.not_after = at(until);
 }
 
 fn now() -> i64 {
