@@ -129,14 +129,13 @@ impl ServingCertificate {
         let Some(files) = &self.inner.files else {
             return Ok(false);
         };
+        // Held throughout, so concurrent reloads cannot put an older read in service last.
+        let mut seen = files.seen.lock().unwrap_or_else(|e| e.into_inner());
         let (digest, loaded) = read_pair(&files.cert, &files.key)?;
-        {
-            let mut seen = files.seen.lock().unwrap_or_else(|e| e.into_inner());
-            if *seen == digest {
-                return Ok(false);
-            }
-            *seen = digest;
+        if *seen == digest {
+            return Ok(false);
         }
+        *seen = digest;
         let key = loaded.and_then(|pair| certified_key(&pair, &self.inner.provider))?;
         self.inner.current.send_replace(Arc::new(key));
         Ok(true)
@@ -161,7 +160,13 @@ impl ServingCertificate {
                     _ = shutdown.cancelled() => return,
                     _ = ticks.tick() => {}
                 }
-                match this.reload() {
+                // File reads off the async workers: a slow disk must not stall requests.
+                let reloading = this.clone();
+                let Ok(outcome) = tokio::task::spawn_blocking(move || reloading.reload()).await
+                else {
+                    return; // The runtime is shutting down.
+                };
+                match outcome {
                     Ok(reloaded) => {
                         last_error.clear();
                         if reloaded {
