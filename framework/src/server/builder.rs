@@ -23,10 +23,11 @@ use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::Store;
 use crate::runtime::Resource;
-use crate::server::certs::{CertKey, SelfSignedCerts};
+use crate::server::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 use crate::server::health::{self, HealthState};
-use crate::server::options::{ServerOptions, StorageBackendKind};
+use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions, ShutdownSignal};
+use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
 use crate::server::tls;
 use crate::storage::{Backend, MemoryBackend, SqliteBackend};
 
@@ -177,11 +178,18 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// The standalone admin kubeconfig.
     pub kubeconfig: PathBuf,
+    serving_certificate: ServingCertificate,
     shutdown: ShutdownSignal,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
 }
 
 impl RunningServer {
+    /// The serving certificate: the pair handshakes get now, and a receiver of every
+    /// replacement (the files are polled every [`RELOAD_INTERVAL`] while the server runs).
+    pub fn serving_certificate(&self) -> &ServingCertificate {
+        &self.serving_certificate
+    }
+
     /// Stops accepting, ends watches, waits for in-flight requests.
     pub async fn shutdown(self) -> Result<(), ServerError> {
         self.shutdown.trigger();
@@ -275,12 +283,22 @@ impl ApiServer {
             hosts.push(options.bind_address.to_string());
         }
         let certs = SelfSignedCerts::load_or_create(&options.cert_dir, &hosts)?;
-        let serving = match (&options.tls_cert_file, &options.tls_private_key_file) {
-            (Some(cert), Some(key)) => CertKey::from_files(cert, key)?,
-            _ => certs.serving.clone(),
+        let tls_settings = tls::TlsSettings {
+            min_version: options.tls_min_version,
+            cipher_suites: options.tls_cipher_suites.clone(),
         };
+        let (cert_file, key_file) = match (&options.tls_cert_file, &options.tls_private_key_file) {
+            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+            _ => (
+                options.cert_dir.join(SERVING_CERT_FILE),
+                options.cert_dir.join(SERVING_KEY_FILE),
+            ),
+        };
+        let serving =
+            ServingCertificate::from_files(&cert_file, &key_file, &tls_settings.provider()?)?;
         let client_ca = certs.client_ca();
-        let tls_config = tls::server_config(&serving, Some(&client_ca))?;
+        // Client certificates are requested, not verified: each authenticator checks its CA.
+        let tls_config = tls::server_config_with(Arc::new(serving.clone()), true, &tls_settings)?;
         let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
         let addr = listener.local_addr()?;
         let kubeconfig = certs.write_kubeconfig(addr.port())?;
@@ -301,8 +319,13 @@ impl ApiServer {
                 shutdown.clone(),
             );
         }
+        serving.spawn_reloader(RELOAD_INTERVAL, shutdown.clone());
         let serve_options = ServeOptions {
             signal: shutdown.clone(),
+            max_concurrent_streams: match options.http2_max_streams_per_connection {
+                0 => DEFAULT_HTTP2_MAX_STREAMS,
+                n => n,
+            },
             ..ServeOptions::default()
         };
         let task = tokio::spawn(async move {
@@ -319,6 +342,7 @@ impl ApiServer {
         Ok(RunningServer {
             addr,
             kubeconfig,
+            serving_certificate: serving,
             shutdown,
             task,
         })

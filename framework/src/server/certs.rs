@@ -1,6 +1,7 @@
 //! Serving certificates, before the first TLS accept: explicit `--tls-cert-file` /
 //! `--tls-private-key-file`, or in standalone mode a self-signed set in `--cert-dir` (serving
-//! CA and cert, client CA and an admin client cert, and a kubeconfig for kubectl).
+//! CA and cert, client CA and an admin client cert, and a kubeconfig for kubectl). Once
+//! serving, the pair's files are followed by [`super::serving_cert::ServingCertificate`].
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -143,8 +144,7 @@ impl SelfSignedCerts {
         parse_certs_pem(self.serving_ca_pem.as_bytes()).unwrap_or_default()
     }
 
-    /// The client CA certificates (DER), for [`super::tls::server_config`] and
-    /// [`crate::auth::X509Authenticator`].
+    /// The client CA certificates (DER), for [`crate::auth::X509Authenticator`].
     pub fn client_ca(&self) -> Vec<CertificateDer<'static>> {
         parse_certs_pem(self.client_ca_pem.as_bytes()).unwrap_or_default()
     }

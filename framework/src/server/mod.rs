@@ -1,4 +1,5 @@
-//! The server: options, the builder, certificates, TLS, health, and the accept loop every
+//! The server: options, the builder, certificates (reloaded when their files change), TLS,
+//! health, and the accept loop every
 //! request enters through.
 
 pub mod builder;
@@ -7,6 +8,7 @@ pub mod core_api;
 pub mod health;
 pub mod options;
 pub mod serve;
+pub mod serving_cert;
 pub mod tls;
 
 pub use builder::{ApiGroup, ApiServer, RunningServer, ServerError, VersionBuilder};

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use super::tls::{parse_cipher_suite, TlsVersion};
+
 /// Which storage backend holds the objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum StorageBackendKind {
@@ -15,6 +17,10 @@ pub enum StorageBackendKind {
     /// An etcd v3 cluster (--etcd-servers). Needs the `etcd` feature of the `apiserver` crate.
     Etcd3,
 }
+
+/// `--http2-max-streams-per-connection`'s default: what `k8s.io/apiserver`'s
+/// `RecommendedOptions` set for aggregated API servers.
+pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 1000;
 
 /// Options of the secure serving, storage and standalone authentication.
 ///
@@ -37,17 +43,34 @@ pub struct ServerOptions {
     )]
     pub cert_dir: PathBuf,
 
-    /// PEM file with the serving certificate (and intermediates).
+    /// PEM file with the serving certificate (and intermediates). Re-read when it changes:
+    /// new connections get the new certificate; a pair that does not load is logged and the
+    /// previous one kept.
     #[arg(long = "tls-cert-file", requires = "tls_private_key_file")]
     pub tls_cert_file: Option<PathBuf>,
 
-    /// PEM file with the serving certificate's private key.
+    /// PEM file with the serving certificate's private key (re-read with --tls-cert-file).
     #[arg(long = "tls-private-key-file", requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
 
     /// Extra host names and IPs for the self-signed serving certificate.
     #[arg(long = "tls-sni-hosts", value_delimiter = ',')]
     pub extra_hosts: Vec<String>,
+
+    /// Minimum TLS version supported: VersionTLS12 or VersionTLS13 (Go's names).
+    #[arg(long = "tls-min-version", default_value_t = TlsVersion::Tls12)]
+    pub tls_min_version: TlsVersion,
+
+    /// Comma-separated TLS 1.2 cipher suites for the server, by Go/IANA name (e.g.
+    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256); empty means all supported ones. TLS 1.3
+    /// suites are always enabled. Insecure, CBC and unknown names are refused.
+    #[arg(long = "tls-cipher-suites", value_delimiter = ',', value_parser = parse_cipher_suite)]
+    pub tls_cipher_suites: Vec<String>,
+
+    /// The most HTTP/2 streams (requests and watches) a client may have open at once on one
+    /// connection; the aggregator multiplexes many users over one. 0 means the default.
+    #[arg(long = "http2-max-streams-per-connection", default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
+    pub http2_max_streams_per_connection: u32,
 
     /// The storage backend.
     #[arg(long = "storage-backend", value_enum, default_value_t = StorageBackendKind::Sqlite)]
@@ -114,6 +137,9 @@ impl Default for ServerOptions {
             tls_cert_file: None,
             tls_private_key_file: None,
             extra_hosts: Vec::new(),
+            tls_min_version: TlsVersion::Tls12,
+            tls_cipher_suites: Vec::new(),
+            http2_max_streams_per_connection: DEFAULT_HTTP2_MAX_STREAMS,
             storage_backend: StorageBackendKind::Sqlite,
             sqlite_path: PathBuf::from("apiserver.db"),
             #[cfg(feature = "etcd")]

@@ -22,11 +22,13 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-/// The client's certificate chain (leaf first) as verified during the TLS handshake, in the
+/// The client's certificate chain (leaf first) as presented during the TLS handshake, in the
 /// extensions of every request of a connection that presented one.
 ///
-/// Verification here is against the union of all trusted client CAs; authenticators must
-/// check the chain against their own CA (see [`crate::auth::X509Authenticator`]).
+/// The handshake only proves that the client holds the leaf's key (see
+/// [`RequestClientCert`](super::tls::RequestClientCert)): the chain is *not* verified
+/// against any CA. Authenticators must check it against their own CA (see
+/// [`crate::auth::X509Authenticator`]).
 #[derive(Debug, Clone)]
 pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
 
@@ -87,8 +89,9 @@ pub struct ServeOptions {
     pub grace_period: Duration,
     /// Bound on the TLS handshake, so idle or stalled sockets do not pile up.
     pub handshake_timeout: Duration,
-    /// HTTP/2 streams allowed at once per connection (kube-apiserver's
-    /// `--http2-max-streams-per-connection` default).
+    /// HTTP/2 streams allowed at once per connection (`--http2-max-streams-per-connection`;
+    /// 1000 by default, as `k8s.io/apiserver` recommends for aggregated servers, whose
+    /// aggregator multiplexes many users' requests and watches over one connection).
     pub max_concurrent_streams: u32,
     /// The signal given to handlers; triggering it shuts the server down as well.
     pub signal: ShutdownSignal,
