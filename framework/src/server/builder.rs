@@ -14,7 +14,7 @@ use axum::Router;
 use clap::Parser;
 use tokio::net::TcpListener;
 
-use crate::auth::{AlwaysAllowAuthenticated, UnionAuthenticator, X509Authenticator};
+use crate::auth::delegating::{self, AuthSetup, Mode};
 use crate::endpoints::{self, ApiState, InstalledResources};
 use crate::error::Error;
 use crate::filters::{self, FilterConfig};
@@ -280,19 +280,23 @@ impl ApiServer {
             _ => certs.serving.clone(),
         };
         let client_ca = certs.client_ca();
-        let tls_config = tls::server_config(&serving, Some(&client_ca))?;
+        let shutdown = ShutdownSignal::new();
+        let auth = delegating::build(&options.auth, &client_ca, shutdown.clone()).await?;
+        let tls_config = match auth.mode {
+            Mode::Standalone => tls::server_config(&serving, Some(&client_ca))?,
+            // Temporary, until the TLS layer requests any client certificate in every mode.
+            Mode::Delegated => delegating::tls_config_requesting_client_certs(&serving)?,
+        };
         let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
         let addr = listener.local_addr()?;
         let kubeconfig = certs.write_kubeconfig(addr.port())?;
-        let shutdown = ShutdownSignal::new();
-        let authenticator = UnionAuthenticator::new().with(X509Authenticator::new(&client_ca)?);
         let router = build_router(
             &groups,
             backend.clone(),
             shutdown.clone(),
             &options,
             &self.openapi,
-            Arc::new(authenticator),
+            auth,
         );
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
@@ -387,7 +391,7 @@ fn build_router(
     shutdown: ShutdownSignal,
     options: &ServerOptions,
     openapi: &OpenApiInfo,
-    authenticator: Arc<UnionAuthenticator>,
+    auth: AuthSetup,
 ) -> Router {
     let state = Arc::new(ApiState {
         resources: InstalledResources::new(groups),
@@ -410,12 +414,10 @@ fn build_router(
         .merge(endpoints::resource_router(state))
         .fallback(|| async { Error::path_not_found().into_response() });
     let config = FilterConfig {
-        authenticator,
-        authorizer: Arc::new(AlwaysAllowAuthenticated),
-        always_allow_paths: ["/healthz", "/livez", "/readyz", "/version"]
-            .map(String::from)
-            .to_vec(),
-        anonymous: options.anonymous_auth,
+        authenticator: auth.authenticator,
+        authorizer: auth.authorizer,
+        always_allow_paths: auth.always_allow_paths,
+        anonymous: auth.anonymous,
         request_timeout: Duration::from_secs(options.request_timeout_seconds),
     };
     filters::apply(router, config)
