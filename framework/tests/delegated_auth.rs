@@ -25,7 +25,12 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[resource(group = "wardle.example.com", version = "v1alpha1", kind = "Flunder", namespaced)]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1alpha1",
+    kind = "Flunder",
+    namespaced
+)]
 pub struct Flunder {
     pub metadata: ObjectMeta,
     #[serde(default)]
@@ -358,7 +363,10 @@ async fn tokens_are_reviewed_and_cached() {
     assert_eq!(review["uid"], "uid-dave");
     // The token is not believed past the cache once it is gone... within the TTL it still is.
     env.core.remove_token("token-of-dave");
-    assert_eq!(env.get_with_token(FLUNDERS, "token-of-dave").await.code, 200);
+    assert_eq!(
+        env.get_with_token(FLUNDERS, "token-of-dave").await.code,
+        200
+    );
     assert_eq!(env.core.count("/tokenreviews"), 1);
 
     // A rejected token is 401. kube-apiserver's TokenReview explains rejections in
@@ -371,9 +379,7 @@ async fn tokens_are_reviewed_and_cached() {
 
     // Every call to the core is made as the server's service account.
     let calls = env.core.calls();
-    assert!(calls
-        .iter()
-        .all(|c| c.caller.as_deref() == Some(CALLER)));
+    assert!(calls.iter().all(|c| c.caller.as_deref() == Some(CALLER)));
 
     // A failing TokenReview (the server's RBAC binding is missing) is 401, not 500.
     env.core.forbid(CALLER, "tokenreviews");
@@ -568,17 +574,17 @@ async fn rotated_cas_take_effect_without_restart() {
             &new_front_proxy.cert_pem,
         ));
     let kim = [("X-Remote-User", "kim")];
-    let rotated = eventually(|| async {
-        env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code == 200
-    })
-    .await;
+    let rotated =
+        eventually(|| async { env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code == 200 })
+            .await;
     assert!(rotated, "the new front-proxy CA was never trusted");
     let reply = env.get(FLUNDERS, Some(&env.aggregator), &kim).await;
-    assert_eq!(reply.code, 401, "old front-proxy CA still trusted: {reply:?}");
-    let rotated = eventually(|| async {
-        env.get(FLUNDERS, Some(&new_alice), &[]).await.code == 200
-    })
-    .await;
+    assert_eq!(
+        reply.code, 401,
+        "old front-proxy CA still trusted: {reply:?}"
+    );
+    let rotated =
+        eventually(|| async { env.get(FLUNDERS, Some(&new_alice), &[]).await.code == 200 }).await;
     assert!(rotated, "the new client CA was never trusted");
     assert_eq!(env.get(FLUNDERS, Some(&old_alice), &[]).await.code, 401);
 
@@ -597,7 +603,10 @@ async fn rotated_cas_take_effect_without_restart() {
     })
     .await;
     assert!(changed, "the new allowed name and header were never used");
-    assert_eq!(env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code, 401);
+    assert_eq!(
+        env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code,
+        401
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -619,7 +628,10 @@ async fn flags_win_over_the_configmap() {
     let lee = [("X-Remote-User", "lee")];
     assert_eq!(env.get(FLUNDERS, Some(&mine), &lee).await.code, 200);
     // The ConfigMap's front proxy is not trusted; its client CA still is.
-    assert_eq!(env.get(FLUNDERS, Some(&env.aggregator), &lee).await.code, 401);
+    assert_eq!(
+        env.get(FLUNDERS, Some(&env.aggregator), &lee).await.code,
+        401
+    );
     env.core.allow(allow_list_flunders("alice"));
     let alice = env.client_ca.client("alice", &[]);
     assert_eq!(env.get(FLUNDERS, Some(&alice), &[]).await.code, 200);
@@ -645,11 +657,19 @@ async fn a_failed_lookup_is_fatal_unless_tolerated() {
 
     let mut tolerant = options.clone();
     tolerant.auth.authentication_tolerate_lookup_failure = true;
-    let server = ApiServer::new(tolerant).group(group()).start().await.unwrap();
+    let server = ApiServer::new(tolerant)
+        .group(group())
+        .start()
+        .await
+        .unwrap();
     server.shutdown().await.unwrap();
 
     let mut skipping = options;
     skipping.auth.authentication_skip_lookup = true;
-    let server = ApiServer::new(skipping).group(group()).start().await.unwrap();
+    let server = ApiServer::new(skipping)
+        .group(group())
+        .start()
+        .await
+        .unwrap();
     server.shutdown().await.unwrap();
 }
