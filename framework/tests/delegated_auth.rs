@@ -388,6 +388,25 @@ async fn tokens_are_reviewed_and_cached() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_one_review() {
+    let env = Env::start().await;
+    env.core.add_token(
+        "token-of-olga",
+        TokenUser {
+            username: "olga".into(),
+            ..TokenUser::default()
+        },
+    );
+    env.core.allow(allow_list_flunders("olga"));
+    let requests = (0..16).map(|_| env.get_with_token(FLUNDERS, "token-of-olga"));
+    for reply in futures::future::join_all(requests).await {
+        assert_eq!(reply.code, 200, "{reply:?}");
+    }
+    assert_eq!(env.core.count("/tokenreviews"), 1);
+    assert_eq!(env.core.count("/subjectaccessreviews"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_is_on_by_default_in_delegated_mode() {
     let env = Env::start_with(no_denial_cache).await;
     let reply = env.get(FLUNDERS, None, &[]).await;
@@ -437,6 +456,10 @@ async fn access_reviews_are_cached_allowed_and_denied() {
             reply.message(),
             "flunders.wardle.example.com \"x\" is forbidden: User \"erin\" cannot get \
              resource \"flunders\" in API group \"wardle.example.com\" in the namespace \"ns2\""
+        );
+        assert_eq!(
+            reply.body["details"],
+            json!({"name": "x", "group": "wardle.example.com", "kind": "flunders"})
         );
     }
     assert_eq!(env.core.count("/subjectaccessreviews"), 2);

@@ -6,7 +6,8 @@
 //! name) for resource requests or `nonResourceAttributes` (path, verb) for others. Answers are
 //! cached under a digest of that spec: allowed ones for
 //! `--authorization-webhook-cache-authorized-ttl`, others for
-//! `--authorization-webhook-cache-unauthorized-ttl`. A failed call is an error (no opinion;
+//! `--authorization-webhook-cache-unauthorized-ttl`; concurrent identical requests share one
+//! review. A failed call is an error (no opinion;
 //! the filter answers 500 as Go's does), never cached.
 
 use std::time::Duration;
@@ -15,7 +16,7 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
 use super::token_webhook::create;
-use super::ttl_cache::TtlCache;
+use super::ttl_cache::{Flights, TtlCache};
 use super::{Attributes, AuthError, Authorization, Authorizer, Decision};
 
 const SUBJECT_ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -26,6 +27,7 @@ pub struct SubjectAccessReviewAuthorizer {
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     cache: TtlCache<Authorization>,
+    flights: Flights<Result<Value, AuthError>>,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -81,6 +83,7 @@ impl SubjectAccessReviewAuthorizer {
             authorized_ttl,
             unauthorized_ttl,
             cache: TtlCache::new(),
+            flights: Flights::default(),
         }
     }
 }
@@ -99,9 +102,13 @@ impl Authorizer for SubjectAccessReviewAuthorizer {
             "kind": "SubjectAccessReview",
             "spec": spec,
         });
-        let answer = create(&self.client, SUBJECT_ACCESS_REVIEWS, &review)
-            .await
-            .map_err(|e| AuthError::Unavailable(format!("SubjectAccessReview: {e}")))?;
+        let client = self.client.clone();
+        let call = || async move {
+            create(&client, SUBJECT_ACCESS_REVIEWS, &review)
+                .await
+                .map_err(|e| AuthError::Unavailable(format!("SubjectAccessReview: {e}")))
+        };
+        let answer = self.flights.run(key, call).await?;
         let status = &answer["status"];
         let allowed = status["allowed"].as_bool().unwrap_or(false);
         let denied = status["denied"].as_bool().unwrap_or(false);

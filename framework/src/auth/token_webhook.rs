@@ -6,6 +6,7 @@
 //! - Answers are cached for `--authentication-token-webhook-cache-ttl` (10 s), accepted and
 //!   rejected alike, under a SHA-256 digest of the token (and audiences), never the token.
 //!   As in Go, errors are not cached: a failed call, or a review whose `status.error` is set.
+//!   Concurrent requests with the same token share one review.
 //! - Audiences: none are sent unless configured, as the delegating authenticator of
 //!   `k8s.io/apiserver` (whose API audiences are empty).
 
@@ -15,7 +16,7 @@ use async_trait::async_trait;
 use http::HeaderMap;
 use serde_json::{json, Value};
 
-use super::ttl_cache::TtlCache;
+use super::ttl_cache::{Flights, TtlCache};
 use super::{user::UserInfo, AuthError, Authenticator};
 use crate::server::core_api::CORE_API_TIMEOUT;
 
@@ -28,6 +29,7 @@ pub struct TokenReviewAuthenticator {
     audiences: Vec<String>,
     ttl: Duration,
     cache: TtlCache<Option<UserInfo>>,
+    flights: Flights<Result<Value, AuthError>>,
 }
 
 impl std::fmt::Debug for TokenReviewAuthenticator {
@@ -60,6 +62,7 @@ impl TokenReviewAuthenticator {
             audiences: Vec::new(),
             ttl,
             cache: TtlCache::new(),
+            flights: Flights::default(),
         }
     }
 
@@ -77,7 +80,16 @@ impl TokenReviewAuthenticator {
         if let Some(hit) = self.cache.get(&key) {
             return Ok(hit);
         }
-        let answer = self.call(token).await?;
+        let answer = self
+            .flights
+            .run(key, || {
+                review_call(
+                    self.client.clone(),
+                    token.to_string(),
+                    self.audiences.clone(),
+                )
+            })
+            .await?;
         let status = &answer["status"];
         if status["authenticated"].as_bool() != Some(true) {
             if let Some(error) = status["error"].as_str().filter(|e| !e.is_empty()) {
@@ -93,21 +105,26 @@ impl TokenReviewAuthenticator {
         self.cache.insert(key, Some(user.clone()), self.ttl);
         Ok(Some(user))
     }
+}
 
-    async fn call(&self, token: &str) -> Result<Value, AuthError> {
-        let mut spec = json!({ "token": token });
-        if !self.audiences.is_empty() {
-            spec["audiences"] = json!(self.audiences);
-        }
-        let review = json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": spec,
-        });
-        create(&self.client, TOKEN_REVIEWS, &review)
-            .await
-            .map_err(|e| AuthError::Unavailable(format!("TokenReview: {e}")))
+/// One `TokenReview` (owned arguments: the call may outlive the request that started it).
+async fn review_call(
+    client: kube::Client,
+    token: String,
+    audiences: Vec<String>,
+) -> Result<Value, AuthError> {
+    let mut spec = json!({ "token": token });
+    if !audiences.is_empty() {
+        spec["audiences"] = json!(audiences);
     }
+    let review = json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": spec,
+    });
+    create(&client, TOKEN_REVIEWS, &review)
+        .await
+        .map_err(|e| AuthError::Unavailable(format!("TokenReview: {e}")))
 }
 
 /// POSTs `body` to `path` of the core kube-apiserver and returns the decoded answer, retrying

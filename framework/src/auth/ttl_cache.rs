@@ -1,11 +1,13 @@
 //! A small cache whose entries expire, for the answers of TokenReview and
 //! SubjectAccessReview (`k8s.io/apiserver`'s token cache and the webhook authorizer's LRU with
-//! TTLs). Keys are SHA-256 digests, so neither tokens nor review bodies are kept in clear.
+//! TTLs), and [`Flights`], which shares one review among concurrent askers. Keys are SHA-256 digests, so neither tokens nor review bodies are kept in clear.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, FutureExt as _, Shared};
 use sha2::{Digest, Sha256};
 
 /// Bound on entries; past it expired entries are dropped, and if that is not enough, all
@@ -83,6 +85,42 @@ impl<V: Clone> TtlCache<V> {
     }
 }
 
+/// Shares one call among concurrent askers of the same key (Go's `singleflight`, which the
+/// token cache uses): a burst of requests with one new token makes one review, not one each.
+pub struct Flights<V> {
+    inflight: Mutex<HashMap<[u8; 32], Shared<BoxFuture<'static, V>>>>,
+}
+
+impl<V> Default for Flights<V> {
+    fn default() -> Self {
+        Self {
+            inflight: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> Flights<V> {
+    /// Awaits the call in flight under `key`, or starts `call` and awaits that.
+    pub async fn run<F>(&self, key: [u8; 32], call: impl FnOnce() -> F) -> V
+    where
+        F: Future<Output = V> + Send + 'static,
+    {
+        let flight = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            inflight
+                .entry(key)
+                .or_insert_with(|| call().boxed().shared())
+                .clone()
+        };
+        let value = flight.clone().await;
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if inflight.get(&key).is_some_and(|f| f.ptr_eq(&flight)) {
+            inflight.remove(&key);
+        }
+        value
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +136,39 @@ mod tests {
         assert_eq!(cache.get(&a), Some(1));
         assert_eq!(cache.get(&b), None);
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn concurrent_askers_share_one_call() {
+        let flights = std::sync::Arc::new(Flights::<u32>::default());
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (release, released) = futures::channel::oneshot::channel::<()>();
+        let released = released.shared();
+        let ask = |flights: std::sync::Arc<Flights<u32>>| {
+            let calls = calls.clone();
+            let released = released.clone();
+            async move {
+                flights
+                    .run([7; 32], move || async move {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = released.await;
+                        42
+                    })
+                    .await
+            }
+        };
+        let first = ask(flights.clone()).boxed();
+        let second = ask(flights.clone()).boxed();
+        let both = futures::future::join(first, second);
+        let answers = futures::executor::block_on(async move {
+            let release = async move {
+                let _ = release.send(());
+            };
+            futures::future::join(both, release).await.0
+        });
+        assert_eq!(answers, (42, 42));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(flights.inflight.lock().unwrap().is_empty());
     }
 
     #[test]

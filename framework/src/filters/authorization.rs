@@ -95,8 +95,26 @@ pub fn forbidden_message(user: &UserInfo, info: &RequestInfo, reason: &str) -> S
     message
 }
 
+/// The 403, with kube's details: group, resource (as `kind`) and name of the request.
 fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Error {
-    Error::forbidden(forbidden_message(user, info, reason))
+    let resource_request = info.is_resource_request;
+    let field = |value: &str| {
+        if resource_request {
+            value.to_string()
+        } else {
+            String::new()
+        }
+    };
+    Error::forbidden(forbidden_message(user, info, reason)).with_details(
+        kube_core::response::StatusDetails {
+            name: field(&info.name),
+            group: field(&info.api_group),
+            kind: field(&info.resource),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        },
+    )
 }
 
 #[cfg(test)]
