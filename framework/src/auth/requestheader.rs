@@ -79,7 +79,7 @@ impl RequestHeaderAuthenticator {
             return Ok(());
         }
         let cn = proxy.map(|u| u.name).unwrap_or_default();
-        if self.allowed_names.iter().any(|n| *n == cn) {
+        if self.allowed_names.contains(&cn) {
             Ok(())
         } else {
             Err(AuthError::InvalidCertificate(format!(

@@ -175,8 +175,11 @@ pub struct ApiServer {
 pub struct RunningServer {
     /// The address it listens on.
     pub addr: SocketAddr,
-    /// The standalone admin kubeconfig.
+    /// The standalone admin kubeconfig (its client certificate is trusted only in
+    /// standalone mode).
     pub kubeconfig: PathBuf,
+    /// Standalone, or delegated to a cluster's kube-apiserver.
+    pub mode: Mode,
     shutdown: ShutdownSignal,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
 }
@@ -238,6 +241,10 @@ impl ApiServer {
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
         let running = self.start_with_signal(true).await?;
+        if running.mode == Mode::Delegated {
+            tracing::info!(addr = %running.addr, "serving, authentication and authorization delegated");
+            return running.wait().await;
+        }
         tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
         let kubeconfig =
             std::fs::canonicalize(&running.kubeconfig).unwrap_or(running.kubeconfig.clone());
@@ -282,7 +289,8 @@ impl ApiServer {
         let client_ca = certs.client_ca();
         let shutdown = ShutdownSignal::new();
         let auth = delegating::build(&options.auth, &client_ca, shutdown.clone()).await?;
-        let tls_config = match auth.mode {
+        let mode = auth.mode;
+        let tls_config = match mode {
             Mode::Standalone => tls::server_config(&serving, Some(&client_ca))?,
             // Temporary, until the TLS layer requests any client certificate in every mode.
             Mode::Delegated => delegating::tls_config_requesting_client_certs(&serving)?,
@@ -323,6 +331,7 @@ impl ApiServer {
         Ok(RunningServer {
             addr,
             kubeconfig,
+            mode,
             shutdown,
             task,
         })
