@@ -96,18 +96,19 @@ pub async fn build(
     standalone_client_ca: &[CertificateDer<'static>],
     shutdown: ShutdownSignal,
 ) -> Result<AuthSetup, ServerError> {
-    let client_error = |flag: &str| {
-        let flag = flag.to_string();
-        move |e: crate::server::core_api::CoreApiError| config_error(format!("{flag}: {e}"))
-    };
-    let authn_client = core_client(options.authentication_kubeconfig.as_deref())
-        .await
-        .map_err(client_error("--authentication-kubeconfig"))?
-        .map(|(client, _)| client);
-    let authz_client = core_client(options.authorization_kubeconfig.as_deref())
-        .await
-        .map_err(client_error("--authorization-kubeconfig"))?
-        .map(|(client, _)| client);
+    let options = &options.normalized();
+    let authn_client = client(
+        options.authentication_kubeconfig.as_deref(),
+        options.in_cluster,
+        "--authentication-kubeconfig",
+    )
+    .await?;
+    let authz_client = client(
+        options.authorization_kubeconfig.as_deref(),
+        options.in_cluster,
+        "--authorization-kubeconfig",
+    )
+    .await?;
     if authn_client.is_none() && authz_client.is_none() {
         return standalone(options, standalone_client_ca);
     }
@@ -219,6 +220,22 @@ pub async fn build(
         anonymous: options.anonymous_auth.unwrap_or(true),
         always_allow_paths: options.authorization_always_allow_paths.clone(),
     })
+}
+
+/// A client of the core kube-apiserver from `kubeconfig`, or in a pod (when `in_cluster`)
+/// from the in-cluster configuration.
+async fn client(
+    kubeconfig: Option<&Path>,
+    in_cluster: bool,
+    flag: &str,
+) -> Result<Option<kube::Client>, ServerError> {
+    if kubeconfig.is_none() && !in_cluster {
+        return Ok(None);
+    }
+    let client = core_client(kubeconfig)
+        .await
+        .map_err(|e| config_error(format!("{flag}: {e}")))?;
+    Ok(client.map(|(client, _)| client))
 }
 
 fn standalone(

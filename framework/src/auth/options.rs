@@ -143,6 +143,12 @@ pub struct DelegatingOptions {
         value_name = "GROUPS"
     )]
     pub authorization_always_allow_groups: Vec<String>,
+
+    /// Whether, without a kubeconfig, a pod's in-cluster configuration selects delegated mode
+    /// (true, as in `k8s.io/apiserver`). Not a flag: tests turn it off so that they run the
+    /// same inside a pod.
+    #[arg(skip = true)]
+    pub in_cluster: bool,
 }
 
 impl Default for DelegatingOptions {
@@ -166,6 +172,30 @@ impl Default for DelegatingOptions {
             authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(10),
             authorization_always_allow_paths: strings(&["/healthz", "/readyz", "/livez"]),
             authorization_always_allow_groups: strings(&["system:masters"]),
+            in_cluster: true,
+        }
+    }
+}
+
+impl DelegatingOptions {
+    /// The options with list entries trimmed and empty ones dropped, as pflag's string slices
+    /// read them (`--requestheader-allowed-names=` is no name, not one empty name).
+    pub fn normalized(&self) -> Self {
+        let clean = |list: &[String]| -> Vec<String> {
+            list.iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        Self {
+            requestheader_allowed_names: clean(&self.requestheader_allowed_names),
+            requestheader_username_headers: clean(&self.requestheader_username_headers),
+            requestheader_uid_headers: clean(&self.requestheader_uid_headers),
+            requestheader_group_headers: clean(&self.requestheader_group_headers),
+            requestheader_extra_headers_prefix: clean(&self.requestheader_extra_headers_prefix),
+            authorization_always_allow_paths: clean(&self.authorization_always_allow_paths),
+            authorization_always_allow_groups: clean(&self.authorization_always_allow_groups),
+            ..self.clone()
         }
     }
 }
@@ -276,6 +306,23 @@ mod tests {
         );
         let on = Cli::try_parse_from(["server", "--anonymous-auth"]).unwrap();
         assert_eq!(on.options.anonymous_auth, Some(true));
+        assert!(on.options.in_cluster);
+    }
+
+    #[test]
+    fn empty_lists_are_empty() {
+        let parsed = Cli::try_parse_from([
+            "server",
+            "--requestheader-allowed-names=",
+            "--authorization-always-allow-paths=",
+            "--authorization-always-allow-groups= system:masters ,",
+        ])
+        .unwrap()
+        .options
+        .normalized();
+        assert!(parsed.requestheader_allowed_names.is_empty());
+        assert!(parsed.authorization_always_allow_paths.is_empty());
+        assert_eq!(parsed.authorization_always_allow_groups, ["system:masters"]);
     }
 
     #[test]
