@@ -644,12 +644,19 @@ async fn flags_win_over_the_configmap() {
     let env = Env::start_with(|o| {
         o.auth.requestheader_client_ca_file = Some(ca_file.clone());
         o.auth.requestheader_allowed_names = vec!["my-proxy".into()];
+        o.auth.requestheader_uid_headers = vec!["X-Remote-Uid".into()];
     })
     .await;
     env.core.allow(allow_list_flunders("lee"));
     let mine = own_front_proxy.client("my-proxy", &[]);
     let lee = [("X-Remote-User", "lee")];
-    assert_eq!(env.get(FLUNDERS, Some(&mine), &lee).await.code, 200);
+    let with_uid = [("X-Remote-User", "lee"), ("X-Remote-Uid", "uid-lee")];
+    assert_eq!(env.get(FLUNDERS, Some(&mine), &with_uid).await.code, 200);
+    let review = env.core.access_reviews().pop().unwrap();
+    assert_eq!(
+        (&review["user"], &review["uid"]),
+        (&json!("lee"), &json!("uid-lee"))
+    );
     // The ConfigMap's front proxy is not trusted; its client CA still is.
     assert_eq!(
         env.get(FLUNDERS, Some(&env.aggregator), &lee).await.code,

@@ -140,6 +140,7 @@ pub async fn build(
             .requestheader_client_ca_file
             .is_none()
             .then(|| request_header.clone()),
+        applied: std::sync::Mutex::new(None),
     };
     let lookup = !options.authentication_skip_lookup
         && (follower.client_ca.is_some() || follower.request_header.is_some());
@@ -273,6 +274,9 @@ fn configmaps(client: kube::Client) -> Api<DynamicObject> {
 struct AuthConfigFollower {
     client_ca: Option<Arc<Dynamic<X509Authenticator>>>,
     request_header: Option<Arc<Dynamic<RequestHeaderAuthenticator>>>,
+    /// The data last applied: the same data again (a re-list after a watch ends) changes
+    /// nothing, so the authenticators keep their verification caches.
+    applied: std::sync::Mutex<Option<Value>>,
 }
 
 /// A JSON list of strings as kube-apiserver writes them into the ConfigMap (empty: none).
@@ -288,6 +292,13 @@ impl AuthConfigFollower {
     /// Installs what `data` (the ConfigMap's `data`) says. A key that is missing disables
     /// that kind of authentication; content that does not parse leaves the previous one.
     fn apply(&self, data: &Value) {
+        {
+            let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            if applied.as_ref() == Some(data) {
+                return;
+            }
+            *applied = Some(data.clone());
+        }
         if let Some(slot) = &self.client_ca {
             match data["client-ca-file"]
                 .as_str()
