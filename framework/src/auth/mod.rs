@@ -39,8 +39,9 @@ pub enum AuthError {
     /// Credentials of another kind (token, proxy headers) were rejected.
     #[error("invalid credentials: {0}")]
     InvalidCredentials(String),
-    /// The authenticator or authorizer could not decide (e.g. a review call failed).
-    #[error("authentication unavailable: {0}")]
+    /// The authenticator or authorizer could not decide (e.g. a review call failed); the
+    /// message names the review.
+    #[error("{0}")]
     Unavailable(String),
 }
 

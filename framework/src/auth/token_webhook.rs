@@ -66,7 +66,8 @@ impl TokenReviewAuthenticator {
         }
     }
 
-    /// Sends these audiences in every review (and caches per audience set).
+    /// Sends these audiences in every review (and caches per audience set); a token the
+    /// review grants none of them is refused.
     pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
         self.audiences = audiences;
         self
@@ -97,6 +98,19 @@ impl TokenReviewAuthenticator {
             }
             self.cache.insert(key, None, self.ttl);
             return Ok(None);
+        }
+        if !self.audiences.is_empty() {
+            // Go's webhook authenticator: the audiences the review grants (ours, when it names
+            // none) must include one of ours, else the token is not for this server.
+            let granted: Vec<&str> = status["audiences"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let ours = |g: &&str| self.audiences.iter().any(|a| a == g);
+            if !granted.is_empty() && !granted.iter().any(ours) {
+                self.cache.insert(key, None, self.ttl);
+                return Ok(None);
+            }
         }
         let user: UserInfo = serde_json::from_value(status["user"].clone()).map_err(|e| {
             AuthError::Unavailable(format!("decoding TokenReview status.user: {e}"))
