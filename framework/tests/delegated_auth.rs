@@ -223,6 +223,14 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// Caches that outlive any test, so counted review calls do not depend on the test's speed.
+fn long_caches(options: &mut ServerOptions) {
+    let long = Duration::from_secs(3600);
+    options.auth.authentication_token_webhook_cache_ttl = long;
+    options.auth.authorization_webhook_cache_authorized_ttl = long;
+    options.auth.authorization_webhook_cache_unauthorized_ttl = long;
+}
+
 /// Denials are not cached, so a test can grant a permission after a denial.
 fn no_denial_cache(options: &mut ServerOptions) {
     options.auth.authorization_webhook_cache_unauthorized_ttl = Duration::ZERO;
@@ -232,14 +240,14 @@ fn allow_list_flunders(user: &str) -> Rule {
     Rule::user(user, &["get", "list"], "wardle.example.com", &["flunders"]).in_namespace("ns1")
 }
 
-/// Retries `check` until it holds, at most 200 times 50 ms apart (the ConfigMap watch is
+/// Retries `check` until it holds, at most 400 times 50 ms apart (the ConfigMap watch is
 /// asynchronous); false if it never does.
 async fn eventually<F, Fut>(mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..200 {
+    for _ in 0..400 {
         if check().await {
             return true;
         }
@@ -342,7 +350,7 @@ async fn expired_and_foreign_client_certificates_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_reviewed_and_cached() {
-    let env = Env::start().await;
+    let env = Env::start_with(long_caches).await;
     env.core.add_token(
         "token-of-dave",
         TokenUser {
@@ -389,7 +397,7 @@ async fn tokens_are_reviewed_and_cached() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_share_one_review() {
-    let env = Env::start().await;
+    let env = Env::start_with(long_caches).await;
     env.core.add_token(
         "token-of-olga",
         TokenUser {
@@ -441,7 +449,7 @@ async fn anonymous_off_means_401_but_health_stays_open() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_reviews_are_cached_allowed_and_denied() {
-    let env = Env::start().await;
+    let env = Env::start_with(long_caches).await;
     env.core.allow(allow_list_flunders("erin"));
     for _ in 0..3 {
         let reply = env.get_as_proxied(FLUNDERS, "erin", &[]).await;
