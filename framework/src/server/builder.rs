@@ -291,13 +291,25 @@ impl ApiServer {
         let auth = delegating::build(&options.auth, &client_ca, shutdown.clone()).await?;
         let mode = auth.mode;
         let tls_config = match mode {
-            Mode::Standalone => tls::server_config(&serving, Some(&client_ca))?,
+            Mode::Standalone => tls::server_config(&serving, Some(&client_ca)),
             // Temporary, until the TLS layer requests any client certificate in every mode.
-            Mode::Delegated => delegating::tls_config_requesting_client_certs(&serving)?,
+            Mode::Delegated => delegating::tls_config_requesting_client_certs(&serving),
         };
-        let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
-        let addr = listener.local_addr()?;
-        let kubeconfig = certs.write_kubeconfig(addr.port())?;
+        let tls_config = tls_config.inspect_err(|_| shutdown.trigger())?;
+        let bound = async {
+            let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
+            let addr = listener.local_addr()?;
+            let kubeconfig = certs.write_kubeconfig(addr.port())?;
+            Ok::<_, ServerError>((listener, addr, kubeconfig))
+        };
+        let (listener, addr, kubeconfig) = match bound.await {
+            Ok(bound) => bound,
+            Err(e) => {
+                // Ends what `delegating::build` started (the ConfigMap watch).
+                shutdown.trigger();
+                return Err(e);
+            }
+        };
         let router = build_router(
             &groups,
             backend.clone(),
