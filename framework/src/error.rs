@@ -64,7 +64,7 @@ impl Error {
         }
     }
 
-    fn with_details(mut self, details: StatusDetails) -> Self {
+    pub(crate) fn with_details(mut self, details: StatusDetails) -> Self {
         self.status.details = Some(details);
         self
     }

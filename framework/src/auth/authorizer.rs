@@ -94,6 +94,129 @@ impl Authorizer for AlwaysAllowAuthenticated {
     }
 }
 
+/// `k8s.io/apiserver`'s privileged-groups authorizer: members of these groups may do
+/// anything (`--authorization-always-allow-groups`, `system:masters` by default), other users
+/// get no opinion.
+#[derive(Debug, Clone, Default)]
+pub struct PrivilegedGroups {
+    groups: Vec<String>,
+}
+
+impl PrivilegedGroups {
+    /// Allows members of `groups`.
+    pub fn new(groups: Vec<String>) -> Self {
+        Self { groups }
+    }
+}
+
+#[async_trait]
+impl Authorizer for PrivilegedGroups {
+    async fn authorize(&self, attributes: &Attributes<'_>) -> Result<Authorization, AuthError> {
+        let privileged = self.groups.iter().any(|g| attributes.user.in_group(g));
+        Ok(Authorization::new(
+            if privileged {
+                Decision::Allow
+            } else {
+                Decision::NoOpinion
+            },
+            "",
+        ))
+    }
+}
+
+/// `k8s.io/apiserver`'s path authorizer (`--authorization-always-allow-paths`): allows
+/// non-resource requests to these paths (a trailing `*` matches any suffix), has no opinion
+/// on anything else.
+#[derive(Debug, Clone, Default)]
+pub struct AlwaysAllowPaths {
+    paths: Vec<String>,
+}
+
+impl AlwaysAllowPaths {
+    /// Allows `paths`.
+    pub fn new(paths: Vec<String>) -> Self {
+        Self { paths }
+    }
+
+    /// Whether `path` is one of the paths (or under a `prefix*`).
+    pub fn matches(&self, path: &str) -> bool {
+        path_matches(&self.paths, path)
+    }
+}
+
+/// Whether `path` equals one of `patterns` or starts with a pattern's part before a trailing
+/// `*` (leading slashes ignored, as Go's path authorizer trims them).
+pub fn path_matches(patterns: &[String], path: &str) -> bool {
+    let path = path.trim_start_matches('/');
+    patterns.iter().any(|p| {
+        let p = p.trim_start_matches('/');
+        match p.strip_suffix('*') {
+            Some(prefix) => path.starts_with(prefix),
+            None => p == path,
+        }
+    })
+}
+
+#[async_trait]
+impl Authorizer for AlwaysAllowPaths {
+    async fn authorize(&self, attributes: &Attributes<'_>) -> Result<Authorization, AuthError> {
+        let allowed = !attributes.resource_request && self.matches(attributes.path);
+        Ok(Authorization::new(
+            if allowed {
+                Decision::Allow
+            } else {
+                Decision::NoOpinion
+            },
+            "",
+        ))
+    }
+}
+
+/// Asks authorizers in order: the first `Allow` or `Deny` decides; errors and reasons of
+/// those with no opinion are collected (`k8s.io/apiserver`'s union authorizer). If none
+/// decides, the verdict is no opinion, or the collected error if any failed.
+#[derive(Default, Clone)]
+pub struct UnionAuthorizer {
+    authorizers: Vec<std::sync::Arc<dyn Authorizer>>,
+}
+
+impl UnionAuthorizer {
+    /// An empty union, which has no opinion on anything.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an authorizer, asked after the ones already added.
+    pub fn with(mut self, authorizer: impl Authorizer + 'static) -> Self {
+        self.authorizers.push(std::sync::Arc::new(authorizer));
+        self
+    }
+}
+
+#[async_trait]
+impl Authorizer for UnionAuthorizer {
+    async fn authorize(&self, attributes: &Attributes<'_>) -> Result<Authorization, AuthError> {
+        let mut reasons = Vec::new();
+        let mut errors = Vec::new();
+        for authorizer in &self.authorizers {
+            match authorizer.authorize(attributes).await {
+                Ok(verdict) if verdict.decision != Decision::NoOpinion => return Ok(verdict),
+                Ok(verdict) => {
+                    if !verdict.reason.is_empty() {
+                        reasons.push(verdict.reason);
+                    }
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Authorization::new(Decision::NoOpinion, reasons.join("\n")))
+        } else {
+            Err(AuthError::Unavailable(errors.join(", ")))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +245,34 @@ mod tests {
     fn authenticated_users_are_allowed() {
         let user = UserInfo::new("jane", []).with_authenticated_group();
         assert!(decide(&user).is_allowed());
+    }
+
+    #[test]
+    fn paths_and_groups() {
+        let paths = AlwaysAllowPaths::new(vec!["/healthz".into(), "/metrics/*".into()]);
+        assert!(paths.matches("/healthz"));
+        assert!(!paths.matches("/healthz/etcd"));
+        assert!(paths.matches("/metrics/x"));
+        assert!(!paths.matches("/livez"));
+        let user = UserInfo::new("root", ["system:masters".to_string()]);
+        let union = UnionAuthorizer::new()
+            .with(PrivilegedGroups::new(vec!["system:masters".into()]))
+            .with(paths);
+        let decide = |user: &UserInfo, path: &'static str, resource_request: bool| {
+            let attributes = Attributes {
+                path,
+                resource_request,
+                ..attributes(user)
+            };
+            futures::executor::block_on(union.authorize(&attributes))
+                .unwrap()
+                .decision
+        };
+        assert_eq!(decide(&user, "/apis/x", true), Decision::Allow);
+        let jane = UserInfo::new("jane", []);
+        assert_eq!(decide(&jane, "/healthz", false), Decision::Allow);
+        assert_eq!(decide(&jane, "/healthz", true), Decision::NoOpinion);
+        assert_eq!(decide(&jane, "/version", false), Decision::NoOpinion);
     }
 
     #[test]

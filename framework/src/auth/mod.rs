@@ -3,14 +3,27 @@
 //! The verdicts mirror `k8s.io/apiserver`'s `authenticator.Request` and `authorizer.Authorizer`.
 
 pub mod authorizer;
+pub mod delegating;
+pub mod options;
+pub mod requestheader;
+pub mod sar;
+pub mod token_webhook;
+pub mod ttl_cache;
 pub mod user;
 pub mod x509;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 
-pub use authorizer::{AlwaysAllowAuthenticated, Attributes, Authorization, Authorizer, Decision};
+pub use authorizer::{
+    AlwaysAllowAuthenticated, AlwaysAllowPaths, Attributes, Authorization, Authorizer, Decision,
+    PrivilegedGroups, UnionAuthorizer,
+};
+pub use options::DelegatingOptions;
+pub use requestheader::{RequestHeaderAuthenticator, RequestHeaderConfig};
+pub use sar::SubjectAccessReviewAuthorizer;
+pub use token_webhook::TokenReviewAuthenticator;
 pub use user::UserInfo;
 pub use x509::X509Authenticator;
 
@@ -26,8 +39,9 @@ pub enum AuthError {
     /// Credentials of another kind (token, proxy headers) were rejected.
     #[error("invalid credentials: {0}")]
     InvalidCredentials(String),
-    /// The authenticator or authorizer could not decide (e.g. a review call failed).
-    #[error("authentication unavailable: {0}")]
+    /// The authenticator or authorizer could not decide (e.g. a review call failed); the
+    /// message names the review.
+    #[error("{0}")]
     Unavailable(String),
 }
 
@@ -43,6 +57,11 @@ pub trait Authenticator: Send + Sync {
         &self,
         parts: &http::request::Parts,
     ) -> Result<Option<UserInfo>, AuthError>;
+
+    /// Removes the credentials this authenticator reads from a request that was
+    /// authenticated, before handlers see it (front-proxy headers, a bearer token), as
+    /// `k8s.io/apiserver` does. Nothing by default.
+    fn clear_credentials(&self, _headers: &mut http::HeaderMap) {}
 }
 
 #[async_trait]
@@ -52,6 +71,71 @@ impl<A: Authenticator + ?Sized> Authenticator for Arc<A> {
         parts: &http::request::Parts,
     ) -> Result<Option<UserInfo>, AuthError> {
         (**self).authenticate(parts).await
+    }
+
+    fn clear_credentials(&self, headers: &mut http::HeaderMap) {
+        (**self).clear_credentials(headers)
+    }
+}
+
+/// An authenticator that can be replaced while the server runs (a CA rotated through the
+/// `extension-apiserver-authentication` ConfigMap); empty, it recognises nobody.
+pub struct Dynamic<A: ?Sized> {
+    current: RwLock<Option<Arc<A>>>,
+}
+
+impl<A: ?Sized> Default for Dynamic<A> {
+    fn default() -> Self {
+        Self {
+            current: RwLock::new(None),
+        }
+    }
+}
+
+impl<A: ?Sized> std::fmt::Debug for Dynamic<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dynamic")
+            .field("set", &self.get().is_some())
+            .finish()
+    }
+}
+
+impl<A: ?Sized> Dynamic<A> {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the authenticator (`None`: recognise nobody).
+    pub fn set(&self, authenticator: Option<Arc<A>>) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = authenticator;
+    }
+
+    /// The current authenticator.
+    pub fn get(&self) -> Option<Arc<A>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait]
+impl<A: Authenticator + ?Sized> Authenticator for Dynamic<A> {
+    async fn authenticate(
+        &self,
+        parts: &http::request::Parts,
+    ) -> Result<Option<UserInfo>, AuthError> {
+        match self.get() {
+            Some(current) => current.authenticate(parts).await,
+            None => Ok(None),
+        }
+    }
+
+    fn clear_credentials(&self, headers: &mut http::HeaderMap) {
+        if let Some(current) = self.get() {
+            current.clear_credentials(headers);
+        }
     }
 }
 
@@ -95,5 +179,11 @@ impl Authenticator for UnionAuthenticator {
             }
         }
         first_error.map_or(Ok(None), Err)
+    }
+
+    fn clear_credentials(&self, headers: &mut http::HeaderMap) {
+        for authenticator in &self.authenticators {
+            authenticator.clear_credentials(headers);
+        }
     }
 }

@@ -48,9 +48,10 @@ impl UserInfo {
     }
 
     /// Adds `system:authenticated` unless present, as kube-apiserver's group adder does for
-    /// every user an authenticator recognised (the anonymous user excepted).
+    /// every user an authenticator recognised (the anonymous user, and a user already in
+    /// `system:unauthenticated` as a front proxy forwards anonymous requests, excepted).
     pub fn with_authenticated_group(mut self) -> Self {
-        let anonymous = self.name == ANONYMOUS;
+        let anonymous = self.name == ANONYMOUS || self.in_group(ALL_UNAUTHENTICATED);
         if !anonymous && !self.in_group(ALL_AUTHENTICATED) {
             self.groups.push(ALL_AUTHENTICATED.to_string());
         }

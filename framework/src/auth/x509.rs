@@ -31,9 +31,10 @@ struct CachedUser {
 
 /// Authenticates requests by their verified client certificate.
 ///
-/// It re-verifies the chain against its own CA bundle rather than trusting the handshake:
-/// the TLS layer accepts certificates of every CA the server knows (client CA and, later,
-/// the request-header CA), and only the client CA may assert arbitrary user names.
+/// It verifies the chain against its own CA bundle: the TLS layer requests any client
+/// certificate and only proves the client holds its key (as Go's `tls.RequestClientCert`), so
+/// the chain's trust, expiry included, is decided here, and only the client CA may assert
+/// arbitrary user names.
 pub struct X509Authenticator {
     verifier: Arc<dyn ClientCertVerifier>,
     cache: Mutex<HashMap<[u8; 32], CachedUser>>,

@@ -1,5 +1,6 @@
-//! Authentication: finds the user of a request, or answers 401. Paths always allowed (health)
-//! pass without credentials.
+//! Authentication: finds the user of a request, or answers 401. Non-resource paths that are
+//! always allowed (health) pass without credentials. Credentials the authenticators read
+//! (front-proxy headers, bearer tokens) are removed before later stages see the request.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::FilterConfig;
 use crate::auth::UserInfo;
+use crate::endpoints::RequestInfo;
 use crate::error::Error;
 
 /// The middleware: stores the [`UserInfo`] in the request's extensions.
@@ -29,12 +31,22 @@ pub async fn authenticate(
             return Error::unauthorized().into_response();
         }
     };
+    config.authenticator.clear_credentials(&mut parts.headers);
     match user {
         Some(user) => {
             parts.extensions.insert(user);
         }
-        None if config.is_always_allowed(parts.uri.path()) => {}
+        None if is_always_allowed(&config, &parts) => {}
         None => return Error::unauthorized().into_response(),
     }
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// An always-allowed path of a non-resource request.
+pub(crate) fn is_always_allowed(config: &FilterConfig, parts: &http::request::Parts) -> bool {
+    let resource_request = parts
+        .extensions
+        .get::<RequestInfo>()
+        .is_some_and(|info| info.is_resource_request);
+    !resource_request && config.is_always_allowed(parts.uri.path())
 }

@@ -1,5 +1,6 @@
-//! Authorization: asks the authorizer whether the user may do what the request info says;
-//! a denial is 403 `Forbidden` naming user, verb and resource, as kube-apiserver words it.
+//! Authorization: asks the authorizer whether the user may do what the request info says.
+//! As kube-apiserver's filter: `Allow` proceeds, an authorizer error is 500, anything else is
+//! 403 `Forbidden` naming user, verb and resource in kube's wording.
 
 use std::sync::Arc;
 
@@ -18,12 +19,13 @@ pub async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
-    if config.is_always_allowed(request.uri().path()) {
-        return next.run(request).await;
+    let (parts, body) = request.into_parts();
+    if super::authentication::is_always_allowed(&config, &parts) {
+        return next.run(Request::from_parts(parts, body)).await;
     }
     let (Some(user), Some(info)) = (
-        request.extensions().get::<UserInfo>(),
-        request.extensions().get::<RequestInfo>(),
+        parts.extensions.get::<UserInfo>(),
+        parts.extensions.get::<RequestInfo>(),
     ) else {
         return Error::unauthorized().into_response();
     };
@@ -40,38 +42,121 @@ pub async fn authorize(
         path: &info.path,
     };
     match config.authorizer.authorize(&attributes).await {
-        Ok(decision) if decision.is_allowed() => next.run(request).await,
+        Ok(decision) if decision.is_allowed() => next.run(Request::from_parts(parts, body)).await,
         Ok(decision) => forbidden(user, info, &decision.reason).into_response(),
-        Err(e) => forbidden(user, info, &e.to_string()).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "authorization failed");
+            Error::internal(e).into_response()
+        }
     }
 }
 
-fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Error {
-    let mut message =
-        if info.is_resource_request {
-            let resource = if info.subresource.is_empty() {
-                info.resource.clone()
-            } else {
-                format!("{}/{}", info.resource, info.subresource)
-            };
-            let scope = if info.namespace.is_empty() {
-                "at the cluster scope".to_string()
-            } else {
-                format!("in the namespace {:?}", info.namespace)
-            };
-            format!(
-            "{}.{} {:?} is forbidden: User {:?} cannot {} resource {:?} in API group {:?} {scope}",
-            info.resource, info.api_group, info.name, user.name, info.verb, resource, info.api_group
-        )
+/// kube's `ForbiddenStatusError`: `{resource}.{group} "{name}" is forbidden: User "{user}"
+/// cannot {verb} resource "{resource[/sub]}" in API group "{group}" in the namespace "{ns}"`
+/// (`at the cluster scope` without a namespace; no name part for collections), or for paths
+/// `forbidden: User "{user}" cannot {verb} path "{path}"`; the authorizer's reason follows
+/// after `: ` when there is one.
+pub fn forbidden_message(user: &UserInfo, info: &RequestInfo, reason: &str) -> String {
+    let mut message = if info.is_resource_request {
+        let resource = if info.subresource.is_empty() {
+            info.resource.clone()
         } else {
-            format!(
-                "forbidden: User {:?} cannot {} path {:?}",
-                user.name, info.verb, info.path
-            )
+            format!("{}/{}", info.resource, info.subresource)
         };
+        let scope = if info.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace {:?}", info.namespace)
+        };
+        let qualified = if info.api_group.is_empty() {
+            info.resource.clone()
+        } else {
+            format!("{}.{}", info.resource, info.api_group)
+        };
+        let subject = if info.name.is_empty() {
+            format!("{qualified} is forbidden")
+        } else {
+            format!("{qualified} {:?} is forbidden", info.name)
+        };
+        format!(
+            "{subject}: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}",
+            user.name, info.verb, info.api_group
+        )
+    } else {
+        format!(
+            "forbidden: User {:?} cannot {} path {:?}",
+            user.name, info.verb, info.path
+        )
+    };
     if !reason.is_empty() {
         message.push_str(": ");
         message.push_str(reason);
     }
-    Error::forbidden(message)
+    message
+}
+
+/// The 403, with kube's details: group, resource (as `kind`) and name of the request.
+fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Error {
+    let resource_request = info.is_resource_request;
+    let field = |value: &str| {
+        if resource_request {
+            value.to_string()
+        } else {
+            String::new()
+        }
+    };
+    Error::forbidden(forbidden_message(user, info, reason)).with_details(
+        kube_core::response::StatusDetails {
+            name: field(&info.name),
+            group: field(&info.api_group),
+            kind: field(&info.resource),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: http::Method, path: &str) -> RequestInfo {
+        RequestInfo::parse(&method, path, None)
+    }
+
+    #[test]
+    fn messages_in_kubes_wording() {
+        let bob = UserInfo::new("bob", []);
+        let get = info(
+            http::Method::GET,
+            "/apis/wardle.example.com/v1alpha1/namespaces/ns1/flunders/x",
+        );
+        assert_eq!(
+            forbidden_message(&bob, &get, ""),
+            "flunders.wardle.example.com \"x\" is forbidden: User \"bob\" cannot get resource \
+             \"flunders\" in API group \"wardle.example.com\" in the namespace \"ns1\""
+        );
+        let list = info(
+            http::Method::GET,
+            "/apis/wardle.example.com/v1alpha1/fischers",
+        );
+        assert_eq!(
+            forbidden_message(&bob, &list, "no RBAC policy matched"),
+            "fischers.wardle.example.com is forbidden: User \"bob\" cannot list resource \
+             \"fischers\" in API group \"wardle.example.com\" at the cluster scope: no RBAC \
+             policy matched"
+        );
+        let status = info(
+            http::Method::PUT,
+            "/apis/wardle.example.com/v1alpha1/namespaces/ns1/flunders/x/status",
+        );
+        assert!(forbidden_message(&bob, &status, "")
+            .contains("cannot update resource \"flunders/status\""));
+        let path = info(http::Method::GET, "/metrics");
+        assert_eq!(
+            forbidden_message(&bob, &path, ""),
+            "forbidden: User \"bob\" cannot get path \"/metrics\""
+        );
+    }
 }

@@ -22,7 +22,7 @@ pub struct FilterConfig {
     pub authenticator: Arc<dyn Authenticator>,
     /// Decides what the user may do.
     pub authorizer: Arc<dyn Authorizer>,
-    /// Paths served without authentication or authorization (health, version).
+    /// Non-resource paths served without authentication or authorization (health).
     pub always_allow_paths: Vec<String>,
     /// Whether requests with no credentials proceed as `system:anonymous`.
     pub anonymous: bool,
@@ -40,14 +40,9 @@ impl std::fmt::Debug for FilterConfig {
 }
 
 impl FilterConfig {
-    /// Whether `path` is served to anyone.
+    /// Whether `path` is served to anyone (a trailing `*` in a pattern matches any suffix).
     pub fn is_always_allowed(&self, path: &str) -> bool {
-        self.always_allow_paths
-            .iter()
-            .any(|p| match p.strip_suffix('*') {
-                Some(prefix) => path.starts_with(prefix),
-                None => p == path,
-            })
+        crate::auth::authorizer::path_matches(&self.always_allow_paths, path)
     }
 }
 

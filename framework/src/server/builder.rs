@@ -14,7 +14,7 @@ use axum::Router;
 use clap::Parser;
 use tokio::net::TcpListener;
 
-use crate::auth::{AlwaysAllowAuthenticated, UnionAuthenticator, X509Authenticator};
+use crate::auth::delegating::{self, AuthSetup, Mode};
 use crate::endpoints::{self, ApiState, InstalledResources};
 use crate::error::Error;
 use crate::filters::{self, FilterConfig};
@@ -176,8 +176,11 @@ pub struct ApiServer {
 pub struct RunningServer {
     /// The address it listens on.
     pub addr: SocketAddr,
-    /// The standalone admin kubeconfig.
+    /// The standalone admin kubeconfig (its client certificate is trusted only in
+    /// standalone mode).
     pub kubeconfig: PathBuf,
+    /// Standalone, or delegated to a cluster's kube-apiserver.
+    pub mode: Mode,
     serving_certificate: ServingCertificate,
     shutdown: ShutdownSignal,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
@@ -246,6 +249,10 @@ impl ApiServer {
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
         let running = self.start_with_signal(true).await?;
+        if running.mode == Mode::Delegated {
+            tracing::info!(addr = %running.addr, "serving, authentication and authorization delegated");
+            return running.wait().await;
+        }
         tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
         let kubeconfig =
             std::fs::canonicalize(&running.kubeconfig).unwrap_or(running.kubeconfig.clone());
@@ -297,20 +304,33 @@ impl ApiServer {
         let serving =
             ServingCertificate::from_files(&cert_file, &key_file, &tls_settings.provider()?)?;
         let client_ca = certs.client_ca();
-        // Client certificates are requested, not verified: each authenticator checks its CA.
+        // Client certificates are requested, not verified: each authenticator checks its own
+        // CA, so CAs that change at run time (the authentication ConfigMap) need no new config.
         let tls_config = tls::server_config_with(Arc::new(serving.clone()), true, &tls_settings)?;
-        let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
-        let addr = listener.local_addr()?;
-        let kubeconfig = certs.write_kubeconfig(addr.port())?;
         let shutdown = ShutdownSignal::new();
-        let authenticator = UnionAuthenticator::new().with(X509Authenticator::new(&client_ca)?);
+        let auth = delegating::build(&options.auth, &client_ca, shutdown.clone()).await?;
+        let mode = auth.mode;
+        let bound = async {
+            let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
+            let addr = listener.local_addr()?;
+            let kubeconfig = certs.write_kubeconfig(addr.port())?;
+            Ok::<_, ServerError>((listener, addr, kubeconfig))
+        };
+        let (listener, addr, kubeconfig) = match bound.await {
+            Ok(bound) => bound,
+            Err(e) => {
+                // Ends what `delegating::build` started (the ConfigMap watch).
+                shutdown.trigger();
+                return Err(e);
+            }
+        };
         let router = build_router(
             &groups,
             backend.clone(),
             shutdown.clone(),
             &options,
             &self.openapi,
-            Arc::new(authenticator),
+            auth,
         );
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
@@ -342,6 +362,7 @@ impl ApiServer {
         Ok(RunningServer {
             addr,
             kubeconfig,
+            mode,
             serving_certificate: serving,
             shutdown,
             task,
@@ -411,7 +432,7 @@ fn build_router(
     shutdown: ShutdownSignal,
     options: &ServerOptions,
     openapi: &OpenApiInfo,
-    authenticator: Arc<UnionAuthenticator>,
+    auth: AuthSetup,
 ) -> Router {
     let state = Arc::new(ApiState {
         resources: InstalledResources::new(groups),
@@ -434,12 +455,10 @@ fn build_router(
         .merge(endpoints::resource_router(state))
         .fallback(|| async { Error::path_not_found().into_response() });
     let config = FilterConfig {
-        authenticator,
-        authorizer: Arc::new(AlwaysAllowAuthenticated),
-        always_allow_paths: ["/healthz", "/livez", "/readyz", "/version"]
-            .map(String::from)
-            .to_vec(),
-        anonymous: options.anonymous_auth,
+        authenticator: auth.authenticator,
+        authorizer: auth.authorizer,
+        always_allow_paths: auth.always_allow_paths,
+        anonymous: auth.anonymous,
         request_timeout: Duration::from_secs(options.request_timeout_seconds),
     };
     filters::apply(router, config)

@@ -22,7 +22,7 @@ pub enum StorageBackendKind {
 /// `RecommendedOptions` set for aggregated API servers.
 pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 1000;
 
-/// Options of the secure serving, storage and standalone authentication.
+/// Options of the secure serving, storage, and authentication and authorization.
 ///
 /// Flatten it into your own `clap` parser, or let [`ApiServer::from_args`](crate::ApiServer::from_args) parse it.
 #[derive(Clone, Debug, Args)]
@@ -123,9 +123,9 @@ pub struct ServerOptions {
     #[arg(long = "request-timeout", default_value_t = 60)]
     pub request_timeout_seconds: u64,
 
-    /// Let requests without credentials in as system:anonymous.
-    #[arg(long = "anonymous-auth", default_value_t = false)]
-    pub anonymous_auth: bool,
+    /// Delegated authentication and authorization (and `--anonymous-auth`).
+    #[command(flatten)]
+    pub auth: crate::auth::DelegatingOptions,
 }
 
 impl Default for ServerOptions {
@@ -154,7 +154,7 @@ impl Default for ServerOptions {
             compaction_interval_seconds: 300,
             watch_cache: true,
             request_timeout_seconds: 60,
-            anonymous_auth: false,
+            auth: crate::auth::DelegatingOptions::default(),
         }
     }
 }

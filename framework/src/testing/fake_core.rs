@@ -15,7 +15,8 @@
 //!
 //! Callers authenticate with the bearer token of a kubeconfig from [`FakeCore::kubeconfig`];
 //! [`FakeCore::forbid`] makes a caller's requests on a resource fail with 403 as a missing
-//! RBAC binding would. Every request is recorded ([`FakeCore::calls`]).
+//! RBAC binding would. Every request is recorded ([`FakeCore::calls`]), and the spec of every
+//! SubjectAccessReview ([`FakeCore::access_reviews`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -192,6 +193,7 @@ struct Inner {
     rules: Mutex<Vec<Rule>>,
     forbidden: Mutex<HashSet<(String, String)>>,
     calls: Mutex<Vec<Call>>,
+    access_reviews: Mutex<Vec<Value>>,
 }
 
 /// The fake core kube-apiserver: started on 127.0.0.1 with a self-signed serving certificate,
@@ -233,6 +235,7 @@ impl FakeCore {
             rules: Mutex::new(Vec::new()),
             forbidden: Mutex::new(HashSet::new()),
             calls: Mutex::new(Vec::new()),
+            access_reviews: Mutex::new(Vec::new()),
         });
         let router = axum::Router::new()
             .fallback(handle)
@@ -326,6 +329,11 @@ impl FakeCore {
     /// Every request served so far.
     pub fn calls(&self) -> Vec<Call> {
         lock(&self.inner.calls).clone()
+    }
+
+    /// The `spec` of every well-formed SubjectAccessReview received, in order.
+    pub fn access_reviews(&self) -> Vec<Value> {
+        lock(&self.inner.access_reviews).clone()
     }
 
     /// How many requests went to paths ending with `suffix` (e.g. `"/tokenreviews"`).
@@ -737,6 +745,7 @@ fn subject_access_review(inner: &Inner, body: &Bytes) -> Response {
         );
     }
     let spec = &review["spec"];
+    lock(&inner.access_reviews).push(spec.clone());
     let user = spec["user"].as_str().unwrap_or("");
     let groups: Vec<&str> = spec["groups"]
         .as_array()

@@ -63,15 +63,18 @@ impl TestServer {
     }
 
     /// The options [`TestServer::start`] uses: 127.0.0.1, any free port, certificates and
-    /// the SQLite file in `dir`.
+    /// the SQLite file in `dir`, standalone mode even inside a pod (give
+    /// `auth.authentication_kubeconfig` / `auth.authorization_kubeconfig` for delegated mode).
     pub fn options(dir: &Path) -> ServerOptions {
-        ServerOptions {
+        let mut options = ServerOptions {
             secure_port: 0,
             bind_address: [127, 0, 0, 1].into(),
             cert_dir: dir.join("certs"),
             sqlite_path: dir.join("apiserver.db"),
             ..ServerOptions::default()
-        }
+        };
+        options.auth.in_cluster = false;
+        options
     }
 
     /// Starts a server with these options.

@@ -1,0 +1,166 @@
+//! Delegated mode end to end with kubectl: the wardle server authenticates a bearer token
+//! through TokenReview and authorizes through SubjectAccessReview on a fake core
+//! kube-apiserver (`apiserver::testing::fake_core`), as it would in a cluster.
+
+mod common;
+
+use std::path::Path;
+
+use apiserver::server::certs::SelfSignedCerts;
+use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
+use apiserver::testing::pki::TestCa;
+use apiserver::testing::KubectlOutput;
+use common::*;
+
+const CALLER: &str = "system:serviceaccount:wardle:apiserver";
+
+/// kubectl with a kubeconfig holding only `token` (blocking; at most 60 s).
+fn kubectl_as(dir: &Path, server_port: u16, token: &str, args: &[&str]) -> KubectlOutput {
+    let certs = SelfSignedCerts::load_or_create(&dir.join("certs"), &[]).unwrap();
+    let ca = dir.join("serving-ca.crt");
+    std::fs::write(&ca, &certs.serving_ca_pem).unwrap();
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "wardle", "cluster": {
+            "server": format!("https://127.0.0.1:{server_port}"),
+            "certificate-authority": ca,
+        }}],
+        "users": [{"name": "user", "user": {"token": token}}],
+        "contexts": [{"name": "wardle", "context": {"cluster": "wardle", "user": "user"}}],
+        "current-context": "wardle",
+    });
+    let path = dir.join(format!("{token}.kubeconfig"));
+    std::fs::write(&path, kubeconfig.to_string()).unwrap();
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg("kubectl")
+        .arg("--kubeconfig")
+        .arg(&path)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        // kubectl's discovery cache stays in the test's directory.
+        .env("HOME", dir)
+        .output()
+        .expect("kubectl runs");
+    KubectlOutput {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_a_token_is_allowed_by_rbac_and_denied_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(dir.path()).await;
+    let client_ca = TestCa::new("client-ca");
+    let front_proxy = TestCa::new("front-proxy-ca");
+    core.set_authentication_config(&AuthenticationConfig::with_front_proxy(
+        &client_ca.cert_pem,
+        &front_proxy.cert_pem,
+    ));
+    let user = |name: &str| TokenUser {
+        username: name.into(),
+        groups: vec!["system:authenticated".into()],
+        ..TokenUser::default()
+    };
+    core.add_token("token-of-alice", user("alice"));
+    core.add_token("token-of-bob", user("bob"));
+    // kube-apiserver's system:discovery role, bound to every authenticated user.
+    core.allow(Rule {
+        groups: vec!["system:authenticated".into()],
+        verbs: vec!["get".into()],
+        non_resource_urls: [
+            "/api",
+            "/api/*",
+            "/apis",
+            "/apis/*",
+            "/openapi",
+            "/openapi/*",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Rule::default()
+    });
+    core.allow(
+        Rule::user(
+            "alice",
+            &["get", "list", "create"],
+            "wardle.example.com",
+            &["flunders"],
+        )
+        .in_namespace("ns1"),
+    );
+
+    let mut options = Backend::Memory.options(dir.path());
+    let kubeconfig = core.kubeconfig(CALLER);
+    options.auth.authentication_kubeconfig = Some(kubeconfig.clone());
+    options.auth.authorization_kubeconfig = Some(kubeconfig);
+    // Long enough that no answer expires while the test runs, so the count below is exact.
+    options.auth.authentication_token_webhook_cache_ttl = std::time::Duration::from_secs(600);
+    let server = serve(options).await;
+    let port = server.addr.port();
+    let d = dir.path().to_path_buf();
+
+    let flunder = dir.path().join("flunder.json");
+    std::fs::write(
+        &flunder,
+        r#"{"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+            "metadata": {"name": "by-alice", "namespace": "ns1"}, "spec": {}}"#,
+    )
+    .unwrap();
+    let file = flunder.to_str().unwrap().to_string();
+    let alice = tokio::task::spawn_blocking({
+        let d = d.clone();
+        move || {
+            let created = kubectl_as(&d, port, "token-of-alice", &["create", "-f", &file]);
+            let listed = kubectl_as(
+                &d,
+                port,
+                "token-of-alice",
+                &["get", "flunders", "-n", "ns1", "-o", "name"],
+            );
+            (created, listed)
+        }
+    });
+    let (created, listed) = alice.await.unwrap();
+    ok(created);
+    assert_eq!(ok(listed).trim(), "flunder.wardle.example.com/by-alice");
+
+    let bob = tokio::task::spawn_blocking(move || {
+        kubectl_as(&d, port, "token-of-bob", &["get", "flunders", "-n", "ns1"])
+    });
+    let denied = bob.await.unwrap();
+    assert!(!denied.success, "bob must be denied: {}", denied.stdout);
+    assert!(
+        denied.stderr.contains(
+            "flunders.wardle.example.com is forbidden: User \"bob\" cannot list resource \
+             \"flunders\" in API group \"wardle.example.com\" in the namespace \"ns1\""
+        ),
+        "{}",
+        denied.stderr
+    );
+    // Alice may not delete what she created: her role has no delete.
+    let d = dir.path().to_path_buf();
+    let delete = tokio::task::spawn_blocking(move || {
+        kubectl_as(
+            &d,
+            port,
+            "token-of-alice",
+            &["delete", "flunder", "by-alice", "-n", "ns1"],
+        )
+    });
+    let delete = delete.await.unwrap();
+    assert!(!delete.success);
+    assert!(
+        delete
+            .stderr
+            .contains("cannot delete resource \"flunders\""),
+        "{}",
+        delete.stderr
+    );
+    // One TokenReview per token, whatever kubectl sent (the answers are cached).
+    assert_eq!(core.count("/tokenreviews"), 2);
+    server.stop().await;
+}
