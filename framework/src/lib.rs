@@ -41,6 +41,8 @@
 //! revisions, watches). [`testing`] starts a real server for your own tests.
 #![warn(missing_docs)]
 
+pub mod admission;
+pub mod aggregator;
 pub mod auth;
 pub mod discovery;
 pub mod endpoints;

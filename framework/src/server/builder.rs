@@ -11,9 +11,12 @@ use std::time::Duration;
 
 use axum::response::IntoResponse;
 use axum::Router;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
+use crate::aggregator::{
+    AggregatorOptions, ApiServiceRegistrar, ApiServiceVersion, ManifestOptions,
+};
 use crate::auth::{AlwaysAllowAuthenticated, UnionAuthenticator, X509Authenticator};
 use crate::endpoints::{self, ApiState, InstalledResources};
 use crate::error::Error;
@@ -99,6 +102,8 @@ impl VersionBuilder {
 pub struct ApiGroup {
     name: String,
     versions: Vec<VersionBuilder>,
+    group_priority_minimum: i32,
+    version_priority: i32,
 }
 
 impl ApiGroup {
@@ -107,7 +112,37 @@ impl ApiGroup {
         Self {
             name: name.into(),
             versions: Vec::new(),
+            group_priority_minimum: crate::aggregator::DEFAULT_GROUP_PRIORITY_MINIMUM,
+            version_priority: crate::aggregator::DEFAULT_VERSION_PRIORITY,
         }
+    }
+
+    /// The APIService priorities: `groupPriorityMinimum` of the group, and the
+    /// `versionPriority` of its preferred (first) version; each later version gets one less
+    /// (at least 1). Defaults: 1000 and 15, as sample-apiserver.
+    pub fn priority(mut self, group_priority_minimum: i32, version_priority: i32) -> Self {
+        self.group_priority_minimum = group_priority_minimum;
+        self.version_priority = version_priority;
+        self
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One APIService entry per version, in order of preference.
+    pub fn apiservice_versions(&self) -> Vec<ApiServiceVersion> {
+        self.versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ApiServiceVersion {
+                group: self.name.clone(),
+                version: v.version.clone(),
+                group_priority_minimum: self.group_priority_minimum,
+                version_priority: (self.version_priority - i as i32).max(1),
+            })
+            .collect()
     }
 
     /// Adds a version and its resources.
@@ -144,10 +179,25 @@ impl ApiGroup {
 }
 
 #[derive(Parser)]
-#[command(about = "A Kubernetes extension API server")]
+#[command(
+    about = "A Kubernetes extension API server",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     options: ServerOptions,
+    #[command(flatten)]
+    aggregator: AggregatorOptions,
+}
+
+/// What a server built with [`ApiServer::from_args`] can do besides serving (the default).
+#[derive(Clone, Debug, Subcommand)]
+pub enum Command {
+    /// Print the YAML to run this server in a cluster behind the aggregator: Namespace,
+    /// ServiceAccount, RBAC, Deployment, Service and APIServices.
+    Manifests(ManifestOptions),
 }
 
 /// A server under construction.
@@ -166,6 +216,8 @@ struct Cli {
 /// ```
 pub struct ApiServer {
     options: ServerOptions,
+    aggregator: AggregatorOptions,
+    command: Option<Command>,
     groups: Vec<ApiGroup>,
     backend: Option<Arc<dyn Backend>>,
     openapi: OpenApiInfo,
@@ -179,9 +231,17 @@ pub struct RunningServer {
     pub kubeconfig: PathBuf,
     shutdown: ShutdownSignal,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
+    registrar: Option<ApiServiceRegistrar>,
 }
 
 impl RunningServer {
+    /// The APIService registrar (with `--register-apiservice`): run
+    /// [`register`](ApiServiceRegistrar::register) with the new CA when the serving
+    /// certificate changes.
+    pub fn apiservice_registrar(&self) -> Option<&ApiServiceRegistrar> {
+        self.registrar.as_ref()
+    }
+
     /// Stops accepting, ends watches, waits for in-flight requests.
     pub async fn shutdown(self) -> Result<(), ServerError> {
         self.shutdown.trigger();
@@ -200,18 +260,49 @@ impl RunningServer {
 
 impl ApiServer {
     /// A server with options from the command line.
+    ///
+    /// Besides the server's flags this understands the `manifests` subcommand
+    /// ([`Command`]); [`run`](Self::run) then prints the manifests instead of serving.
     pub fn from_args() -> Self {
-        Self::new(Cli::parse().options)
+        let cli = Cli::parse();
+        let mut server = Self::new(cli.options).aggregator_options(cli.aggregator);
+        server.command = cli.command;
+        server
     }
 
     /// A server with these options.
     pub fn new(options: ServerOptions) -> Self {
         Self {
             options,
+            aggregator: AggregatorOptions::default(),
+            command: None,
             groups: Vec::new(),
             backend: None,
             openapi: OpenApiInfo::default(),
         }
+    }
+
+    /// The core API and APIService registration options (`--kubeconfig`,
+    /// `--register-apiservice`, ...).
+    pub fn aggregator_options(mut self, options: AggregatorOptions) -> Self {
+        self.aggregator = options;
+        self
+    }
+
+    /// Registers one APIService per group version at start, pointing at the Service
+    /// `namespace/name` (as `--register-apiservice --apiservice-service-namespace
+    /// --apiservice-service-name`).
+    pub fn register_apiservice(mut self, namespace: &str, name: &str) -> Self {
+        self.aggregator.register_apiservice = true;
+        self.aggregator.service_namespace = Some(namespace.into());
+        self.aggregator.service_name = Some(name.into());
+        self
+    }
+
+    /// Runs `command` from [`run`](Self::run) instead of serving.
+    pub fn command(mut self, command: Option<Command>) -> Self {
+        self.command = command;
+        self
     }
 
     /// Adds an API group.
@@ -237,6 +328,10 @@ impl ApiServer {
 
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
+        if let Some(Command::Manifests(options)) = &self.command {
+            print!("{}", crate::aggregator::manifests(options, &self.groups));
+            return Ok(());
+        }
         let running = self.start_with_signal(true).await?;
         tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
         let kubeconfig =
@@ -279,12 +374,32 @@ impl ApiServer {
             (Some(cert), Some(key)) => CertKey::from_files(cert, key)?,
             _ => certs.serving.clone(),
         };
+        let serving_info = crate::aggregator::ServingInfo {
+            chain: serving.cert_chain.clone(),
+            self_signed_ca: options
+                .tls_cert_file
+                .is_none()
+                .then(|| certs.serving_ca_pem.clone()),
+            secure_port: options.secure_port,
+            versions: self
+                .groups
+                .iter()
+                .flat_map(ApiGroup::apiservice_versions)
+                .collect(),
+        };
         let client_ca = certs.client_ca();
         let tls_config = tls::server_config(&serving, Some(&client_ca))?;
         let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
         let addr = listener.local_addr()?;
         let kubeconfig = certs.write_kubeconfig(addr.port())?;
         let shutdown = ShutdownSignal::new();
+        let serving_info = crate::aggregator::ServingInfo {
+            secure_port: addr.port(),
+            ..serving_info
+        };
+        let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
+            .await
+            .map_err(ServerError::Config)?;
         let authenticator = UnionAuthenticator::new().with(X509Authenticator::new(&client_ca)?);
         let router = build_router(
             &groups,
@@ -293,6 +408,7 @@ impl ApiServer {
             &options,
             &self.openapi,
             Arc::new(authenticator),
+            &wiring,
         );
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
@@ -321,6 +437,7 @@ impl ApiServer {
             kubeconfig,
             shutdown,
             task,
+            registrar: wiring.registrar,
         })
     }
 }
@@ -388,11 +505,13 @@ fn build_router(
     options: &ServerOptions,
     openapi: &OpenApiInfo,
     authenticator: Arc<UnionAuthenticator>,
+    aggregator: &crate::aggregator::Wiring,
 ) -> Router {
     let state = Arc::new(ApiState {
         resources: InstalledResources::new(groups),
         max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
         shutdown: shutdown.clone(),
+        admission: aggregator.admission.clone(),
     });
     let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
     let storage_check = match options.storage_backend {
@@ -404,6 +523,7 @@ fn build_router(
             backend,
             storage_check,
             shutdown,
+            readyz: aggregator.readyz.clone(),
         }))
         .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
         .merge(OpenApiDocuments::build(&served, openapi).router())
