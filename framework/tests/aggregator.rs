@@ -284,3 +284,296 @@ async fn registration_needs_a_core_api() {
         .expect("no start without a core API");
     assert!(error.to_string().contains("--kubeconfig"), "{error}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Diagnostics
+// ---------------------------------------------------------------------------------------
+
+/// Starts a server (no registration) after `prepare` set up the fake, and returns the
+/// `/readyz?verbose` answer.
+async fn readyz_after(
+    prepare: impl FnOnce(&FakeCore),
+    aggregator: impl FnOnce(&FakeCore) -> AggregatorOptions,
+    name_in_cert: bool,
+) -> (u16, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    prepare(&core);
+    let server = start(dir.path(), aggregator(&core), name_in_cert).await;
+    let answer = readyz(&server).await;
+    server.shutdown().await.unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn a_healthy_deployment_passes_every_diagnostic() {
+    let (code, body) = readyz_after(|_| {}, |core| options(core, false), true).await;
+    assert_eq!(code, 200, "{body}");
+    for check in [
+        diagnostics::AUTHENTICATION_CONFIG,
+        diagnostics::AUTH_DELEGATOR,
+        diagnostics::SERVING_CERTIFICATE,
+        diagnostics::CA_BUNDLE,
+        READYZ_CHECK,
+    ] {
+        assert!(body.contains(&format!("[+]{check} ok")), "{check}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn no_access_to_the_authentication_configmap_is_named_with_its_fix() {
+    let (code, body) = readyz_after(
+        |core| core.forbid(CALLER, "configmaps"),
+        |core| options(core, false),
+        true,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("[-]extension-apiserver-authentication failed: cannot read ConfigMap kube-system/extension-apiserver-authentication (403 Forbidden"),
+        "{body}"
+    );
+    assert!(
+        body.contains("bind the Role extension-apiserver-authentication-reader in kube-system"),
+        "{body}"
+    );
+    assert!(body.contains("[+]auth-delegator ok"), "{body}");
+}
+
+#[tokio::test]
+async fn forbidden_token_and_access_reviews_name_the_auth_delegator_binding() {
+    let (code, body) = readyz_after(
+        |core| core.forbid(CALLER, "tokenreviews"),
+        |core| options(core, false),
+        true,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("[-]auth-delegator failed: creating a TokenReview is forbidden"),
+        "{body}"
+    );
+    assert!(
+        body.contains("bind the ClusterRole system:auth-delegator"),
+        "{body}"
+    );
+
+    let (code, body) = readyz_after(
+        |core| core.forbid(CALLER, "subjectaccessreviews"),
+        |core| options(core, false),
+        true,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("[-]auth-delegator failed: creating a SubjectAccessReview is forbidden"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_serving_certificate_without_the_service_name_is_named() {
+    let (code, body) = readyz_after(|_| {}, |core| options(core, false), false).await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("[-]serving-certificate failed: the serving certificate is not valid for things-api.things.svc (it names localhost, 127.0.0.1"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_ca_bundle_that_does_not_verify_the_serving_certificate_is_named() {
+    // Someone else's APIService for our Service, with another CA.
+    let (code, body) = readyz_after(
+        |core| {
+            let other_ca = TestCa::new("other").cert_pem;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(other_ca);
+            let mut apiservice = other_apiservice();
+            apiservice["spec"]["service"] =
+                json!({"namespace": "things", "name": "things-api", "port": 443});
+            apiservice["spec"]["caBundle"] = json!(b64);
+            core.set_apiservice(apiservice);
+        },
+        |core| options(core, false),
+        true,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains(&format!("[-]apiservice-ca-bundle failed: the caBundle of APIService {APISERVICE} does not verify the serving certificate")),
+        "{body}"
+    );
+    assert!(body.contains(&format!("[+]{READYZ_CHECK} ok")), "{body}");
+
+    // Registered by the server itself with a wrong --apiservice-ca-file.
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = dir.path().join("wrong-ca.crt");
+    std::fs::write(&wrong, TestCa::new("wrong").cert_pem).unwrap();
+    let (code, body) = readyz_after(
+        |_| {},
+        |core| AggregatorOptions {
+            ca_file: Some(wrong.clone()),
+            ..options(core, true)
+        },
+        true,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("[-]apiservice-ca-bundle failed"), "{body}");
+    assert!(body.contains(&format!("[+]{READYZ_CHECK} ok")), "{body}");
+}
+
+#[tokio::test]
+async fn an_apiservice_pointing_elsewhere_is_named_without_registration() {
+    let (code, body) = readyz_after(
+        |core| core.set_apiservice(other_apiservice()),
+        |core| options(core, false),
+        true,
+    )
+    .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains(&format!("[-]{READYZ_CHECK} failed: APIService {APISERVICE} points at service other/impostor, not at service things/things-api")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn without_verbose_readyz_withholds_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    core.forbid(CALLER, "configmaps");
+    let server = start(dir.path(), options(&core, false), true).await;
+    let (code, body) = request(&server, "GET", "/readyz", None).await;
+    assert_eq!(code, 500);
+    assert!(
+        body.contains("[-]extension-apiserver-authentication failed: reason withheld"),
+        "{body}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// NamespaceLifecycle
+// ---------------------------------------------------------------------------------------
+
+async fn create_thing(server: &RunningServer, namespace: &str, name: &str) -> (u16, Value) {
+    let path = format!("/apis/things.example.com/v1/namespaces/{namespace}/things");
+    let body =
+        json!({"apiVersion": "things.example.com/v1", "kind": "Thing", "metadata": {"name": name}});
+    let (code, text) = request(server, "POST", &path, Some(body)).await;
+    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn namespace_lifecycle_refuses_missing_and_terminating_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    core.set_namespace("doomed", "Terminating");
+    let server = start(dir.path(), options(&core, false), true).await;
+
+    let (code, _) = create_thing(&server, "default", "a").await;
+    assert_eq!(code, 201);
+
+    let (code, status) = create_thing(&server, "missing", "a").await;
+    assert_eq!(code, 404, "{status}");
+    assert_eq!(
+        status,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "namespaces \"missing\" not found", "reason": "NotFound",
+            "details": {"name": "missing", "kind": "namespaces"}, "code": 404,
+        })
+    );
+
+    let (code, status) = create_thing(&server, "doomed", "t").await;
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(
+        status,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "things.things.example.com \"t\" is forbidden: unable to create new content in namespace doomed because it is being terminated",
+            "reason": "Forbidden",
+            "details": {"name": "t", "group": "things.example.com", "kind": "things", "causes": [{
+                "reason": "NamespaceTerminating",
+                "message": "namespace doomed is being terminated",
+                "field": "metadata.namespace",
+            }]},
+            "code": 403,
+        })
+    );
+    // Nothing was stored.
+    let (code, _) = request(
+        &server,
+        "GET",
+        "/apis/things.example.com/v1/namespaces/doomed/things/t",
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+
+    // Just created in the core cluster: admitted (from the watch, or the live lookup).
+    core.set_namespace("fresh", "Active");
+    let (code, status) = create_thing(&server, "fresh", "a").await;
+    assert_eq!(code, 201, "{status}");
+
+    // Deleted in the core cluster: refused once the watch delivered it (bounded wait).
+    core.delete_namespace("fresh");
+    let mut last = 0;
+    for i in 0..100 {
+        let (code, _) = create_thing(&server, "fresh", &format!("b{i}")).await;
+        last = code;
+        if code == 404 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(last, 404);
+
+    // Updates of existing objects are not the plugin's business (as in Go).
+    core.set_namespace("default", "Terminating");
+    let mut refused = false;
+    for _ in 0..100 {
+        let (code, _) = create_thing(&server, "default", "c").await;
+        if code == 403 {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(refused, "creating in a terminating namespace is refused");
+    let thing = json!({"apiVersion": "things.example.com/v1", "kind": "Thing",
+                       "metadata": {"name": "a", "namespace": "default", "labels": {"x": "y"}}});
+    let (code, text) = request(
+        &server,
+        "PUT",
+        "/apis/things.example.com/v1/namespaces/default/things/a",
+        Some(thing),
+    )
+    .await;
+    assert_eq!(code, 200, "{text}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    let disabled = AggregatorOptions {
+        disable_admission_plugins: vec!["NamespaceLifecycle".into()],
+        ..options(&core, false)
+    };
+    let server = start(&dir.path().join("disabled"), disabled, true).await;
+    let (code, status) = create_thing(&server, "nowhere", "a").await;
+    assert_eq!(code, 201, "{status}");
+    server.shutdown().await.unwrap();
+
+    let server = ApiServer::new(TestServer::options(&dir.path().join("standalone")))
+        .group(group())
+        .start()
+        .await
+        .unwrap();
+    let (code, status) = create_thing(&server, "nowhere", "a").await;
+    assert_eq!(code, 201, "{status}");
+    server.shutdown().await.unwrap();
+}

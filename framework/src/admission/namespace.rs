@@ -9,7 +9,7 @@
 //! - no such namespace: 404 `NotFound`, `namespaces "x" not found`;
 //! - terminating: 403 `Forbidden`, `flunders.wardle.example.com "f" is forbidden: unable to
 //!   create new content in namespace x because it is being terminated`, with a
-//!   `NamespaceTerminating` cause on `metadata.namespace`.
+//!   `NamespaceTerminating` cause on `metadata.namespace` (`namespace x is being terminated`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -223,7 +223,7 @@ pub fn namespace_terminating(request: &AdmissionRequest<'_>) -> Error {
         kind: request.resource.to_string(),
         causes: vec![StatusCause {
             reason: "NamespaceTerminating".into(),
-            message: why,
+            message: format!("namespace {} is being terminated", request.namespace),
             field: "metadata.namespace".into(),
         }],
         uid: String::new(),
