@@ -178,6 +178,67 @@ async fn registers_on_start_and_updates_for_a_new_ca() {
 }
 
 #[tokio::test]
+async fn a_served_chain_registers_its_last_certificate_or_the_ca_file() {
+    use apiserver::server::certs::parse_certs_pem;
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    let ca = TestCa::new("serving-ca");
+    // Leaf followed by its CA, as --tls-cert-file often holds it.
+    let serving = ca.serving(&["things-api.things.svc", "127.0.0.1"]);
+    let (cert, key) = serving.write(&dir.path().join("tls"), "serving");
+    let mut server_options = TestServer::options(dir.path());
+    server_options.tls_cert_file = Some(cert);
+    server_options.tls_private_key_file = Some(key);
+    let server = ApiServer::new(server_options.clone())
+        .aggregator_options(options(&core, true))
+        .group(group())
+        .start()
+        .await
+        .unwrap();
+    let registered = ca_bundle(&core.apiservice(APISERVICE).unwrap());
+    let registered = parse_certs_pem(registered.as_bytes()).unwrap();
+    assert_eq!(registered, parse_certs_pem(ca.cert_pem.as_bytes()).unwrap());
+    // (The admin kubeconfig trusts only the self-signed CA: read the findings directly.)
+    let findings = server.apiservice_registrar().unwrap().findings().clone();
+    assert_eq!(findings.get(diagnostics::CA_BUNDLE), Some(Ok(())));
+    assert_eq!(findings.get(READYZ_CHECK), Some(Ok(())));
+    assert!(!findings.any_failed());
+    server.shutdown().await.unwrap();
+
+    // A leaf alone: --apiservice-ca-file names the CA.
+    let leaf_only = serving
+        .cert_pem
+        .split_inclusive("-----END CERTIFICATE-----\n")
+        .next()
+        .unwrap();
+    let leaf_file = dir.path().join("tls/leaf.crt");
+    std::fs::write(&leaf_file, leaf_only).unwrap();
+    let ca_file = dir.path().join("tls/ca.crt");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    core.set_apiservice(json!({"metadata": {"name": APISERVICE},
+        "spec": {"groupPriorityMinimum": 1, "versionPriority": 1,
+                 "service": {"namespace": "things", "name": "things-api"}}}));
+    server_options.tls_cert_file = Some(leaf_file);
+    let server = ApiServer::new(server_options)
+        .aggregator_options(AggregatorOptions {
+            ca_file: Some(ca_file),
+            ..options(&core, true)
+        })
+        .group(group())
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        ca_bundle(&core.apiservice(APISERVICE).unwrap()),
+        ca.cert_pem
+    );
+    let findings = server.apiservice_registrar().unwrap().findings().clone();
+    assert_eq!(findings.get(diagnostics::CA_BUNDLE), Some(Ok(())));
+    assert!(!findings.any_failed());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn an_apiservice_pointing_elsewhere_is_a_conflict_unless_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;

@@ -2,7 +2,7 @@
 //! chain of `k8s.io/apiserver`. [`Admission`] runs its [`AdmissionPlugin`]s in order; the
 //! first refusal is the answer (a `Status`).
 //!
-//! Built in: [`NamespaceLifecycle`](namespace::NamespaceLifecycle), on whenever the server has
+//! Built in: [`NamespaceLifecycle`], on whenever the server has
 //! a core kube-apiserver (turn it off with `--disable-admission-plugins=NamespaceLifecycle`).
 
 pub mod namespace;

@@ -1,5 +1,5 @@
 //! Everything between a server and kube-apiserver's aggregator: the `APIService`
-//! registration ([`ApiServiceRegistrar`]), the deploy manifests ([`manifests`]), and the
+//! registration ([`ApiServiceRegistrar`]), the deploy manifests ([`manifests()`]), and the
 //! diagnostics of the usual deployment mistakes ([`diagnostics`]), each reported in
 //! `/readyz`.
 //!
