@@ -308,6 +308,41 @@ async fn missing_rbac_for_apiservices_is_reported() {
 }
 
 #[tokio::test]
+async fn failures_are_retried_until_they_are_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    core.forbid(CALLER, "apiservices");
+    core.forbid(CALLER, "tokenreviews");
+    let retrying = AggregatorOptions {
+        retry_interval: Some(std::time::Duration::from_millis(100)),
+        ..options(&core, true)
+    };
+    let server = start(dir.path(), retrying, true).await;
+    let (code, _) = readyz(&server).await;
+    assert_eq!(code, 500);
+    core.permit(CALLER, "apiservices");
+    core.permit(CALLER, "tokenreviews");
+    // Bounded wait for a retry round.
+    let mut answer = (0, String::new());
+    for _ in 0..100 {
+        answer = readyz(&server).await;
+        if answer.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    assert!(core.apiservice(APISERVICE).is_some());
+    // Nothing failing: no more rounds. (The round that turned /readyz green may still be
+    // finishing its probes: at most one more TokenReview; retrying rounds every 100 ms would
+    // add about ten in this second.)
+    let probes = core.count("/tokenreviews");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(core.count("/tokenreviews") <= probes + 1);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn insecure_skip_tls_verify_registers_without_a_ca_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;

@@ -132,6 +132,8 @@ impl ReadyzCheck for FindingCheck {
 
 /// How often failing registration and diagnostics are tried again.
 pub const RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long start waits for the first registration and diagnostics before serving anyway.
+pub const FIRST_ROUND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What [`wire`] gives the builder.
 #[derive(Default)]
@@ -176,7 +178,8 @@ pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<V
 }
 
 /// Connects to the core API (if any) and sets up registration, diagnostics and admission:
-/// the first round runs now, failures are retried every [`RETRY_INTERVAL`] until `shutdown`.
+/// the first round runs now (waited for up to [`FIRST_ROUND_WAIT`]), failures are retried
+/// every [`RETRY_INTERVAL`] until `shutdown`.
 pub async fn wire(
     options: &AggregatorOptions,
     serving: ServingInfo,
@@ -249,36 +252,52 @@ pub async fn wire(
         names.push(registration::READYZ_CHECK);
     }
     wiring.readyz = names.iter().map(|n| findings.readyz_check(n)).collect();
-    if let Some(registrar) = &wiring.registrar {
-        registrar.register(wiring.ca_bundle.as_deref()).await;
-    }
-    let round = {
-        let registrar = wiring.registrar.clone();
-        let findings = findings.clone();
-        move |first: bool| {
-            let registrar = registrar.clone();
-            let findings = findings.clone();
-            let client = client.clone();
-            let diagnostics = diagnostics.clone();
-            async move {
-                if let Some(registrar) = registrar.as_ref().filter(|_| !first) {
+    let registrar = wiring.registrar.clone();
+    let ca = wiring.ca_bundle.clone();
+    let retry_interval = options.retry_interval.unwrap_or(RETRY_INTERVAL);
+    let (first_done, first_round) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let first = async {
+            if let Some(registrar) = &registrar {
+                registrar.register(ca.as_deref()).await;
+            }
+            diagnostics::run(&client, &diagnostics, &findings, registrar.as_ref()).await;
+        };
+        tokio::select! {
+            _ = first => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let _ = first_done.send(());
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(retry_interval) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            if !findings.any_failed() {
+                continue;
+            }
+            let again = async {
+                if let Some(registrar) = &registrar {
                     registrar.refresh().await;
                 }
                 diagnostics::run(&client, &diagnostics, &findings, registrar.as_ref()).await;
-            }
-        }
-    };
-    round(true).await;
-    tokio::spawn(async move {
-        loop {
+            };
             tokio::select! {
-                _ = tokio::time::sleep(RETRY_INTERVAL) => {}
+                _ = again => {}
                 _ = shutdown.cancelled() => return,
-            }
-            if findings.any_failed() {
-                round(true).await;
             }
         }
     });
+    // Start serving after the first round, or after FIRST_ROUND_WAIT if the core API is slow
+    // (a pod must answer its liveness probe); the round then finishes in the background.
+    if tokio::time::timeout(FIRST_ROUND_WAIT, first_round)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the core kube-apiserver is slow to answer: APIService registration and the \
+             deployment checks go on in the background (/readyz fails until they are done)"
+        );
+    }
     Ok(wiring)
 }

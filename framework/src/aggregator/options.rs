@@ -59,6 +59,11 @@ pub struct AggregatorOptions {
     /// core API).
     #[arg(long = "disable-admission-plugins", value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
+
+    /// How often failing registration and deployment checks are tried again (not a flag;
+    /// default [`RETRY_INTERVAL`](crate::aggregator::RETRY_INTERVAL)).
+    #[arg(skip)]
+    pub retry_interval: Option<std::time::Duration>,
 }
 
 impl AggregatorOptions {

@@ -198,12 +198,10 @@ impl ApiServiceRegistrar {
         for version in &self.config.versions {
             let name = version.apiservice_name();
             let result = self.register_one(version, ca_bundle).await;
-            match &result {
-                Ok(RegistrationOutcome::Unchanged) => {}
-                Ok(outcome) => {
-                    tracing::info!(apiservice = %name, ?outcome, "APIService registered")
-                }
-                Err(e) => tracing::warn!(apiservice = %name, "{e}"),
+            if let Ok(outcome @ (RegistrationOutcome::Created | RegistrationOutcome::Updated)) =
+                &result
+            {
+                tracing::info!(apiservice = %name, ?outcome, "APIService registered");
             }
             results.push((name, result));
         }
@@ -216,6 +214,12 @@ impl ApiServiceRegistrar {
         } else {
             Err(problems.join("; "))
         };
+        // One log line per problem when it appears, not at every retry.
+        if self.findings.get(READYZ_CHECK).as_ref() != Some(&summary) {
+            for problem in &problems {
+                tracing::warn!(check = READYZ_CHECK, "{problem}");
+            }
+        }
         self.findings.set(READYZ_CHECK, summary);
         results
     }
