@@ -185,9 +185,13 @@ pub async fn wire(
     serving: ServingInfo,
     shutdown: crate::server::serve::ShutdownSignal,
 ) -> Result<Wiring, String> {
-    let core = crate::server::core_api::core_client(options.kubeconfig.as_deref())
-        .await
-        .map_err(|e| e.to_string())?;
+    let core = if options.kubeconfig.is_some() || options.in_cluster {
+        crate::server::core_api::core_client(options.kubeconfig.as_deref())
+            .await
+            .map_err(|e| e.to_string())?
+    } else {
+        None
+    };
     let Some((client, source)) = core else {
         if options.register_apiservice {
             return Err(

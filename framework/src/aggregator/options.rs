@@ -17,6 +17,13 @@ pub struct AggregatorOptions {
     #[arg(long = "kubeconfig")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// Without --kubeconfig, use the pod's service account when running in a pod. True when
+    /// parsed from the command line (as sample-apiserver); false in
+    /// `AggregatorOptions::default()`, so a server built in code (and
+    /// [`TestServer`](crate::testing::TestServer)) stays standalone in a CI pod unless asked.
+    #[arg(skip = true)]
+    pub in_cluster: bool,
+
     /// At start, create or update one `apiregistration.k8s.io/v1` APIService per served group
     /// version (`{version}.{group}`) pointing at --apiservice-service-namespace/-name, with
     /// the serving certificate's CA as caBundle. Needs a core API.
@@ -70,5 +77,50 @@ impl AggregatorOptions {
     /// Whether the admission plugin `name` was turned off with --disable-admission-plugins.
     pub fn plugin_disabled(&self, name: &str) -> bool {
         self.disable_admission_plugins.iter().any(|p| p == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::AggregatorOptions;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: AggregatorOptions,
+    }
+
+    #[test]
+    fn the_command_line_looks_in_cluster_but_code_stays_standalone() {
+        let parsed = Cli::try_parse_from(["server"]).unwrap().options;
+        assert!(parsed.in_cluster);
+        assert!(!parsed.register_apiservice);
+        assert!(!AggregatorOptions::default().in_cluster);
+    }
+
+    #[test]
+    fn registration_flags() {
+        let parsed = Cli::try_parse_from([
+            "server",
+            "--kubeconfig=/etc/core.kubeconfig",
+            "--register-apiservice",
+            "--apiservice-service-namespace=wardle",
+            "--apiservice-service-name=api",
+            "--apiservice-service-port=443",
+            "--apiservice-ca-file=/certs/ca.crt",
+            "--apiservice-overwrite",
+            "--disable-admission-plugins=NamespaceLifecycle,Other",
+        ])
+        .unwrap()
+        .options;
+        assert!(parsed.register_apiservice && parsed.overwrite);
+        assert!(!parsed.insecure_skip_tls_verify);
+        assert_eq!(parsed.service_namespace.as_deref(), Some("wardle"));
+        assert_eq!(parsed.service_name.as_deref(), Some("api"));
+        assert_eq!(parsed.service_port, Some(443));
+        assert!(parsed.plugin_disabled("NamespaceLifecycle"));
+        assert!(!parsed.plugin_disabled("Missing"));
     }
 }
