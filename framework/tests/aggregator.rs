@@ -239,6 +239,57 @@ async fn a_served_chain_registers_its_last_certificate_or_the_ca_file() {
 }
 
 #[tokio::test]
+async fn a_new_serving_certificate_is_registered_and_checked() {
+    use apiserver::server::certs::parse_certs_pem;
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    let first_ca = TestCa::new("first");
+    let (cert, key) = first_ca
+        .serving(&["things-api.things.svc"])
+        .write(&dir.path().join("tls"), "serving");
+    let mut server_options = TestServer::options(dir.path());
+    server_options.tls_cert_file = Some(cert);
+    server_options.tls_private_key_file = Some(key);
+    let server = ApiServer::new(server_options)
+        .aggregator_options(options(&core, true))
+        .group(group())
+        .start()
+        .await
+        .unwrap();
+    let der = |pem: &str| parse_certs_pem(pem.as_bytes()).unwrap();
+    let registered = || ca_bundle(&core.apiservice(APISERVICE).unwrap());
+    assert_eq!(der(&registered()), der(&first_ca.cert_pem));
+
+    // What the serving-certificate reload calls with the new chain.
+    let handle = server.aggregator().expect("a core API").clone();
+    let second_ca = TestCa::new("second");
+    let second = second_ca.serving(&["things-api.things.svc"]);
+    handle
+        .serving_certificate_changed(der(&second.cert_pem), None)
+        .await
+        .unwrap();
+    assert_eq!(der(&registered()), der(&second_ca.cert_pem));
+    let findings = handle.findings();
+    assert!(!findings.any_failed());
+
+    // A new certificate without the Service's name is named at once.
+    let third = TestCa::new("third").serving(&["elsewhere.example.com"]);
+    handle
+        .serving_certificate_changed(der(&third.cert_pem), None)
+        .await
+        .unwrap();
+    let problem = findings.get(diagnostics::SERVING_CERTIFICATE).unwrap();
+    assert!(
+        problem
+            .as_ref()
+            .unwrap_err()
+            .contains("not valid for things-api.things.svc (it names elsewhere.example.com)"),
+        "{problem:?}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn an_apiservice_pointing_elsewhere_is_a_conflict_unless_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;

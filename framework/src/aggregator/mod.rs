@@ -142,10 +142,94 @@ pub struct Wiring {
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
     /// The admission chain (NamespaceLifecycle with a core API).
     pub admission: crate::admission::Admission,
-    /// The registrar, with `--register-apiservice`.
-    pub registrar: Option<ApiServiceRegistrar>,
-    /// The CA bundle registered (PEM).
-    pub ca_bundle: Option<Vec<u8>>,
+    /// Registration and checks, with a core API.
+    pub handle: Option<AggregatorHandle>,
+}
+
+/// The running registration and deployment checks of a server with a core API.
+///
+/// Cheap to clone. When the serving certificate changes, call
+/// [`serving_certificate_changed`](Self::serving_certificate_changed): it registers the new
+/// caBundle and checks the new certificate.
+#[derive(Clone)]
+pub struct AggregatorHandle {
+    inner: Arc<HandleInner>,
+}
+
+struct HandleInner {
+    client: kube::Client,
+    options: AggregatorOptions,
+    registrar: Option<ApiServiceRegistrar>,
+    diagnostics: Mutex<diagnostics::DiagnosticsConfig>,
+    findings: Findings,
+}
+
+impl AggregatorHandle {
+    /// The APIService registrar, with `--register-apiservice`.
+    pub fn registrar(&self) -> Option<&ApiServiceRegistrar> {
+        self.inner.registrar.as_ref()
+    }
+
+    /// The results `/readyz` shows.
+    pub fn findings(&self) -> &Findings {
+        &self.inner.findings
+    }
+
+    /// The serving certificate is now `chain` (leaf first; `self_signed_ca`: the CA in PEM
+    /// when the server made the certificate itself): registers the caBundle that goes with
+    /// it (see [`ca_bundle`]) and checks it again.
+    pub async fn serving_certificate_changed(
+        &self,
+        chain: Vec<CertificateDer<'static>>,
+        self_signed_ca: Option<String>,
+    ) -> Result<(), String> {
+        let versions = self.lock_diagnostics().versions.clone();
+        let serving = ServingInfo {
+            chain: chain.clone(),
+            self_signed_ca,
+            secure_port: 0,
+            versions,
+        };
+        let ca = if self.inner.options.insecure_skip_tls_verify {
+            None
+        } else {
+            Some(ca_bundle(&self.inner.options, &serving)?)
+        };
+        self.lock_diagnostics().serving_chain = chain;
+        if let Some(registrar) = &self.inner.registrar {
+            registrar.register(ca.as_deref()).await;
+        }
+        self.run_diagnostics().await;
+        Ok(())
+    }
+
+    /// Registers again with the last caBundle and runs the checks again (what the periodic
+    /// retry does while something fails).
+    pub async fn check_again(&self) {
+        if let Some(registrar) = &self.inner.registrar {
+            registrar.refresh().await;
+        }
+        self.run_diagnostics().await;
+    }
+
+    async fn run_diagnostics(&self) {
+        let config = self.lock_diagnostics().clone();
+        let inner = &self.inner;
+        diagnostics::run(
+            &inner.client,
+            &config,
+            &inner.findings,
+            inner.registrar.as_ref(),
+        )
+        .await;
+    }
+
+    fn lock_diagnostics(&self) -> std::sync::MutexGuard<'_, diagnostics::DiagnosticsConfig> {
+        self.inner
+            .diagnostics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What [`wire`] needs to know about the server.
@@ -219,6 +303,8 @@ pub async fn wire(
         }
     };
     let findings = Findings::default();
+    let mut registrar = None;
+    let mut ca = None;
     if options.register_apiservice {
         let Some((namespace, name)) = service.clone() else {
             return Err(
@@ -235,12 +321,12 @@ pub async fn wire(
             overwrite: options.overwrite,
             versions: serving.versions.clone(),
         };
-        wiring.registrar = Some(ApiServiceRegistrar::with_findings(
+        registrar = Some(ApiServiceRegistrar::with_findings(
             client.clone(),
             config,
             findings.clone(),
         ));
-        wiring.ca_bundle = if options.insecure_skip_tls_verify {
+        ca = if options.insecure_skip_tls_verify {
             None
         } else {
             Some(ca_bundle(options, &serving)?)
@@ -251,21 +337,29 @@ pub async fn wire(
         service,
         versions: serving.versions.clone(),
     };
-    let mut names = diagnostics.checks(wiring.registrar.is_some());
-    if wiring.registrar.is_some() {
+    let mut names = diagnostics.checks(registrar.is_some());
+    if registrar.is_some() {
         names.push(registration::READYZ_CHECK);
     }
     wiring.readyz = names.iter().map(|n| findings.readyz_check(n)).collect();
-    let registrar = wiring.registrar.clone();
-    let ca = wiring.ca_bundle.clone();
+    let handle = AggregatorHandle {
+        inner: Arc::new(HandleInner {
+            client,
+            options: options.clone(),
+            registrar,
+            diagnostics: Mutex::new(diagnostics),
+            findings,
+        }),
+    };
+    wiring.handle = Some(handle.clone());
     let retry_interval = options.retry_interval.unwrap_or(RETRY_INTERVAL);
     let (first_done, first_round) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let first = async {
-            if let Some(registrar) = &registrar {
+            if let Some(registrar) = handle.registrar() {
                 registrar.register(ca.as_deref()).await;
             }
-            diagnostics::run(&client, &diagnostics, &findings, registrar.as_ref()).await;
+            handle.run_diagnostics().await;
         };
         tokio::select! {
             _ = first => {}
@@ -277,17 +371,11 @@ pub async fn wire(
                 _ = tokio::time::sleep(retry_interval) => {}
                 _ = shutdown.cancelled() => return,
             }
-            if !findings.any_failed() {
+            if !handle.findings().any_failed() {
                 continue;
             }
-            let again = async {
-                if let Some(registrar) = &registrar {
-                    registrar.refresh().await;
-                }
-                diagnostics::run(&client, &diagnostics, &findings, registrar.as_ref()).await;
-            };
             tokio::select! {
-                _ = again => {}
+                _ = handle.check_again() => {}
                 _ = shutdown.cancelled() => return,
             }
         }

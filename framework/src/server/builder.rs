@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::aggregator::{
-    AggregatorOptions, ApiServiceRegistrar, ApiServiceVersion, ManifestOptions,
+    AggregatorHandle, AggregatorOptions, ApiServiceRegistrar, ApiServiceVersion, ManifestOptions,
 };
 use crate::auth::{AlwaysAllowAuthenticated, UnionAuthenticator, X509Authenticator};
 use crate::endpoints::{self, ApiState, InstalledResources};
@@ -231,15 +231,22 @@ pub struct RunningServer {
     pub kubeconfig: PathBuf,
     shutdown: ShutdownSignal,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
-    registrar: Option<ApiServiceRegistrar>,
+    aggregator: Option<AggregatorHandle>,
 }
 
 impl RunningServer {
-    /// The APIService registrar (with `--register-apiservice`): run
-    /// [`register`](ApiServiceRegistrar::register) with the new CA when the serving
-    /// certificate changes.
+    /// The APIService registration and deployment checks (with a core API): call
+    /// [`serving_certificate_changed`](AggregatorHandle::serving_certificate_changed) when the
+    /// serving certificate changes.
+    pub fn aggregator(&self) -> Option<&AggregatorHandle> {
+        self.aggregator.as_ref()
+    }
+
+    /// The APIService registrar (with `--register-apiservice`).
     pub fn apiservice_registrar(&self) -> Option<&ApiServiceRegistrar> {
-        self.registrar.as_ref()
+        self.aggregator
+            .as_ref()
+            .and_then(AggregatorHandle::registrar)
     }
 
     /// Stops accepting, ends watches, waits for in-flight requests.
@@ -437,7 +444,7 @@ impl ApiServer {
             kubeconfig,
             shutdown,
             task,
-            registrar: wiring.registrar,
+            aggregator: wiring.handle.clone(),
         })
     }
 }
