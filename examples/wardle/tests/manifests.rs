@@ -134,6 +134,9 @@ fn manifests_parse_as_the_kubernetes_types() {
         assert_eq!(get.path.as_deref(), Some(path));
         assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
     }
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
     let secret = pod
         .volumes
         .unwrap()
@@ -319,4 +322,85 @@ fn the_strict_parse_sees_unknown_fields() {
         serde_ignored::deserialize(typo, |path| unknown.push(path.to_string())).unwrap();
     assert_eq!(unknown.len(), 1, "{unknown:?}");
     assert!(unknown[0].ends_with("schem"), "{unknown:?}");
+}
+
+/// The Deployment's container arguments, run by the real binary (paths moved into a temporary
+/// directory, loopback only, the fake core's kubeconfig instead of the pod's service account):
+/// the server starts and registers its APIService with `ca.crt` as caBundle.
+#[tokio::test]
+async fn the_deployment_arguments_start_a_server_that_registers_itself() {
+    use apiserver::testing::pki::TestCa;
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    let yaml = wardle_manifests(&["--namespace", "wardle-system", "--image", "img"]);
+    let docs = documents(&yaml);
+    let deployment: Deployment = strict(docs.iter().find(|d| d["kind"] == "Deployment").unwrap());
+    let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+
+    // The Secret the user creates: tls.crt, tls.key, ca.crt for wardle.wardle-system.svc.
+    let secret_dir = dir.path().join("serving-cert");
+    let ca = TestCa::new("wardle-ca");
+    let serving = ca.serving(&["wardle.wardle-system.svc", "127.0.0.1"]);
+    serving.write(&secret_dir, "tls");
+    std::fs::write(secret_dir.join("ca.crt"), &ca.cert_pem).unwrap();
+
+    let root = dir.path().to_str().unwrap().to_string();
+    let mut args: Vec<String> = args
+        .into_iter()
+        .map(|a| {
+            a.replace(
+                "/var/run/apiserver/serving-cert",
+                &format!("{root}/serving-cert"),
+            )
+            .replace("/var/run/apiserver/certs", &format!("{root}/certs"))
+            .replace("/var/lib/apiserver", &format!("{root}/data"))
+            .replace("--secure-port=8443", "--secure-port=0")
+            .replace("--bind-address=0.0.0.0", "--bind-address=127.0.0.1")
+        })
+        .collect();
+    args.push(format!(
+        "--kubeconfig={}",
+        core.kubeconfig("system:serviceaccount:wardle-system:wardle")
+            .display()
+    ));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_wardle"))
+        .args(&args)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .kill_on_drop(true)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let mut registered = None;
+    for _ in 0..300 {
+        if let Some(a) = core.apiservice("v1alpha1.wardle.example.com") {
+            registered = Some(a);
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                use tokio::io::AsyncReadExt as _;
+                pipe.read_to_string(&mut stderr).await.ok();
+            }
+            panic!("wardle exited ({status}):\n{stderr}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    child.kill().await.unwrap();
+    let apiservice = registered.expect("the APIService is registered");
+    let spec = &apiservice["spec"];
+    assert_eq!(
+        spec["service"],
+        serde_json::json!({"namespace": "wardle-system", "name": "wardle", "port": 443})
+    );
+    use base64::Engine as _;
+    let ca_bundle = base64::engine::general_purpose::STANDARD
+        .decode(spec["caBundle"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(String::from_utf8(ca_bundle).unwrap(), ca.cert_pem);
 }

@@ -186,12 +186,20 @@ pub fn manifest_objects_for(
                         "ports": [{"name": "https", "containerPort": CONTAINER_PORT}],
                         "readinessProbe": probe("/readyz", 5),
                         "livenessProbe": probe("/livez", 10),
+                        // The server writes only to the volumes below.
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
                         "volumeMounts": [
                             {"name": "serving-cert", "mountPath": SERVING_CERT_DIR, "readOnly": true},
                             {"name": "certs", "mountPath": "/var/run/apiserver/certs"},
                             {"name": "data", "mountPath": "/var/lib/apiserver"},
+                            {"name": "tmp", "mountPath": "/tmp"},
                         ],
                     }],
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "volumes": [
                         // Yours (or cert-manager's) to create: tls.crt, tls.key, ca.crt for
                         // {name}.{namespace}.svc.
@@ -200,6 +208,7 @@ pub fn manifest_objects_for(
                         // Replace with a PersistentVolumeClaim to keep objects across pods,
                         // or run on etcd (--arg=--storage-backend=etcd3 ...).
                         {"name": "data", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {}},
                     ],
                 },
             },
