@@ -64,7 +64,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn with_details(mut self, details: StatusDetails) -> Self {
+    /// The same error with these `details` (name, group, kind, causes).
+    pub fn with_details(mut self, details: StatusDetails) -> Self {
         self.status.details = Some(details);
         self
     }

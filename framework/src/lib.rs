@@ -37,10 +37,14 @@
 //!
 //! The modules follow a request's path: [`server`] (options, TLS, lifecycle, health) →
 //! [`filters`] → [`endpoints`] (HTTP and encoding) with [`discovery`] and [`openapi`] →
-//! [`registry`] (API semantics: the generic store and strategies) → [`storage`] (keys,
-//! revisions, watches). [`testing`] starts a real server for your own tests.
+//! [`admission`] → [`registry`] (API semantics: the generic store and strategies) →
+//! [`storage`] (keys, revisions, watches). [`aggregator`] registers the server with
+//! kube-apiserver's aggregator and prints its deploy manifests. [`testing`] starts a real
+//! server for your own tests.
 #![warn(missing_docs)]
 
+pub mod admission;
+pub mod aggregator;
 pub mod auth;
 pub mod discovery;
 pub mod endpoints;

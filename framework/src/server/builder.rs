@@ -11,9 +11,12 @@ use std::time::Duration;
 
 use axum::response::IntoResponse;
 use axum::Router;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
+use crate::aggregator::{
+    AggregatorHandle, AggregatorOptions, ApiServiceRegistrar, ApiServiceVersion, ManifestOptions,
+};
 use crate::auth::delegating::{self, AuthSetup, Mode};
 use crate::endpoints::{self, ApiState, InstalledResources};
 use crate::error::Error;
@@ -100,6 +103,8 @@ impl VersionBuilder {
 pub struct ApiGroup {
     name: String,
     versions: Vec<VersionBuilder>,
+    group_priority_minimum: i32,
+    version_priority: i32,
 }
 
 impl ApiGroup {
@@ -108,7 +113,37 @@ impl ApiGroup {
         Self {
             name: name.into(),
             versions: Vec::new(),
+            group_priority_minimum: crate::aggregator::DEFAULT_GROUP_PRIORITY_MINIMUM,
+            version_priority: crate::aggregator::DEFAULT_VERSION_PRIORITY,
         }
+    }
+
+    /// The APIService priorities: `groupPriorityMinimum` of the group, and the
+    /// `versionPriority` of its preferred (first) version; each later version gets one less
+    /// (at least 1). Defaults: 1000 and 15, as sample-apiserver.
+    pub fn priority(mut self, group_priority_minimum: i32, version_priority: i32) -> Self {
+        self.group_priority_minimum = group_priority_minimum;
+        self.version_priority = version_priority;
+        self
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One APIService entry per version, in order of preference.
+    pub fn apiservice_versions(&self) -> Vec<ApiServiceVersion> {
+        self.versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ApiServiceVersion {
+                group: self.name.clone(),
+                version: v.version.clone(),
+                group_priority_minimum: self.group_priority_minimum,
+                version_priority: (self.version_priority - i as i32).max(1),
+            })
+            .collect()
     }
 
     /// Adds a version and its resources.
@@ -145,10 +180,25 @@ impl ApiGroup {
 }
 
 #[derive(Parser)]
-#[command(about = "A Kubernetes extension API server")]
+#[command(
+    about = "A Kubernetes extension API server",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     options: ServerOptions,
+    #[command(flatten)]
+    aggregator: AggregatorOptions,
+}
+
+/// What a server built with [`ApiServer::from_args`] can do besides serving (the default).
+#[derive(Clone, Debug, Subcommand)]
+pub enum Command {
+    /// Print the YAML to run this server in a cluster behind the aggregator: Namespace,
+    /// ServiceAccount, RBAC, Deployment, Service and APIServices.
+    Manifests(ManifestOptions),
 }
 
 /// A server under construction.
@@ -167,6 +217,8 @@ struct Cli {
 /// ```
 pub struct ApiServer {
     options: ServerOptions,
+    aggregator: AggregatorOptions,
+    command: Option<Command>,
     groups: Vec<ApiGroup>,
     backend: Option<Arc<dyn Backend>>,
     openapi: OpenApiInfo,
@@ -184,6 +236,7 @@ pub struct RunningServer {
     serving_certificate: ServingCertificate,
     shutdown: ShutdownSignal,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
+    aggregator: Option<AggregatorHandle>,
 }
 
 impl RunningServer {
@@ -191,6 +244,20 @@ impl RunningServer {
     /// replacement (the files are polled every [`RELOAD_INTERVAL`] while the server runs).
     pub fn serving_certificate(&self) -> &ServingCertificate {
         &self.serving_certificate
+    }
+
+    /// The APIService registration and deployment checks (with a core API): call
+    /// [`serving_certificate_changed`](AggregatorHandle::serving_certificate_changed) when the
+    /// serving certificate changes.
+    pub fn aggregator(&self) -> Option<&AggregatorHandle> {
+        self.aggregator.as_ref()
+    }
+
+    /// The APIService registrar (with `--register-apiservice`).
+    pub fn apiservice_registrar(&self) -> Option<&ApiServiceRegistrar> {
+        self.aggregator
+            .as_ref()
+            .and_then(AggregatorHandle::registrar)
     }
 
     /// Stops accepting, ends watches, waits for in-flight requests.
@@ -211,18 +278,49 @@ impl RunningServer {
 
 impl ApiServer {
     /// A server with options from the command line.
+    ///
+    /// Besides the server's flags this understands the `manifests` subcommand
+    /// ([`Command`]); [`run`](Self::run) then prints the manifests instead of serving.
     pub fn from_args() -> Self {
-        Self::new(Cli::parse().options)
+        let cli = Cli::parse();
+        let mut server = Self::new(cli.options).aggregator_options(cli.aggregator);
+        server.command = cli.command;
+        server
     }
 
     /// A server with these options.
     pub fn new(options: ServerOptions) -> Self {
         Self {
             options,
+            aggregator: AggregatorOptions::default(),
+            command: None,
             groups: Vec::new(),
             backend: None,
             openapi: OpenApiInfo::default(),
         }
+    }
+
+    /// The core API and APIService registration options (`--kubeconfig`,
+    /// `--register-apiservice`, ...).
+    pub fn aggregator_options(mut self, options: AggregatorOptions) -> Self {
+        self.aggregator = options;
+        self
+    }
+
+    /// Registers one APIService per group version at start, pointing at the Service
+    /// `namespace/name` (as `--register-apiservice --apiservice-service-namespace
+    /// --apiservice-service-name`).
+    pub fn register_apiservice(mut self, namespace: &str, name: &str) -> Self {
+        self.aggregator.register_apiservice = true;
+        self.aggregator.service_namespace = Some(namespace.into());
+        self.aggregator.service_name = Some(name.into());
+        self
+    }
+
+    /// Runs `command` from [`run`](Self::run) instead of serving.
+    pub fn command(mut self, command: Option<Command>) -> Self {
+        self.command = command;
+        self
     }
 
     /// Adds an API group.
@@ -248,6 +346,10 @@ impl ApiServer {
 
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
+        if let Some(Command::Manifests(options)) = &self.command {
+            print!("{}", crate::aggregator::manifests(options, &self.groups));
+            return Ok(());
+        }
         let running = self.start_with_signal(true).await?;
         if running.mode == Mode::Delegated {
             tracing::info!(addr = %running.addr, "serving, authentication and authorization delegated");
@@ -303,6 +405,10 @@ impl ApiServer {
         };
         let serving =
             ServingCertificate::from_files(&cert_file, &key_file, &tls_settings.provider()?)?;
+        let self_signed_ca = options
+            .tls_cert_file
+            .is_none()
+            .then(|| certs.serving_ca_pem.clone());
         let client_ca = certs.client_ca();
         // Client certificates are requested, not verified: each authenticator checks its own
         // CA, so CAs that change at run time (the authentication ConfigMap) need no new config.
@@ -314,9 +420,22 @@ impl ApiServer {
             let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
             let addr = listener.local_addr()?;
             let kubeconfig = certs.write_kubeconfig(addr.port())?;
-            Ok::<_, ServerError>((listener, addr, kubeconfig))
+            let serving_info = crate::aggregator::ServingInfo {
+                chain: serving.chain(),
+                self_signed_ca: self_signed_ca.clone(),
+                secure_port: addr.port(),
+                versions: self
+                    .groups
+                    .iter()
+                    .flat_map(ApiGroup::apiservice_versions)
+                    .collect(),
+            };
+            let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
+                .await
+                .map_err(ServerError::Config)?;
+            Ok::<_, ServerError>((listener, addr, kubeconfig, wiring))
         };
-        let (listener, addr, kubeconfig) = match bound.await {
+        let (listener, addr, kubeconfig, wiring) = match bound.await {
             Ok(bound) => bound,
             Err(e) => {
                 // Ends what `delegating::build` started (the ConfigMap watch).
@@ -324,6 +443,9 @@ impl ApiServer {
                 return Err(e);
             }
         };
+        if let Some(handle) = wiring.handle.clone() {
+            follow_serving_certificate(&serving, handle, self_signed_ca, shutdown.clone());
+        }
         let router = build_router(
             &groups,
             backend.clone(),
@@ -331,6 +453,7 @@ impl ApiServer {
             &options,
             &self.openapi,
             auth,
+            &wiring,
         );
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
@@ -366,6 +489,7 @@ impl ApiServer {
             serving_certificate: serving,
             shutdown,
             task,
+            aggregator: wiring.handle.clone(),
         })
     }
 }
@@ -433,11 +557,13 @@ fn build_router(
     options: &ServerOptions,
     openapi: &OpenApiInfo,
     auth: AuthSetup,
+    aggregator: &crate::aggregator::Wiring,
 ) -> Router {
     let state = Arc::new(ApiState {
         resources: InstalledResources::new(groups),
         max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
         shutdown: shutdown.clone(),
+        admission: aggregator.admission.clone(),
     });
     let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
     let storage_check = match options.storage_backend {
@@ -449,6 +575,7 @@ fn build_router(
             backend,
             storage_check,
             shutdown,
+            readyz: aggregator.readyz.clone(),
         }))
         .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
         .merge(OpenApiDocuments::build(&served, openapi).router())
@@ -462,4 +589,34 @@ fn build_router(
         request_timeout: Duration::from_secs(options.request_timeout_seconds),
     };
     filters::apply(router, config)
+}
+
+/// Re-registers the APIServices (new caBundle) and re-runs the deployment checks whenever the
+/// serving certificate is replaced, until shutdown.
+fn follow_serving_certificate(
+    serving: &ServingCertificate,
+    handle: AggregatorHandle,
+    self_signed_ca: Option<String>,
+    shutdown: ShutdownSignal,
+) {
+    let mut changes = serving.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            let chain = changes.borrow_and_update().cert.clone();
+            if let Err(e) = handle
+                .serving_certificate_changed(chain, self_signed_ca.clone())
+                .await
+            {
+                tracing::warn!(error = %e, "re-registering APIServices after a serving certificate change");
+            }
+        }
+    });
 }

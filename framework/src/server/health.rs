@@ -23,6 +23,18 @@ pub struct HealthState {
     pub storage_check: &'static str,
     /// Set when shutdown starts: `/readyz` fails so load balancers stop sending.
     pub shutdown: crate::server::serve::ShutdownSignal,
+    /// More readiness checks (the aggregator's registration and diagnostics).
+    pub readyz: Vec<Arc<dyn ReadyzCheck>>,
+}
+
+/// A readiness check of a component: `/readyz` fails while it fails. Unlike the built-in
+/// checks, its reason is shown in `/readyz?verbose` too (it names a deployment mistake and
+/// its fix, never a secret), and at `/readyz/{name}`.
+pub trait ReadyzCheck: Send + Sync {
+    /// The check's name (`/readyz/{name}`, `?exclude={name}`).
+    fn name(&self) -> &str;
+    /// `Ok`, or why not.
+    fn check(&self) -> Result<(), String>;
 }
 
 /// The health and version routes.
@@ -42,12 +54,13 @@ pub fn router(state: HealthState) -> Router {
     router.route("/version", get(version)).with_state(state)
 }
 
-type Check = (&'static str, Result<(), String>);
+/// A check's name, result, and whether `?verbose` may show its reason.
+type Check = (String, Result<(), String>, bool);
 
 /// The checks of one endpoint, run now. Liveness only says the process serves; readiness
 /// also needs storage and no shutdown in progress.
 async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
-    let mut checks: Vec<Check> = vec![("ping", Ok(()))];
+    let mut checks: Vec<Check> = vec![("ping".into(), Ok(()), false)];
     if endpoint == "readyz" {
         let storage = state.backend.ready().await.map_err(|e| e.to_string());
         let shutdown = if state.shutdown.is_shutting_down() {
@@ -55,8 +68,11 @@ async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
         } else {
             Ok(())
         };
-        checks.push((state.storage_check, storage));
-        checks.push(("shutdown", shutdown));
+        checks.push((state.storage_check.into(), storage, false));
+        checks.push(("shutdown".into(), shutdown, false));
+        for check in &state.readyz {
+            checks.push((check.name().to_string(), check.check(), true));
+        }
     }
     checks
 }
@@ -78,9 +94,9 @@ async fn single(
     Path(name): Path<String>,
 ) -> Response {
     let checks = run_checks(endpoint, &state).await;
-    match checks.into_iter().find(|(check, _)| *check == name) {
-        Some((_, Ok(()))) => plain(StatusCode::OK, "ok".into()),
-        Some((_, Err(e))) => plain(
+    match checks.into_iter().find(|(check, _, _)| *check == name) {
+        Some((_, Ok(()), _)) => plain(StatusCode::OK, "ok".into()),
+        Some((_, Err(e), _)) => plain(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("internal server error: {e}\n"),
         ),
@@ -97,8 +113,9 @@ fn excluded(query: Option<&str>) -> Vec<String> {
 }
 
 /// The root of an endpoint, worded as kube-apiserver's `handleRootHealth`: a failure never
-/// shows its reason (the endpoint is public), excluded checks pass, and names that match no
-/// check get a warning line.
+/// shows the reason of a built-in check (the endpoint is public), excluded checks pass, and
+/// names that match no check get a warning line. The reasons of [`ReadyzCheck`]s are shown
+/// with `?verbose`: they are deployment diagnostics.
 fn report(name: &str, checks: &[Check], query: Option<&str>) -> Response {
     let mut excluded = excluded(query);
     let verbose = query.is_some_and(|q| {
@@ -107,7 +124,7 @@ fn report(name: &str, checks: &[Check], query: Option<&str>) -> Response {
     });
     let mut body = String::new();
     let mut failed = false;
-    for (check, result) in checks {
+    for (check, result, explain) in checks {
         if let Some(i) = excluded.iter().position(|e| e == check) {
             excluded.remove(i);
             body.push_str(&format!("[+]{check} excluded: ok\n"));
@@ -115,7 +132,12 @@ fn report(name: &str, checks: &[Check], query: Option<&str>) -> Response {
             body.push_str(&format!("[+]{check} ok\n"));
         } else {
             failed = true;
-            body.push_str(&format!("[-]{check} failed: reason withheld\n"));
+            match result {
+                Err(reason) if *explain && verbose => {
+                    body.push_str(&format!("[-]{check} failed: {reason}\n"))
+                }
+                _ => body.push_str(&format!("[-]{check} failed: reason withheld\n")),
+            }
         }
     }
     if !excluded.is_empty() {

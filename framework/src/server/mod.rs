@@ -11,7 +11,7 @@ pub mod serve;
 pub mod serving_cert;
 pub mod tls;
 
-pub use builder::{ApiGroup, ApiServer, RunningServer, ServerError, VersionBuilder};
+pub use builder::{ApiGroup, ApiServer, Command, RunningServer, ServerError, VersionBuilder};
 pub use options::{ServerOptions, StorageBackendKind};
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).

@@ -13,6 +13,10 @@
 //!   update (409 on a stale `resourceVersion`), merge/JSON patch and delete, with one global
 //!   resourceVersion counter.
 //!
+//! - discovery (`/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`) of those resources and
+//!   of the kinds a deployment uses (Deployment, Service, RBAC, ...), so kubectl can map kinds,
+//!   e.g. for `kubectl apply --dry-run=client`.
+//!
 //! Callers authenticate with the bearer token of a kubeconfig from [`FakeCore::kubeconfig`];
 //! [`FakeCore::forbid`] makes a caller's requests on a resource fail with 403 as a missing
 //! RBAC binding would. Every request is recorded ([`FakeCore::calls`]), and the spec of every
@@ -657,7 +661,109 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             }
             subject_access_review(&inner, &body)
         }
+        _ if parts.method == Method::GET && discovery(&path).is_some() => {
+            axum::Json(discovery(&path).unwrap_or_default()).into_response()
+        }
         _ => resource_request(&inner, &caller, &parts, &query, &body).await,
+    }
+}
+
+/// `(plural, kind, namespaced)`.
+type DiscoveredResource = (&'static str, &'static str, bool);
+
+/// The group versions the fake's discovery names, with `(plural, kind, namespaced)` of each
+/// resource: those it serves, and the kinds of a deployment (`manifests`) so that kubectl can
+/// map them; objects of kinds it does not store are simply not found.
+const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
+    (
+        "",
+        "v1",
+        &[
+            ("namespaces", "Namespace", false),
+            ("configmaps", "ConfigMap", true),
+            ("secrets", "Secret", true),
+            ("serviceaccounts", "ServiceAccount", true),
+            ("services", "Service", true),
+        ],
+    ),
+    ("apps", "v1", &[("deployments", "Deployment", true)]),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        &[
+            ("clusterroles", "ClusterRole", false),
+            ("clusterrolebindings", "ClusterRoleBinding", false),
+            ("roles", "Role", true),
+            ("rolebindings", "RoleBinding", true),
+        ],
+    ),
+    (
+        "apiregistration.k8s.io",
+        "v1",
+        &[("apiservices", "APIService", false)],
+    ),
+    (
+        "authentication.k8s.io",
+        "v1",
+        &[("tokenreviews", "TokenReview", false)],
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        &[("subjectaccessreviews", "SubjectAccessReview", false)],
+    ),
+];
+
+/// The legacy discovery documents (`/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`).
+fn discovery(path: &str) -> Option<Value> {
+    let group_version = |g: &str, v: &str| {
+        if g.is_empty() {
+            v.to_string()
+        } else {
+            format!("{g}/{v}")
+        }
+    };
+    match path.trim_end_matches('/') {
+        "/api" => Some(json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+        })),
+        "/apis" => {
+            let groups: Vec<Value> = DISCOVERY
+                .iter()
+                .filter(|(g, _, _)| !g.is_empty())
+                .map(|(g, v, _)| {
+                    let gv = json!({"groupVersion": group_version(g, v), "version": v});
+                    json!({"name": g, "versions": [gv], "preferredVersion": gv})
+                })
+                .collect();
+            Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+        }
+        other => {
+            let (g, v, resources) = DISCOVERY.iter().find(|(g, v, _)| {
+                other == format!("/api/{v}") && g.is_empty()
+                    || other == format!("/apis/{g}/{v}") && !g.is_empty()
+            })?;
+            let resources: Vec<Value> = resources
+                .iter()
+                .map(|(plural, kind, namespaced)| {
+                    json!({
+                        "name": plural,
+                        "singularName": kind.to_lowercase(),
+                        "namespaced": namespaced,
+                        "kind": kind,
+                        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                    })
+                })
+                .collect();
+            Some(json!({
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": group_version(g, v),
+                "resources": resources,
+            }))
+        }
     }
 }
 

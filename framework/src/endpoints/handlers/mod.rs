@@ -29,6 +29,8 @@ pub struct ApiState {
     pub max_body_bytes: usize,
     /// Ends watches when the server shuts down.
     pub shutdown: ShutdownSignal,
+    /// Admission checks of writes (NamespaceLifecycle with a core API).
+    pub admission: crate::admission::Admission,
 }
 
 /// Everything a verb handler needs.

@@ -101,6 +101,16 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
         return Err(Error::method_not_allowed());
     }
     let object = read_object(&mut call).await?;
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let request = crate::admission::AdmissionRequest {
+        operation: crate::admission::Operation::Create,
+        group: call.resource.storage.info.group,
+        resource: call.resource.storage.info.plural,
+        subresource: &call.info.subresource,
+        namespace: &call.info.namespace,
+        name,
+    };
+    call.state.admission.admit(&request).await?;
     let created = creater.create(&call.ctx, object, &options).await?;
     respond_object(&call, StatusCode::CREATED, created)
 }

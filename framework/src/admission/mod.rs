@@ -1,0 +1,95 @@
+//! Admission: checks a write passes after decoding and before storage, as the admission
+//! chain of `k8s.io/apiserver`. [`Admission`] runs its [`AdmissionPlugin`]s in order; the
+//! first refusal is the answer (a `Status`).
+//!
+//! Built in: [`NamespaceLifecycle`], on whenever the server has
+//! a core kube-apiserver (turn it off with `--disable-admission-plugins=NamespaceLifecycle`).
+
+pub mod namespace;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+pub use namespace::NamespaceLifecycle;
+
+/// The verb being admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A create (POST).
+    Create,
+    /// An update or patch.
+    Update,
+    /// A delete.
+    Delete,
+}
+
+/// What a plugin sees of a request.
+#[derive(Clone, Debug)]
+pub struct AdmissionRequest<'a> {
+    /// The operation.
+    pub operation: Operation,
+    /// The API group of the resource.
+    pub group: &'a str,
+    /// The resource (plural), e.g. `flunders`.
+    pub resource: &'a str,
+    /// The subresource, empty for the main resource.
+    pub subresource: &'a str,
+    /// The namespace; empty for cluster-scoped resources.
+    pub namespace: &'a str,
+    /// The object's name (empty on a create with `generateName`).
+    pub name: &'a str,
+}
+
+/// One admission check.
+#[async_trait]
+pub trait AdmissionPlugin: Send + Sync {
+    /// Its name, as `--disable-admission-plugins` takes it.
+    fn name(&self) -> &str;
+
+    /// `Ok` to let the request through, or the `Status` to refuse it with.
+    async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()>;
+}
+
+/// The admission chain of a server.
+#[derive(Clone, Default)]
+pub struct Admission {
+    plugins: Vec<Arc<dyn AdmissionPlugin>>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.plugins.iter().map(|p| p.name()).collect();
+        f.debug_struct("Admission")
+            .field("plugins", &names)
+            .finish()
+    }
+}
+
+impl Admission {
+    /// No plugins: everything is admitted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a plugin at the end of the chain.
+    pub fn with(mut self, plugin: Arc<dyn AdmissionPlugin>) -> Self {
+        self.plugins.push(plugin);
+        self
+    }
+
+    /// Whether the chain has no plugins.
+    pub fn is_empty(&self) -> bool {
+        self.plugins.is_empty()
+    }
+
+    /// Runs every plugin; the first refusal wins.
+    pub async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()> {
+        for plugin in &self.plugins {
+            plugin.admit(request).await?;
+        }
+        Ok(())
+    }
+}
