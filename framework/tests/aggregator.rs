@@ -290,6 +290,48 @@ async fn a_new_serving_certificate_is_registered_and_checked() {
 }
 
 #[tokio::test]
+async fn rotated_serving_files_reach_the_apiservice_ca_bundle() {
+    use apiserver::server::certs::parse_certs_pem;
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    let tls = dir.path().join("tls");
+    let first_ca = TestCa::new("first");
+    let (cert, key) = first_ca
+        .serving(&["things-api.things.svc"])
+        .write(&tls, "serving");
+    let mut server_options = TestServer::options(dir.path());
+    server_options.tls_cert_file = Some(cert);
+    server_options.tls_private_key_file = Some(key);
+    let server = ApiServer::new(server_options)
+        .aggregator_options(options(&core, true))
+        .group(group())
+        .start()
+        .await
+        .unwrap();
+    let der = |pem: &str| parse_certs_pem(pem.as_bytes()).unwrap();
+    let registered = || der(&ca_bundle(&core.apiservice(APISERVICE).unwrap()));
+    assert_eq!(registered(), der(&first_ca.cert_pem));
+
+    // A rotator replaces the files; the reload loop (every second) picks the pair up and the
+    // APIService follows, with no call from the test.
+    let second_ca = TestCa::new("second");
+    second_ca
+        .serving(&["things-api.things.svc"])
+        .write(&tls, "serving");
+    let mut followed = false;
+    for _ in 0..200 {
+        if registered() == der(&second_ca.cert_pem) {
+            followed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(followed, "the caBundle still names the first CA after 10 s");
+    assert!(!server.aggregator().unwrap().findings().any_failed());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn an_apiservice_pointing_elsewhere_is_a_conflict_unless_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
