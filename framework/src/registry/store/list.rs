@@ -6,7 +6,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::codec::decode_stored;
+use super::codec::{decode_stored, encode_stored};
 use super::filter::Filter;
 use super::Inner;
 use crate::error::{Error, Result};
@@ -103,11 +103,15 @@ pub(crate) async fn list(
         let count = page.items.len();
         for (i, kv) in page.items.iter().enumerate() {
             start_after = Some(kv.key.clone());
-            let object = decode_stored(kv)?;
-            if !filter.matches(&object) {
-                continue;
+            if filter.is_everything() {
+                out.items.push(Object::Encoded(encode_stored(kv)?));
+            } else {
+                let object = decode_stored(kv)?;
+                if !filter.matches(&object) {
+                    continue;
+                }
+                out.items.push(object.into());
             }
-            out.items.push(object.into());
             if limit > 0 && out.items.len() == limit {
                 let left_in_page = count - i - 1;
                 if left_in_page > 0 || page.more {
