@@ -229,6 +229,16 @@ impl Cacher {
         Some((objects_under(&state.objects, prefix), state.revision))
     }
 
+    /// The object at `key` when the cache is ready and current at `revision` or later:
+    /// `Some(None)` when there is none. `None` when the cache cannot answer.
+    pub fn get_at_least(&self, key: &str, revision: Revision) -> Option<Option<Arc<CachedObject>>> {
+        let state = self.shared.state.read().ok()?;
+        if !state.ready || state.revision < revision {
+            return None;
+        }
+        Some(state.objects.get(key).cloned())
+    }
+
     /// Opens a watch of the keys under `prefix`: from the current state when `after` is
     /// `None`, else from the events after revision `after`.
     pub fn watch(&self, prefix: &str, after: Option<Revision>) -> Result<CacheWatch, CacheMiss> {

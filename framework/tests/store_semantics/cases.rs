@@ -1066,3 +1066,32 @@ async fn watch_from_compacted_revision_is_expired() {
     let end = tokio::time::timeout(WAIT, events.next()).await;
     assert!(matches!(end, Ok(None)), "the stream ends after the error");
 }
+
+/// `get_object` (what a JSON get sends: the stored or cached bytes as they are) agrees with
+/// `get` at every step, and is consistent: a write is visible to the next read.
+#[tokio::test]
+async fn get_object_agrees_with_get() {
+    let (store, _backend) = setup();
+    let object = |store: Store<Widget>| async move {
+        store
+            .get_object(&ns(), "a", &GetOptions::default())
+            .await
+            .and_then(|o| o.into_value())
+    };
+    assert_error(object(store.clone()).await, 404, "NotFound");
+    let created = create(&store, &ns(), widget("a", json!({"x": "1"}), "red")).await;
+    assert_eq!(object(store.clone()).await.unwrap(), created);
+    for color in ["blue", "green", "cyan"] {
+        let updated = update(&store, "a", edit(move |o| o["spec"]["color"] = json!(color)))
+            .await
+            .unwrap();
+        let read = object(store.clone()).await.unwrap();
+        assert_eq!(read, updated);
+        assert_eq!(read, get(&store, "a").await.unwrap());
+    }
+    store
+        .delete(&ns(), "a", &DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_error(object(store.clone()).await, 404, "NotFound");
+}

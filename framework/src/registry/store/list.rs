@@ -215,11 +215,14 @@ pub(crate) async fn consistent_revision(inner: &Inner, cache: &Cacher) -> Result
     if !cache.is_ready() {
         return Ok(false);
     }
-    let current = inner
-        .backend
-        .current_revision()
-        .await
-        .map_err(|e| list_error(inner, e))?;
+    let current = match inner.backend.local_revision() {
+        Some(current) => current,
+        None => inner
+            .backend
+            .current_revision()
+            .await
+            .map_err(|e| list_error(inner, e))?,
+    };
     Ok(cache_reaches(inner, cache, current).await)
 }
 

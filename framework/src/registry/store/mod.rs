@@ -225,6 +225,16 @@ impl<T: Resource> Getter for Store<T> {
 
     async fn get_object(&self, ctx: &RequestContext, name: &str, _: &GetOptions) -> Result<Object> {
         let key = self.inner.key(ctx, name)?;
+        // A consistent read from the watch cache, when the backend knows its revision
+        // without a request and the cache has caught up with it.
+        let local = self.inner.backend.local_revision();
+        if let (Some(cache), Some(current)) = (&self.inner.cache, local) {
+            match cache.get_at_least(&key, current) {
+                Some(Some(object)) => return Ok(Object::Encoded(object.encoded.clone())),
+                Some(None) => return Err(Error::not_found(&self.inner.info, name)),
+                None => {}
+            }
+        }
         match self.inner.current(&key, name).await? {
             Some(kv) => codec::encode_stored(&kv).map(Object::Encoded),
             None => Err(Error::not_found(&self.inner.info, name)),
