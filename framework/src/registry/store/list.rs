@@ -1,6 +1,7 @@
 //! List: one page at one revision, selectors applied, `continue` tokens as kube-apiserver
 //! writes them (so a client cannot tell the difference).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
 use crate::registry::rest::{Object, ObjectList};
+use crate::storage::cacher::CachedObject;
 use crate::storage::{Cacher, ListRequest, Revision, StorageError};
 
 /// How many keys one backend read fetches when selectors may drop most of them.
@@ -133,9 +135,11 @@ pub(crate) async fn list(
     Ok(out)
 }
 
-/// The first page from the watch cache, when the list allows it: any `resourceVersion`
-/// but an exact one, and no `continue` (later pages are read from the backend at the
-/// first page's revision). `None` when the cache cannot serve it.
+/// A page from the watch cache, when the list allows it. A first page: any
+/// `resourceVersion` but an exact one. A later page (`continue`): when nothing under the
+/// list's prefix changed since the first page's revision, so that the cache's objects are
+/// the state at that revision; otherwise the backend reads the page at that revision.
+/// `None` when the cache cannot serve it.
 async fn from_cache(
     inner: &Inner,
     options: &ListOptions,
@@ -145,8 +149,8 @@ async fn from_cache(
     let Some(cache) = &inner.cache else {
         return Ok(None);
     };
-    if options.continue_token.is_some() {
-        return Ok(None);
+    if let Some(token) = &options.continue_token {
+        return continue_from_cache(cache, options, filter, prefix, token);
     }
     let rv = options
         .resource_version
@@ -169,7 +173,41 @@ async fn from_cache(
     let Some((objects, revision)) = cache.snapshot(prefix) else {
         return Ok(None);
     };
-    let limit = options.limit;
+    page(&objects, revision, options.limit, filter, prefix).map(Some)
+}
+
+/// A later page from the cache, when it has the state of the token's revision under
+/// `prefix` (see [`Cacher::unchanged_since`]).
+fn continue_from_cache(
+    cache: &Cacher,
+    options: &ListOptions,
+    filter: &Filter,
+    prefix: &str,
+    token: &str,
+) -> Result<Option<ObjectList>> {
+    // A resourceVersion beside `continue` or a malformed token: the backend path's errors.
+    let rv = options.resource_version.as_deref().unwrap_or_default();
+    if !(rv.is_empty() || rv == "0") {
+        return Ok(None);
+    }
+    let Ok(token) = ContinueToken::decode(token) else {
+        return Ok(None);
+    };
+    let start_after = format!("{prefix}{}", token.start.trim_end_matches('\u{0}'));
+    match cache.unchanged_since(prefix, &start_after, token.rv) {
+        Some(objects) => page(&objects, token.rv, options.limit, filter, prefix).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// One page of cached `objects` (in key order, from where the page starts) at `revision`.
+fn page(
+    objects: &[Arc<CachedObject>],
+    revision: Revision,
+    limit: usize,
+    filter: &Filter,
+    prefix: &str,
+) -> Result<ObjectList> {
     let mut out = ObjectList {
         resource_version: revision.to_string(),
         ..ObjectList::default()
@@ -191,7 +229,7 @@ async fn from_cache(
             break;
         }
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// How long a read waits for the watch cache to catch up with a revision the store has
