@@ -248,6 +248,41 @@ pub(crate) async fn cache_reaches(inner: &Inner, cache: &Cacher, revision: Revis
     }
 }
 
+/// How long a consistent get waits for the watch cache to catch up with the backend's
+/// revision (after asking the backend for progress) before it reads the backend instead.
+const GET_CATCH_UP: Duration = Duration::from_millis(100);
+
+/// A consistent get from the watch cache: the object at `key` once the cache is current at
+/// the backend's current revision (`Some(None)`: there is none); `None` when the cache
+/// cannot answer (not ready, or behind and not catching up soon).
+pub(crate) async fn get_from_cache(
+    inner: &Inner,
+    cache: &Cacher,
+    key: &str,
+) -> Option<Option<Arc<CachedObject>>> {
+    if !cache.is_ready() {
+        return None;
+    }
+    let local = inner.backend.local_revision();
+    let current = match local {
+        Some(current) => current,
+        // A remote backend's revision reads are shared by concurrent callers.
+        None => inner.backend.current_revision().await.ok()?,
+    };
+    if let Some(found) = cache.get_at_least(key, current) {
+        return Some(found);
+    }
+    // An embedded backend's cache is a moment behind its writes: the backend answers at once.
+    if local.is_some() {
+        return None;
+    }
+    inner.backend.request_progress().await;
+    if !cache.wait_for(current, GET_CATCH_UP).await {
+        return None;
+    }
+    cache.get_at_least(key, current)
+}
+
 /// For a consistent read: whether the cache is current at the store's current revision.
 pub(crate) async fn consistent_revision(inner: &Inner, cache: &Cacher) -> Result<bool> {
     if !cache.is_ready() {

@@ -225,14 +225,11 @@ impl<T: Resource> Getter for Store<T> {
 
     async fn get_object(&self, ctx: &RequestContext, name: &str, _: &GetOptions) -> Result<Object> {
         let key = self.inner.key(ctx, name)?;
-        // A consistent read from the watch cache, when the backend knows its revision
-        // without a request and the cache has caught up with it.
-        let local = self.inner.backend.local_revision();
-        if let (Some(cache), Some(current)) = (&self.inner.cache, local) {
-            match cache.get_at_least(&key, current) {
-                Some(Some(object)) => return Ok(Object::Encoded(object.encoded.clone())),
-                Some(None) => return Err(Error::not_found(&self.inner.info, name)),
-                None => {}
+        if let Some(cache) = &self.inner.cache {
+            if let Some(found) = list::get_from_cache(&self.inner, cache, &key).await {
+                return found
+                    .map(|object| Object::Encoded(object.encoded.clone()))
+                    .ok_or_else(|| Error::not_found(&self.inner.info, name));
             }
         }
         match self.inner.current(&key, name).await? {
