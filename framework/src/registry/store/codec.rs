@@ -232,11 +232,17 @@ pub(crate) fn decode_cached(object: &CachedObject) -> Result<Value> {
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).
 pub(crate) fn encode_for_storage(object: &Value) -> Result<Bytes> {
-    let mut object = object.clone();
-    metadata_mut(&mut object).remove("resourceVersion");
-    serde_json::to_vec(&object)
-        .map(Bytes::from)
-        .map_err(Error::internal)
+    let metadata = object.get("metadata").and_then(Value::as_object);
+    let encoded = match metadata {
+        // Nothing to take out: no copy of the object.
+        Some(metadata) if !metadata.contains_key("resourceVersion") => serde_json::to_vec(object),
+        _ => {
+            let mut object = object.clone();
+            metadata_mut(&mut object).remove("resourceVersion");
+            serde_json::to_vec(&object)
+        }
+    };
+    encoded.map(Bytes::from).map_err(Error::internal)
 }
 
 /// Decodes JSON into `T`, reporting unknown fields as `fieldValidation` asks.
