@@ -208,8 +208,14 @@ fn page(
     filter: &Filter,
     prefix: &str,
 ) -> Result<ObjectList> {
+    let wanted = if limit == 0 {
+        objects.len()
+    } else {
+        limit.min(objects.len())
+    };
     let mut out = ObjectList {
         resource_version: revision.to_string(),
+        items: Vec::with_capacity(wanted),
         ..ObjectList::default()
     };
     for (i, object) in objects.iter().enumerate() {
