@@ -67,6 +67,8 @@ impl SharedReads {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Revision, StorageError>>,
     {
+        // Should `fetch` panic, the waiters get an error and the next caller a new task.
+        let guard = Running(&self);
         loop {
             let covers = self.lock().0;
             let result = fetch().await;
@@ -74,6 +76,7 @@ impl SharedReads {
             let mut state = self.lock();
             if state.0 == covers {
                 state.1 = false;
+                std::mem::forget(guard);
                 return;
             }
         }
@@ -81,6 +84,18 @@ impl SharedReads {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, bool)> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Ends a read task that did not finish normally: every ticket given out gets an error.
+struct Running<'a>(&'a SharedReads);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.1 = false;
+        let failed = Err(StorageError::Internal("the revision read failed".into()));
+        self.0.done.send_replace((state.0, Some(failed)));
     }
 }
 
@@ -121,6 +136,14 @@ mod tests {
             assert!(read >= written, "a read began before the write it must see");
         }
         assert!(fetches.load(Ordering::SeqCst) < 50, "reads were shared");
+    }
+
+    #[tokio::test]
+    async fn a_read_that_panics_fails_its_callers_and_the_next_read_works() {
+        let reads = Arc::new(SharedReads::default());
+        let panicking = || async { panic!("fetch panicked") };
+        assert!(reads.read(panicking).await.is_err());
+        assert_eq!(reads.read(|| async { Ok(3) }).await, Ok(3));
     }
 
     #[tokio::test]
