@@ -27,6 +27,22 @@ pub fn respond(code: StatusCode, target: Target, body: &Value) -> Result<Respons
     respond_bytes(code, target, encode(target.encoding, body)?)
 }
 
+/// A response with one object of [`Shape::Object`] in the target's encoding; JSON bytes
+/// already encoded go out as they are.
+pub fn respond_object(code: StatusCode, target: Target, object: Object) -> Result<Response> {
+    match object {
+        Object::Encoded(bytes) if target.encoding == Encoding::Json => {
+            let mut response = (code, bytes).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(target.content_type()),
+            );
+            Ok(response)
+        }
+        object => respond(code, target, &object.into_value()?),
+    }
+}
+
 /// One object in the target's shape.
 pub fn shape_object(
     target: Target,

@@ -132,6 +132,19 @@ pub type UpdateFn = Arc<dyn Fn(Option<&Value>) -> Result<Value> + Send + Sync>;
 pub trait Getter: Send + Sync {
     /// Reads one object.
     async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value>;
+
+    /// Reads one object for a response that takes it as it is: a storage that has the
+    /// object's JSON bytes at hand returns them ([`Object::Encoded`]) so that a JSON response
+    /// copies them instead of decoding and encoding the object. The default calls
+    /// [`get`](Getter::get).
+    async fn get_object(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        options: &GetOptions,
+    ) -> Result<Object> {
+        self.get(ctx, name, options).await.map(Object::Decoded)
+    }
 }
 
 /// `list`.

@@ -204,6 +204,13 @@ pub trait Backend: Send + Sync + 'static {
     /// The revision of the latest write (0 for an empty store).
     async fn current_revision(&self) -> Result<Revision, StorageError>;
 
+    /// The revision of the latest write when the backend knows it without I/O (an embedded
+    /// store that sees every write); `None` when it takes a request (etcd). A consistent read
+    /// may then be served by the watch cache for the price of this call.
+    fn local_revision(&self) -> Option<Revision> {
+        None
+    }
+
     /// Forgets history before `revision`: reads and watches from older revisions fail with
     /// [`StorageError::Compacted`] afterwards. Current values are kept.
     async fn compact(&self, revision: Revision) -> Result<(), StorageError>;

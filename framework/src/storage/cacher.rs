@@ -229,6 +229,48 @@ impl Cacher {
         Some((objects_under(&state.objects, prefix), state.revision))
     }
 
+    /// The object at `key` when the cache is ready and current at `revision` or later:
+    /// `Some(None)` when there is none. `None` when the cache cannot answer.
+    pub fn get_at_least(&self, key: &str, revision: Revision) -> Option<Option<Arc<CachedObject>>> {
+        let state = self.shared.state.read().ok()?;
+        if !state.ready || state.revision < revision {
+            return None;
+        }
+        Some(state.objects.get(key).cloned())
+    }
+
+    /// The objects under `prefix` (which must start with the cache's) whose keys sort after
+    /// `start_after`, in key order, when the cache can tell that they are the state at
+    /// `revision`: it has every event after `revision`, and none of them is under `prefix`.
+    /// `None` otherwise (the caller reads the backend at `revision`).
+    pub fn unchanged_since(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        revision: Revision,
+    ) -> Option<Vec<Arc<CachedObject>>> {
+        let state = self.shared.state.read().ok()?;
+        if !state.ready || revision < state.window_start || revision > state.revision {
+            return None;
+        }
+        let changed = state
+            .window
+            .iter()
+            .rev()
+            .take_while(|e| e.revision() > revision)
+            .any(|e| e.object.key.starts_with(prefix));
+        if changed {
+            return None;
+        }
+        let objects = state
+            .objects
+            .range::<str, _>((Bound::Excluded(start_after), Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(_, object)| Arc::clone(object))
+            .collect();
+        Some(objects)
+    }
+
     /// Opens a watch of the keys under `prefix`: from the current state when `after` is
     /// `None`, else from the events after revision `after`.
     pub fn watch(&self, prefix: &str, after: Option<Revision>) -> Result<CacheWatch, CacheMiss> {

@@ -24,6 +24,7 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError, WatchItem,
 };
+use super::shared_read::SharedReads;
 use crate::server::certs::{parse_certs_pem, CertKey};
 use crate::server::tls::TlsError;
 
@@ -158,6 +159,8 @@ pub struct Etcd3Backend {
     /// Every open watch, for [`Backend::request_progress`]; a watch that ended leaves a dead
     /// pointer, swept on the next request.
     watches: Arc<Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>>,
+    /// Reads of the current revision, shared by concurrent callers.
+    reads: Arc<SharedReads>,
 }
 
 impl std::fmt::Debug for Etcd3Backend {
@@ -222,6 +225,7 @@ impl Etcd3Backend {
             request_timeout: options.request_timeout,
             ready_timeout: options.ready_timeout,
             watches: Arc::default(),
+            reads: Arc::default(),
         })
     }
 
@@ -230,6 +234,15 @@ impl Etcd3Backend {
     /// a dead etcd would hang.
     async fn within<T>(&self, call: impl Future<Output = T>) -> Result<T, StorageError> {
         deadline(self.request_timeout, call).await
+    }
+
+    /// etcd's current revision: any range answers with it in its header; count_only keeps
+    /// the answer small.
+    async fn read_revision(&self) -> Result<Revision, StorageError> {
+        let options = GetOptions::new().with_count_only();
+        let mut kv = self.client.kv_client();
+        let response = self.within(kv.get(self.full("\0"), Some(options))).await?;
+        Ok(header_revision(response.map_err(map_error)?.header()))
     }
 
     fn full(&self, key: &str) -> String {
@@ -555,12 +568,14 @@ impl Backend for Etcd3Backend {
         }
     }
 
+    /// One read of etcd's revision serves every caller that asked before it began.
     async fn current_revision(&self) -> Result<Revision, StorageError> {
-        // Any range answers with the store's revision in its header; count_only keeps it small.
-        let options = GetOptions::new().with_count_only();
-        let mut kv = self.client.kv_client();
-        let response = self.within(kv.get(self.full("\0"), Some(options))).await?;
-        Ok(header_revision(response.map_err(map_error)?.header()))
+        let me = self.clone();
+        let fetch = move || {
+            let me = me.clone();
+            async move { me.read_revision().await }
+        };
+        self.reads.read(fetch).await
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {

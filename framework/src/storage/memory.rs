@@ -104,6 +104,10 @@ impl Backend for MemoryBackend {
         Ok(self.store.lock().revision)
     }
 
+    fn local_revision(&self) -> Option<Revision> {
+        Some(self.store.lock().revision)
+    }
+
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         self.store.lock().compact(revision)
     }

@@ -9,6 +9,8 @@ pub mod etcd3;
 pub mod memory;
 mod mvcc;
 mod notify;
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+mod shared_read;
 pub mod sqlite;
 
 pub use backend::{

@@ -51,6 +51,11 @@ impl Notifier {
         Self(watch::Sender::new(revision))
     }
 
+    /// The latest revision published.
+    pub(crate) fn latest(&self) -> Revision {
+        *self.0.borrow()
+    }
+
     /// Tells watchers the store has reached `revision`. Never waits.
     pub(crate) fn publish(&self, revision: Revision) {
         // Writers may publish out of order; the value must never go back.

@@ -179,11 +179,22 @@ impl Backend for SqliteBackend {
     }
 
     async fn current_revision(&self) -> Result<Revision, StorageError> {
+        // Every write goes through this handle and publishes its revision once committed.
+        Ok(self.notifier.latest())
+    }
+
+    fn local_revision(&self) -> Option<Revision> {
+        Some(self.notifier.latest())
+    }
+
+    /// Whether the database answers a query.
+    async fn ready(&self) -> Result<(), StorageError> {
         self.db
             .call(Db::reader, |conn| {
-                Ok(conn.query_row(MAX_REVISION, [], |row| row.get(0))?)
+                Ok(conn.query_row(MAX_REVISION, [], |row| row.get::<_, Revision>(0))?)
             })
             .await
+            .map(drop)
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {

@@ -4,8 +4,8 @@ use axum::response::Response;
 use http::{header, StatusCode};
 
 use super::{require, Call};
-use crate::endpoints::negotiation::{negotiate, Endpoint};
-use crate::endpoints::response::{respond, respond_list, shape_object};
+use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint, Shape};
+use crate::endpoints::response::{respond, respond_list, respond_object, shape_object};
 use crate::error::Result;
 
 pub(crate) fn accept(call: &Call) -> Option<&str> {
@@ -20,6 +20,13 @@ pub(crate) async fn get(call: Call) -> Result<Response> {
     let include = call.query.include_object()?;
     let getter = require(&call.resource.storage.getter, &call)?;
     let options = call.query.get_options()?;
+    if target.shape == Shape::Object && target.encoding == Encoding::Json {
+        // The storage's bytes as they are, when it has them.
+        let object = getter
+            .get_object(&call.ctx, &call.info.name, &options)
+            .await?;
+        return respond_object(StatusCode::OK, target, object);
+    }
     let object = getter.get(&call.ctx, &call.info.name, &options).await?;
     let body = shape_object(target, object, &call.resource.table, include);
     respond(StatusCode::OK, target, &body)

@@ -23,14 +23,205 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
     Ok(object)
 }
 
-/// The bytes a client receives for a stored key-value, for the watch cache.
-pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, StorageError> {
-    let object = decode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))?;
-    let mut encoded =
-        serde_json::to_vec(&object).map_err(|e| StorageError::Internal(e.to_string()))?;
-    // Kept for as long as the object is current: no spare capacity.
+/// The bytes a client receives for a stored key-value: the stored JSON with
+/// `metadata.resourceVersion` spliced in, without decoding the object into a tree and
+/// encoding it again. The result is the same JSON as [`decode_stored`] encoded (members in
+/// the same order when the stored object's are sorted, as this crate writes them).
+pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
+    let fast = splice_resource_version(&kv.value, kv.mod_revision)
+        // Bytes that are not JSON get the same 500 as the decoding path gives them.
+        .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
+    let mut encoded = match fast {
+        Some(encoded) => encoded,
+        None => serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
+    };
+    // Watch-cache objects are kept for as long as they are current: no spare capacity.
     encoded.shrink_to_fit();
     Ok(Bytes::from(encoded))
+}
+
+/// [`encode_stored`] for the watch cache.
+pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, StorageError> {
+    encode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))
+}
+
+/// `json` (one object) with `"resourceVersion":"{revision}"` set in its top-level
+/// `metadata` object: inserted before the first member whose key sorts after it, or its
+/// value replaced when present. `None` when `json` is not an object with a `metadata`
+/// object (the caller decodes it instead).
+fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
+    const RV: &[u8] = b"resourceVersion";
+    let mut scan = Scan { json, at: 0 };
+    scan.expect(b'{')?;
+    // The top-level members until `metadata`.
+    loop {
+        let key = scan.string()?;
+        scan.expect(b':')?;
+        if &json[key.0..key.1] == b"metadata" {
+            break;
+        }
+        scan.value()?;
+        if scan.after_member()? {
+            return None;
+        }
+    }
+    scan.expect(b'{')?;
+    let value = format!("\"{revision}\"");
+    // Where the member goes, or which value it replaces, and whether a comma follows.
+    let (start, end, comma_before, comma_after) = if scan.peek()? == b'}' {
+        (scan.at, scan.at, false, false)
+    } else {
+        let mut found = None;
+        let mut last_end;
+        loop {
+            scan.skip_ws();
+            let member = scan.at;
+            let key = scan.string()?;
+            let key = &json[key.0..key.1];
+            scan.expect(b':')?;
+            scan.skip_ws();
+            let value_start = scan.at;
+            scan.value()?;
+            last_end = scan.at;
+            if found.is_none() {
+                if key == RV {
+                    found = Some(Place::Replace(value_start, scan.at));
+                } else if key > RV {
+                    found = Some(Place::Before(member));
+                }
+            }
+            if scan.after_member()? {
+                break;
+            }
+        }
+        match found {
+            Some(Place::Replace(start, end)) => {
+                let mut out = Vec::with_capacity(json.len() + value.len());
+                out.extend_from_slice(&json[..start]);
+                out.extend_from_slice(value.as_bytes());
+                out.extend_from_slice(&json[end..]);
+                return Some(out);
+            }
+            Some(Place::Before(at)) => (at, at, false, true),
+            None => (last_end, last_end, true, false),
+        }
+    };
+    let mut out = Vec::with_capacity(json.len() + RV.len() + value.len() + 4);
+    out.extend_from_slice(&json[..start]);
+    if comma_before {
+        out.push(b',');
+    }
+    out.push(b'"');
+    out.extend_from_slice(RV);
+    out.extend_from_slice(b"\":");
+    out.extend_from_slice(value.as_bytes());
+    if comma_after {
+        out.push(b',');
+    }
+    out.extend_from_slice(&json[end..]);
+    Some(out)
+}
+
+/// Where `resourceVersion` goes in a `metadata` object.
+enum Place {
+    /// Replaces the value between these offsets.
+    Replace(usize, usize),
+    /// A new member before the member starting at this offset.
+    Before(usize),
+}
+
+/// A cursor over JSON text that finds member boundaries without building values. It checks
+/// structure (strings, nesting, separators) only; the caller validates the whole text.
+struct Scan<'a> {
+    json: &'a [u8],
+    at: usize,
+}
+
+impl Scan<'_> {
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.json.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.json.get(self.at).copied()
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// A string; returns the span of its raw (still escaped) content.
+    fn string(&mut self) -> Option<(usize, usize)> {
+        self.expect(b'"')?;
+        let start = self.at;
+        loop {
+            match *self.json.get(self.at)? {
+                b'"' => {
+                    self.at += 1;
+                    return Some((start, self.at - 1));
+                }
+                b'\\' => self.at += 2,
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// Skips one value of any kind.
+    fn value(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match *self.json.get(self.at)? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            _ => {
+                let start = self.at;
+                while let Some(&b) = self.json.get(self.at) {
+                    if matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        break;
+                    }
+                    self.at += 1;
+                }
+                (self.at > start).then_some(())
+            }
+        }
+    }
+
+    /// After a member of an object: `true` at its closing brace (consumed), `false` after a
+    /// comma (consumed), `None` at anything else.
+    fn after_member(&mut self) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                Some(false)
+            }
+            b'}' => {
+                self.at += 1;
+                Some(true)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A watch-cache object decoded, for selectors and shapes that need the JSON.
@@ -41,11 +232,17 @@ pub(crate) fn decode_cached(object: &CachedObject) -> Result<Value> {
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).
 pub(crate) fn encode_for_storage(object: &Value) -> Result<Bytes> {
-    let mut object = object.clone();
-    metadata_mut(&mut object).remove("resourceVersion");
-    serde_json::to_vec(&object)
-        .map(Bytes::from)
-        .map_err(Error::internal)
+    let metadata = object.get("metadata").and_then(Value::as_object);
+    let encoded = match metadata {
+        // Nothing to take out: no copy of the object.
+        Some(metadata) if !metadata.contains_key("resourceVersion") => serde_json::to_vec(object),
+        _ => {
+            let mut object = object.clone();
+            metadata_mut(&mut object).remove("resourceVersion");
+            serde_json::to_vec(&object)
+        }
+    };
+    encoded.map(Bytes::from).map_err(Error::internal)
 }
 
 /// Decodes JSON into `T`, reporting unknown fields as `fieldValidation` asks.
@@ -100,5 +297,62 @@ pub(crate) fn set_type_meta(info: &ResourceInfo, object: &mut Value) {
     if let Some(map) = object.as_object_mut() {
         map.insert("apiVersion".into(), json!(info.api_version()));
         map.insert("kind".into(), json!(info.kind));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(value: &str, revision: i64) -> KeyValue {
+        KeyValue {
+            key: "/k".into(),
+            value: Bytes::from(value.to_owned()),
+            create_revision: 1,
+            mod_revision: revision,
+        }
+    }
+
+    /// The spliced bytes are exactly what decoding and encoding again gives.
+    #[test]
+    fn splicing_matches_the_decoding_path() {
+        let cases = [
+            r#"{"apiVersion":"v1","kind":"K","metadata":{"name":"a","namespace":"n","uid":"u"},"spec":{"x":[1,{"y":"}"}]}}"#,
+            r#"{"metadata":{"name":"a"}}"#,
+            r#"{"metadata":{}}"#,
+            r#"{"metadata":{"uid":"u"}}"#,
+            r#"{"metadata":{"resourceVersion":"7","uid":"u"}}"#,
+            r#"{"a":"\"metadata\"","metadata":{"labels":{"resourceVersion":"x"},"name":"q\\\"z"},"z":null}"#,
+            r#"{ "kind" : "K" , "metadata" : { "name" : "a" , "zz" : 1.5e3 } }"#,
+            r#"{"kind":"K"}"#,
+            r#"{"kind":"K","metadata":null}"#,
+            r#"[1]"#,
+        ];
+        for json in cases {
+            let kv = kv(json, 42);
+            let want = serde_json::to_vec(&decode_stored(&kv).unwrap()).unwrap();
+            let got = encode_stored(&kv).unwrap();
+            let got: Value = serde_json::from_slice(&got).unwrap();
+            let want_value: Value = serde_json::from_slice(&want).unwrap();
+            assert_eq!(got, want_value, "{json}");
+            if !json.contains(' ') {
+                assert_eq!(
+                    encode_stored(&kv).unwrap(),
+                    Bytes::from(want),
+                    "same bytes for {json}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_stored_bytes_are_an_error() {
+        for json in [
+            r#"{"metadata":{"name":"a"}"#,
+            r#"{"metadata":{"name":"a"}},"#,
+            "nope",
+        ] {
+            assert!(encode_stored(&kv(json, 1)).is_err(), "{json}");
+        }
     }
 }

@@ -1,18 +1,20 @@
 //! List: one page at one revision, selectors applied, `continue` tokens as kube-apiserver
 //! writes them (so a client cannot tell the difference).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::codec::decode_stored;
+use super::codec::{decode_stored, encode_stored};
 use super::filter::Filter;
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
 use crate::registry::rest::{Object, ObjectList};
+use crate::storage::cacher::CachedObject;
 use crate::storage::{Cacher, ListRequest, Revision, StorageError};
 
 /// How many keys one backend read fetches when selectors may drop most of them.
@@ -103,11 +105,15 @@ pub(crate) async fn list(
         let count = page.items.len();
         for (i, kv) in page.items.iter().enumerate() {
             start_after = Some(kv.key.clone());
-            let object = decode_stored(kv)?;
-            if !filter.matches(&object) {
-                continue;
+            if filter.is_everything() {
+                out.items.push(Object::Encoded(encode_stored(kv)?));
+            } else {
+                let object = decode_stored(kv)?;
+                if !filter.matches(&object) {
+                    continue;
+                }
+                out.items.push(object.into());
             }
-            out.items.push(object.into());
             if limit > 0 && out.items.len() == limit {
                 let left_in_page = count - i - 1;
                 if left_in_page > 0 || page.more {
@@ -129,9 +135,11 @@ pub(crate) async fn list(
     Ok(out)
 }
 
-/// The first page from the watch cache, when the list allows it: any `resourceVersion`
-/// but an exact one, and no `continue` (later pages are read from the backend at the
-/// first page's revision). `None` when the cache cannot serve it.
+/// A page from the watch cache, when the list allows it. A first page: any
+/// `resourceVersion` but an exact one. A later page (`continue`): when nothing under the
+/// list's prefix changed since the first page's revision, so that the cache's objects are
+/// the state at that revision; otherwise the backend reads the page at that revision.
+/// `None` when the cache cannot serve it.
 async fn from_cache(
     inner: &Inner,
     options: &ListOptions,
@@ -141,8 +149,8 @@ async fn from_cache(
     let Some(cache) = &inner.cache else {
         return Ok(None);
     };
-    if options.continue_token.is_some() {
-        return Ok(None);
+    if let Some(token) = &options.continue_token {
+        return continue_from_cache(cache, options, filter, prefix, token);
     }
     let rv = options
         .resource_version
@@ -165,9 +173,49 @@ async fn from_cache(
     let Some((objects, revision)) = cache.snapshot(prefix) else {
         return Ok(None);
     };
-    let limit = options.limit;
+    page(&objects, revision, options.limit, filter, prefix).map(Some)
+}
+
+/// A later page from the cache, when it has the state of the token's revision under
+/// `prefix` (see [`Cacher::unchanged_since`]).
+fn continue_from_cache(
+    cache: &Cacher,
+    options: &ListOptions,
+    filter: &Filter,
+    prefix: &str,
+    token: &str,
+) -> Result<Option<ObjectList>> {
+    // A resourceVersion beside `continue` or a malformed token: the backend path's errors.
+    let rv = options.resource_version.as_deref().unwrap_or_default();
+    if !(rv.is_empty() || rv == "0") {
+        return Ok(None);
+    }
+    let Ok(token) = ContinueToken::decode(token) else {
+        return Ok(None);
+    };
+    let start_after = format!("{prefix}{}", token.start.trim_end_matches('\u{0}'));
+    match cache.unchanged_since(prefix, &start_after, token.rv) {
+        Some(objects) => page(&objects, token.rv, options.limit, filter, prefix).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// One page of cached `objects` (in key order, from where the page starts) at `revision`.
+fn page(
+    objects: &[Arc<CachedObject>],
+    revision: Revision,
+    limit: usize,
+    filter: &Filter,
+    prefix: &str,
+) -> Result<ObjectList> {
+    let wanted = if limit == 0 {
+        objects.len()
+    } else {
+        limit.min(objects.len())
+    };
     let mut out = ObjectList {
         resource_version: revision.to_string(),
+        items: Vec::with_capacity(wanted),
         ..ObjectList::default()
     };
     for (i, object) in objects.iter().enumerate() {
@@ -187,7 +235,7 @@ async fn from_cache(
             break;
         }
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// How long a read waits for the watch cache to catch up with a revision the store has
@@ -206,16 +254,54 @@ pub(crate) async fn cache_reaches(inner: &Inner, cache: &Cacher, revision: Revis
     }
 }
 
+/// How long a consistent get waits for the watch cache to catch up with the backend's
+/// revision (after asking the backend for progress) before it reads the backend instead.
+const GET_CATCH_UP: Duration = Duration::from_millis(100);
+
+/// A consistent get from the watch cache: the object at `key` once the cache is current at
+/// the backend's current revision (`Some(None)`: there is none); `None` when the cache
+/// cannot answer (not ready, or behind and not catching up soon).
+pub(crate) async fn get_from_cache(
+    inner: &Inner,
+    cache: &Cacher,
+    key: &str,
+) -> Option<Option<Arc<CachedObject>>> {
+    if !cache.is_ready() {
+        return None;
+    }
+    let local = inner.backend.local_revision();
+    let current = match local {
+        Some(current) => current,
+        // A remote backend's revision reads are shared by concurrent callers.
+        None => inner.backend.current_revision().await.ok()?,
+    };
+    if let Some(found) = cache.get_at_least(key, current) {
+        return Some(found);
+    }
+    // An embedded backend's cache is a moment behind its writes: the backend answers at once.
+    if local.is_some() {
+        return None;
+    }
+    inner.backend.request_progress().await;
+    if !cache.wait_for(current, GET_CATCH_UP).await {
+        return None;
+    }
+    cache.get_at_least(key, current)
+}
+
 /// For a consistent read: whether the cache is current at the store's current revision.
 pub(crate) async fn consistent_revision(inner: &Inner, cache: &Cacher) -> Result<bool> {
     if !cache.is_ready() {
         return Ok(false);
     }
-    let current = inner
-        .backend
-        .current_revision()
-        .await
-        .map_err(|e| list_error(inner, e))?;
+    let current = match inner.backend.local_revision() {
+        Some(current) => current,
+        None => inner
+            .backend
+            .current_revision()
+            .await
+            .map_err(|e| list_error(inner, e))?,
+    };
     Ok(cache_reaches(inner, cache, current).await)
 }
 

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOptions};
 use crate::registry::rest::{
-    CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, ObjectList,
+    CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object, ObjectList,
     RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
 use crate::registry::strategy::UpdateTarget;
@@ -222,6 +222,21 @@ impl<T: Resource> Getter for Store<T> {
             None => Err(Error::not_found(&self.inner.info, name)),
         }
     }
+
+    async fn get_object(&self, ctx: &RequestContext, name: &str, _: &GetOptions) -> Result<Object> {
+        let key = self.inner.key(ctx, name)?;
+        if let Some(cache) = &self.inner.cache {
+            if let Some(found) = list::get_from_cache(&self.inner, cache, &key).await {
+                return found
+                    .map(|object| Object::Encoded(object.encoded.clone()))
+                    .ok_or_else(|| Error::not_found(&self.inner.info, name));
+            }
+        }
+        match self.inner.current(&key, name).await? {
+            Some(kv) => codec::encode_stored(&kv).map(Object::Encoded),
+            None => Err(Error::not_found(&self.inner.info, name)),
+        }
+    }
 }
 
 #[async_trait]
@@ -294,6 +309,15 @@ pub struct StatusStore<T: Resource>(Store<T>);
 impl<T: Resource> Getter for StatusStore<T> {
     async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value> {
         self.0.get(ctx, name, options).await
+    }
+
+    async fn get_object(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        options: &GetOptions,
+    ) -> Result<Object> {
+        self.0.get_object(ctx, name, options).await
     }
 }
 

@@ -44,7 +44,16 @@ pub(crate) async fn create<T: Resource>(
             .create(&key, encode_for_storage(&stored)?)
             .await
         {
-            Ok(kv) => return decode_stored(&kv),
+            // What was stored, as decode_stored would read it back.
+            Ok(kv) => {
+                let mut created = stored;
+                set_meta(
+                    &mut created,
+                    "resourceVersion",
+                    json!(kv.mod_revision.to_string()),
+                );
+                return Ok(created);
+            }
             Err(StorageError::KeyExists(_)) if generate => continue,
             Err(e) => return Err(inner.storage_error(&name, e)),
         }
