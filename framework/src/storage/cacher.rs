@@ -13,7 +13,7 @@
 //! stops serving, ends every watch that followed it, and starts over with a fresh list. While
 //! it is not ready, callers read the backend directly.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -51,16 +51,112 @@ impl Default for CacherOptions {
     }
 }
 
-/// One object as the cache keeps it.
-#[derive(Debug)]
-pub struct CachedObject {
-    /// The object's key.
-    pub key: Arc<str>,
-    /// What a client receives: JSON with `metadata.resourceVersion`.
-    pub encoded: Bytes,
+/// One object as the cache keeps it: a single allocation holding its revision, its key (after
+/// the cache's prefix) and the JSON a client receives. Cheap to clone (a reference count).
+///
+/// One allocation, not a struct of a key, a byte buffer and their headers, because the cache
+/// holds one per stored object: what it costs per object is what the cache costs.
+#[derive(Clone)]
+pub struct CachedObject(Arc<[u8]>);
+
+/// `mod_revision` (8 bytes) and the key's length (4 bytes), little-endian, before the key.
+const HEADER: usize = 12;
+
+impl CachedObject {
+    fn new(key: &str, encoded: &[u8], mod_revision: Revision) -> Self {
+        let mut buffer = Vec::with_capacity(HEADER + key.len() + encoded.len());
+        buffer.extend_from_slice(&mod_revision.to_le_bytes());
+        buffer.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        buffer.extend_from_slice(key.as_bytes());
+        buffer.extend_from_slice(encoded);
+        Self(Arc::from(buffer))
+    }
+
     /// The revision of the write that produced this state (for a deleted object, the delete).
-    pub mod_revision: Revision,
+    pub fn mod_revision(&self) -> Revision {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(&self.0[..8]);
+        Revision::from_le_bytes(bytes)
+    }
+
+    fn key_len(&self) -> usize {
+        let mut bytes = [0; 4];
+        bytes.copy_from_slice(&self.0[8..HEADER]);
+        u32::from_le_bytes(bytes) as usize
+    }
+
+    /// The key after the cache's prefix, as bytes (UTF-8; byte order is key order).
+    fn key_bytes(&self) -> &[u8] {
+        &self.0[HEADER..HEADER + self.key_len()]
+    }
+
+    /// The object's key after the cache's prefix ([`Cacher::relative`] gives a prefix of keys
+    /// in the same terms).
+    pub fn key_suffix(&self) -> &str {
+        std::str::from_utf8(self.key_bytes()).unwrap_or_default()
+    }
+
+    /// What a client receives: JSON with `metadata.resourceVersion`.
+    pub fn json(&self) -> &[u8] {
+        &self.0[HEADER + self.key_len()..]
+    }
+
+    /// [`CachedObject::json`] as `Bytes` sharing this allocation (no copy), for a response body.
+    pub fn encoded(&self) -> Bytes {
+        Bytes::from_owner(Json(self.clone()))
+    }
 }
+
+impl std::fmt::Debug for CachedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedObject")
+            .field("key", &self.key_suffix())
+            .field("mod_revision", &self.mod_revision())
+            .field("bytes", &self.json().len())
+            .finish()
+    }
+}
+
+/// The JSON part of a cached object, as the owner of a `Bytes`.
+struct Json(CachedObject);
+
+impl AsRef<[u8]> for Json {
+    fn as_ref(&self) -> &[u8] {
+        self.0.json()
+    }
+}
+
+/// A cached object in the cache's ordered set, found by its key suffix.
+#[derive(Clone)]
+struct ByKey(CachedObject);
+
+impl std::borrow::Borrow<[u8]> for ByKey {
+    fn borrow(&self) -> &[u8] {
+        self.0.key_bytes()
+    }
+}
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key_bytes() == other.0.key_bytes()
+    }
+}
+
+impl Eq for ByKey {}
+
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key_bytes().cmp(other.0.key_bytes())
+    }
+}
+
+type Objects = BTreeSet<ByKey>;
 
 /// One change, as the cache hands it to watchers.
 #[derive(Debug)]
@@ -68,15 +164,15 @@ pub struct CachedEvent {
     /// Put or delete.
     pub event_type: EventType,
     /// The new state; for a delete, the last state at the delete's revision.
-    pub object: Arc<CachedObject>,
+    pub object: CachedObject,
     /// The state before (absent for a create).
-    pub prev: Option<Arc<CachedObject>>,
+    pub prev: Option<CachedObject>,
 }
 
 impl CachedEvent {
     /// The revision of the write.
     pub fn revision(&self) -> Revision {
-        self.object.mod_revision
+        self.object.mod_revision()
     }
 }
 
@@ -103,7 +199,7 @@ pub struct CacheWatch {
     /// The revision the watch starts from: the snapshot's, or the one asked for.
     pub revision: Revision,
     /// For a watch without a start revision: every object under the prefix, in key order.
-    pub initial: Vec<Arc<CachedObject>>,
+    pub initial: Vec<CachedObject>,
     /// For a watch from a revision: the events after it still in the window, in order.
     pub replay: Vec<Arc<CachedEvent>>,
     /// Everything after `revision`. Items at or below it may repeat and must be skipped.
@@ -147,7 +243,7 @@ struct Shared {
 struct State {
     ready: bool,
     revision: Revision,
-    objects: BTreeMap<Arc<str>, Arc<CachedObject>>,
+    objects: Objects,
     window: VecDeque<Arc<CachedEvent>>,
     /// Every event after this revision is in the window.
     window_start: Revision,
@@ -175,7 +271,7 @@ impl Cacher {
             state: RwLock::new(State {
                 ready: false,
                 revision: 0,
-                objects: BTreeMap::new(),
+                objects: Objects::new(),
                 window: VecDeque::new(),
                 window_start: 0,
                 live,
@@ -192,6 +288,12 @@ impl Cacher {
     /// The prefix this cache holds.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix
+    }
+
+    /// `prefix` (a key or a prefix of keys under the cache's prefix) after the cache's prefix:
+    /// the terms of [`CachedObject::key_suffix`].
+    pub fn relative<'a>(&self, prefix: &'a str) -> &'a str {
+        self.shared.suffix(prefix)
     }
 
     /// Whether the cache is loaded and following the backend.
@@ -221,22 +323,26 @@ impl Cacher {
 
     /// Every object whose key starts with `prefix` (which must start with the cache's), in key
     /// order, and the revision they are current at; `None` while the cache is not ready.
-    pub fn snapshot(&self, prefix: &str) -> Option<(Vec<Arc<CachedObject>>, Revision)> {
+    pub fn snapshot(&self, prefix: &str) -> Option<(Vec<CachedObject>, Revision)> {
         let state = self.shared.state.read().ok()?;
         if !state.ready {
             return None;
         }
-        Some((objects_under(&state.objects, prefix), state.revision))
+        Some((
+            objects_under(&state.objects, self.shared.suffix(prefix)),
+            state.revision,
+        ))
     }
 
     /// The object at `key` when the cache is ready and current at `revision` or later:
     /// `Some(None)` when there is none. `None` when the cache cannot answer.
-    pub fn get_at_least(&self, key: &str, revision: Revision) -> Option<Option<Arc<CachedObject>>> {
+    pub fn get_at_least(&self, key: &str, revision: Revision) -> Option<Option<CachedObject>> {
         let state = self.shared.state.read().ok()?;
         if !state.ready || state.revision < revision {
             return None;
         }
-        Some(state.objects.get(key).cloned())
+        let found = state.objects.get(self.shared.suffix(key).as_bytes());
+        Some(found.map(|entry| entry.0.clone()))
     }
 
     /// The objects under `prefix` (which must start with the cache's) whose keys sort after
@@ -248,25 +354,27 @@ impl Cacher {
         prefix: &str,
         start_after: &str,
         revision: Revision,
-    ) -> Option<Vec<Arc<CachedObject>>> {
+    ) -> Option<Vec<CachedObject>> {
         let state = self.shared.state.read().ok()?;
         if !state.ready || revision < state.window_start || revision > state.revision {
             return None;
         }
+        let prefix = self.shared.suffix(prefix).as_bytes();
+        let start_after = self.shared.suffix(start_after).as_bytes();
         let changed = state
             .window
             .iter()
             .rev()
             .take_while(|e| e.revision() > revision)
-            .any(|e| e.object.key.starts_with(prefix));
+            .any(|e| e.object.key_bytes().starts_with(prefix));
         if changed {
             return None;
         }
         let objects = state
             .objects
-            .range::<str, _>((Bound::Excluded(start_after), Bound::Unbounded))
-            .take_while(|(key, _)| key.starts_with(prefix))
-            .map(|(_, object)| Arc::clone(object))
+            .range::<[u8], _>((Bound::Excluded(start_after), Bound::Unbounded))
+            .take_while(|entry| entry.0.key_bytes().starts_with(prefix))
+            .map(|entry| entry.0.clone())
             .collect();
         Some(objects)
     }
@@ -281,6 +389,7 @@ impl Cacher {
             return Err(CacheMiss::NotReady);
         }
         let live = state.live.subscribe();
+        let prefix = self.shared.suffix(prefix);
         match after {
             None => Ok(CacheWatch {
                 revision: state.revision,
@@ -295,7 +404,9 @@ impl Cacher {
                 replay: state
                     .window
                     .iter()
-                    .filter(|e| e.revision() > after && e.object.key.starts_with(prefix))
+                    .filter(|e| {
+                        e.revision() > after && e.object.key_bytes().starts_with(prefix.as_bytes())
+                    })
                     .cloned()
                     .collect(),
                 live,
@@ -304,14 +415,13 @@ impl Cacher {
     }
 }
 
-fn objects_under(
-    objects: &BTreeMap<Arc<str>, Arc<CachedObject>>,
-    prefix: &str,
-) -> Vec<Arc<CachedObject>> {
+/// The objects whose key (relative to the cache's prefix) starts with `prefix`, in key order.
+fn objects_under(objects: &Objects, prefix: &str) -> Vec<CachedObject> {
+    let prefix = prefix.as_bytes();
     objects
-        .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-        .take_while(|(key, _)| key.starts_with(prefix))
-        .map(|(_, object)| Arc::clone(object))
+        .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(|entry| entry.0.key_bytes().starts_with(prefix))
+        .map(|entry| entry.0.clone())
         .collect()
 }
 
@@ -354,11 +464,15 @@ async fn follow(shared: &Shared) -> Result<(), StorageError> {
 }
 
 impl Shared {
+    /// A key, or a prefix of keys, after the cache's prefix (every key the cache holds starts
+    /// with it; it is kept once, not per object).
+    fn suffix<'a>(&self, key: &'a str) -> &'a str {
+        key.strip_prefix(self.prefix.as_str()).unwrap_or(key)
+    }
+
     /// Every object under the prefix at one revision.
-    async fn load(
-        &self,
-    ) -> Result<(BTreeMap<Arc<str>, Arc<CachedObject>>, Revision), StorageError> {
-        let mut objects = BTreeMap::new();
+    async fn load(&self) -> Result<(Objects, Revision), StorageError> {
+        let mut objects = Objects::new();
         let mut request = ListRequest {
             prefix: self.prefix.clone(),
             limit: 10_000,
@@ -369,7 +483,7 @@ impl Shared {
             request.revision = page.revision;
             for kv in &page.items {
                 if let Some(object) = self.encode(kv) {
-                    objects.insert(Arc::clone(&object.key), object);
+                    objects.insert(ByKey(object));
                 }
             }
             request.start_after = page.items.last().map(|kv| kv.key.clone());
@@ -379,13 +493,13 @@ impl Shared {
         }
     }
 
-    fn encode(&self, kv: &KeyValue) -> Option<Arc<CachedObject>> {
+    fn encode(&self, kv: &KeyValue) -> Option<CachedObject> {
         match (self.encode)(kv) {
-            Ok(encoded) => Some(Arc::new(CachedObject {
-                key: Arc::from(kv.key.as_str()),
-                encoded,
-                mod_revision: kv.mod_revision,
-            })),
+            Ok(encoded) => Some(CachedObject::new(
+                self.suffix(&kv.key),
+                &encoded,
+                kv.mod_revision,
+            )),
             Err(error) => {
                 tracing::error!(key = %kv.key, %error, "watch cache: cannot encode a stored object");
                 None
@@ -393,7 +507,7 @@ impl Shared {
         }
     }
 
-    fn ready(&self, objects: BTreeMap<Arc<str>, Arc<CachedObject>>, revision: Revision) {
+    fn ready(&self, objects: Objects, revision: Revision) {
         let Ok(mut state) = self.state.write() else {
             return;
         };
@@ -412,7 +526,7 @@ impl Shared {
             return;
         };
         state.ready = false;
-        state.objects = BTreeMap::new();
+        state.objects = Objects::new();
         state.window = VecDeque::new();
         state.live = broadcast::channel(self.options.watcher_lag.max(1)).0;
         self.revision.send_replace(None);
@@ -429,14 +543,13 @@ impl Shared {
                 let Some(object) = self.encode(&event.kv) else {
                     return;
                 };
-                let prev = state
-                    .objects
-                    .insert(Arc::clone(&object.key), Arc::clone(&object));
-                Some((object, prev))
+                let prev = state.objects.replace(ByKey(object.clone()));
+                Some((object, prev.map(|entry| entry.0)))
             }
             EventType::Delete => {
-                let prev = state.objects.remove(key);
-                self.encode(&event.kv).map(|object| (object, prev))
+                let prev = state.objects.take(self.suffix(key).as_bytes());
+                self.encode(&event.kv)
+                    .map(|object| (object, prev.map(|entry| entry.0)))
             }
         };
         state.revision = revision;
@@ -502,7 +615,7 @@ mod tests {
     }
 
     fn text(object: &CachedObject) -> &str {
-        std::str::from_utf8(&object.encoded).unwrap()
+        std::str::from_utf8(object.json()).unwrap()
     }
 
     async fn next(live: &mut broadcast::Receiver<CacheItem>) -> Arc<CachedEvent> {
@@ -522,7 +635,7 @@ mod tests {
         let cache = cacher(&backend, CacherOptions::default());
         ready_at(&cache, &backend).await;
         let (objects, revision) = cache.snapshot("/c/").unwrap();
-        assert_eq!(objects.iter().map(|o| text(o)).collect::<Vec<_>>(), ["A@1"]);
+        assert_eq!(objects.iter().map(text).collect::<Vec<_>>(), ["A@1"]);
         assert_eq!(
             revision, 2,
             "progress carries the cache past other prefixes"

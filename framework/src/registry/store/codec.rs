@@ -226,8 +226,8 @@ impl Scan<'_> {
 
 /// A watch-cache object decoded, for selectors and shapes that need the JSON.
 pub(crate) fn decode_cached(object: &CachedObject) -> Result<Value> {
-    serde_json::from_slice(&object.encoded)
-        .map_err(|e| Error::internal(format!("cached object {}: {e}", object.key)))
+    serde_json::from_slice(object.json())
+        .map_err(|e| Error::internal(format!("cached object {}: {e}", object.key_suffix())))
 }
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).

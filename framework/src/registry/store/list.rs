@@ -1,7 +1,6 @@
 //! List: one page at one revision, selectors applied, `continue` tokens as kube-apiserver
 //! writes them (so a client cannot tell the difference).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -173,7 +172,14 @@ async fn from_cache(
     let Some((objects, revision)) = cache.snapshot(prefix) else {
         return Ok(None);
     };
-    page(&objects, revision, options.limit, filter, prefix).map(Some)
+    page(
+        &objects,
+        revision,
+        options.limit,
+        filter,
+        cache.relative(prefix),
+    )
+    .map(Some)
 }
 
 /// A later page from the cache, when it has the state of the token's revision under
@@ -195,14 +201,22 @@ fn continue_from_cache(
     };
     let start_after = format!("{prefix}{}", token.start.trim_end_matches('\u{0}'));
     match cache.unchanged_since(prefix, &start_after, token.rv) {
-        Some(objects) => page(&objects, token.rv, options.limit, filter, prefix).map(Some),
+        Some(objects) => page(
+            &objects,
+            token.rv,
+            options.limit,
+            filter,
+            cache.relative(prefix),
+        )
+        .map(Some),
         None => Ok(None),
     }
 }
 
-/// One page of cached `objects` (in key order, from where the page starts) at `revision`.
+/// One page of cached `objects` (in key order, from where the page starts) at `revision`;
+/// `prefix` is the list's, relative to the cache's ([`Cacher::relative`]).
 fn page(
-    objects: &[Arc<CachedObject>],
+    objects: &[CachedObject],
     revision: Revision,
     limit: usize,
     filter: &Filter,
@@ -222,11 +236,11 @@ fn page(
         if !filter.selects(object)? {
             continue;
         }
-        out.items.push(Object::Encoded(object.encoded.clone()));
+        out.items.push(Object::Encoded(object.encoded()));
         if limit > 0 && out.items.len() == limit {
             let left = objects.len() - i - 1;
             if left > 0 {
-                let token = ContinueToken::after(revision, &object.key[prefix.len()..]);
+                let token = ContinueToken::after(revision, &object.key_suffix()[prefix.len()..]);
                 out.continue_token = Some(token.encode());
                 if filter.is_everything() {
                     out.remaining_item_count = Some(left as i64);
@@ -265,7 +279,7 @@ pub(crate) async fn get_from_cache(
     inner: &Inner,
     cache: &Cacher,
     key: &str,
-) -> Option<Option<Arc<CachedObject>>> {
+) -> Option<Option<CachedObject>> {
     if !cache.is_ready() {
         return None;
     }

@@ -80,12 +80,17 @@ pub(crate) async fn watch(
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     if let Some(watch) = from_cache(&inner, &prefix, start).await? {
         let from = watch.revision;
+        // Cached keys are kept relative to the cache's prefix.
+        let within: Arc<str> = match &inner.cache {
+            Some(cache) => cache.relative(&prefix).into(),
+            None => prefix.as_str().into(),
+        };
         let mut first = Vec::new();
         for object in &watch.initial {
             if plan.filter.selects(object).unwrap_or(false) {
                 first.push(WatchEvent {
                     type_: WatchEventType::Added,
-                    object: Object::Encoded(object.encoded.clone()),
+                    object: Object::Encoded(object.encoded()),
                 });
             }
         }
@@ -102,7 +107,9 @@ pub(crate) async fn watch(
                     Err(_) => None,
                     Ok(CacheItem::Progress(at)) => Some(Step::Advance(at, None)),
                     Ok(CacheItem::Event(event)) if event.revision() <= from => None,
-                    Ok(CacheItem::Event(event)) if !event.object.key.starts_with(&*prefix) => {
+                    Ok(CacheItem::Event(event))
+                        if !event.object.key_suffix().starts_with(&*within) =>
+                    {
                         Some(Step::Advance(event.revision(), None))
                     }
                     Ok(CacheItem::Event(event)) => Some(Step::Advance(
@@ -284,11 +291,11 @@ fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> 
             (EventType::Put, Some(_)) => WatchEventType::Modified,
             (EventType::Put, None) => WatchEventType::Added,
         };
-        let object = Object::Encoded(event.object.encoded.clone());
+        let object = Object::Encoded(event.object.encoded());
         return Some(WatchEvent { type_, object });
     }
     let object = decode_cached(&event.object).ok()?;
-    let previous = event.prev.as_deref().and_then(|o| decode_cached(o).ok());
+    let previous = event.prev.as_ref().and_then(|o| decode_cached(o).ok());
     seen_through(filter, event.event_type, object, previous, event.revision())
 }
 
