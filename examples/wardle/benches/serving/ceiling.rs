@@ -172,6 +172,36 @@ pub async fn etcd_puts(
     Ok(sample)
 }
 
+/// Raw etcd create transactions of `value` (compare `create_revision = 0`, then put: what the
+/// etcd3 backend sends for a create), as [`etcd_puts`] otherwise. Beside the puts it tells
+/// etcd's own price of a create from the server's.
+#[cfg(feature = "etcd")]
+pub async fn etcd_creates(
+    servers: &str,
+    value: Bytes,
+    count: usize,
+    concurrency: usize,
+) -> Result<Sample, Error> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let client = etcd_client::Client::connect([servers], None).await?;
+    let prefix: Arc<str> = format!("/bench-ceiling-{}/", crate::server::unique()).into();
+    let kv = client.kv_client();
+    let keys = prefix.clone();
+    let sample = crate::client::drive(count, concurrency, move |i| {
+        let (mut kv, key, value) = (kv.clone(), format!("{keys}{i:07}"), value.clone());
+        async move {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key, value.to_vec(), None)]);
+            kv.txn(txn).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    delete_prefix(client, &prefix).await?;
+    Ok(sample)
+}
+
 /// Deletes every etcd key under `prefix`, e.g. a bench run's.
 #[cfg(feature = "etcd")]
 pub async fn delete_prefix(mut client: etcd_client::Client, prefix: &str) -> Result<(), Error> {

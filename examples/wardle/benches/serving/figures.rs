@@ -14,6 +14,17 @@ const MIB: u64 = 1024 * 1024;
 /// The rows of a serving run.
 pub fn serving(settings: &Settings, backend: &Backend, ours: &Ours, ceil: &Ceilings) -> Vec<Row> {
     let mut rows = vec![create_row(settings, backend, ours, ceil)];
+    if let Some(txns) = &ceil.create_txns {
+        let share = ours.creates.per_second() / txns.per_second();
+        let label = format!(
+            "create/s ({} in flight) vs raw etcd-client create txns",
+            settings.concurrency
+        );
+        rows.push(
+            Row::plain(label, per_second(ours.creates.per_second()))
+                .ceiling(per_second(txns.per_second()), share),
+        );
+    }
     rows.extend(latency_rows("get", &ours.gets, &ceil.gets));
     let in_flight = settings.concurrency;
     rows.push(share_row(

@@ -33,6 +33,8 @@ pub struct Ceilings {
     pub writes: Sample,
     /// What the write ceiling is (raw etcd puts, …).
     pub writes_label: &'static str,
+    /// On etcd3: raw create transactions (compare, put), as the backend sends them.
+    pub create_txns: Option<Sample>,
     pub gets: Sample,
     pub lists: Sample,
     pub walks: Sample,
@@ -144,10 +146,20 @@ async fn ceilings(
     let lists = workload::lists(&client, "/list", settings.lists).await?;
     let next = |i: usize, _: &str| format!("/page?i={i}");
     let (walks, _) = workload::walks(&client, settings.walks, "/page?i=0", next).await?;
-    let (writes, writes_label) = raw_writes(settings, backend, &client, dir, object).await?;
+    let (writes, writes_label) =
+        raw_writes(settings, backend, &client, dir, object.clone()).await?;
+    let create_txns = match backend {
+        #[cfg(feature = "etcd")]
+        Backend::Etcd3(servers) => Some(
+            ceiling::etcd_creates(servers, object, settings.raw_writes, settings.concurrency)
+                .await?,
+        ),
+        _ => None,
+    };
     Ok(Ceilings {
         writes,
         writes_label,
+        create_txns,
         gets,
         lists,
         walks,
