@@ -33,6 +33,9 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
     // README's first command, with any free port, run from a fresh directory.
     let child = Command::new(env!("CARGO_BIN_EXE_wardle"))
         .current_dir(dir.path())
+        // Standalone even when the tests run in a pod (its service account would select
+        // delegated mode).
+        .env_remove("KUBERNETES_SERVICE_HOST")
         .args([
             "--bind-address=127.0.0.1",
             "--secure-port=0",

@@ -82,6 +82,8 @@ impl Wardle {
         }
         let mut child = Command::new(env!("CARGO_BIN_EXE_wardle"))
             .current_dir(dir)
+            // Standalone even in a pod (its service account would select delegated mode).
+            .env_remove("KUBERNETES_SERVICE_HOST")
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={port}"))
             .arg("--cert-dir=certs")

@@ -53,6 +53,8 @@ impl Wardle {
         let cert_dir = dir.join("certs");
         let mut command = Command::new(WARDLE);
         command
+            // Standalone even in a pod (its service account would select delegated mode).
+            .env_remove("KUBERNETES_SERVICE_HOST")
             .args(["--bind-address=127.0.0.1", "--secure-port=0"])
             .arg(format!("--cert-dir={}", cert_dir.display()))
             .arg(format!("--storage-backend={}", backend.name()));
