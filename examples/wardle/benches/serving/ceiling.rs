@@ -147,37 +147,24 @@ async fn accept_loop(
     }
 }
 
-/// Raw etcd puts of `value` under a fresh prefix, `concurrency` in flight over one client
-/// (as the etcd3 backend uses one); the keys are deleted afterwards.
+/// What a raw etcd write ceiling sends per key.
 #[cfg(feature = "etcd")]
-pub async fn etcd_puts(
-    servers: &str,
-    value: Bytes,
-    count: usize,
-    concurrency: usize,
-) -> Result<Sample, Error> {
-    let client = etcd_client::Client::connect([servers], None).await?;
-    let prefix: Arc<str> = format!("/bench-ceiling-{}/", crate::server::unique()).into();
-    let kv = client.kv_client();
-    let keys = prefix.clone();
-    let sample = crate::client::drive(count, concurrency, move |i| {
-        let (mut kv, key, value) = (kv.clone(), format!("{keys}{i:07}"), value.clone());
-        async move {
-            kv.put(key, value.to_vec(), None).await?;
-            Ok(())
-        }
-    })
-    .await?;
-    delete_prefix(client, &prefix).await?;
-    Ok(sample)
+#[derive(Clone, Copy)]
+pub enum EtcdWrite {
+    /// A plain put.
+    Put,
+    /// A create transaction (compare `create_revision = 0`, then put): what the etcd3 backend
+    /// sends for a create. Beside the puts it tells etcd's own price of a create from the
+    /// server's.
+    CreateTxn,
 }
 
-/// Raw etcd create transactions of `value` (compare `create_revision = 0`, then put: what the
-/// etcd3 backend sends for a create), as [`etcd_puts`] otherwise. Beside the puts it tells
-/// etcd's own price of a create from the server's.
+/// Raw etcd writes of `value` under a fresh prefix, `concurrency` in flight over one client
+/// (as the etcd3 backend uses one); the keys are deleted afterwards.
 #[cfg(feature = "etcd")]
-pub async fn etcd_creates(
+pub async fn etcd_writes(
     servers: &str,
+    write: EtcdWrite,
     value: Bytes,
     count: usize,
     concurrency: usize,
@@ -188,12 +175,17 @@ pub async fn etcd_creates(
     let kv = client.kv_client();
     let keys = prefix.clone();
     let sample = crate::client::drive(count, concurrency, move |i| {
-        let (mut kv, key, value) = (kv.clone(), format!("{keys}{i:07}"), value.clone());
+        let (mut kv, key, value) = (kv.clone(), format!("{keys}{i:07}"), value.to_vec());
         async move {
-            let txn = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key, value.to_vec(), None)]);
-            kv.txn(txn).await?;
+            match write {
+                EtcdWrite::Put => drop(kv.put(key, value, None).await?),
+                EtcdWrite::CreateTxn => {
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key, value, None)]);
+                    drop(kv.txn(txn).await?);
+                }
+            }
             Ok(())
         }
     })

@@ -151,8 +151,14 @@ async fn ceilings(
     let create_txns = match backend {
         #[cfg(feature = "etcd")]
         Backend::Etcd3(servers) => Some(
-            ceiling::etcd_creates(servers, object, settings.raw_writes, settings.concurrency)
-                .await?,
+            ceiling::etcd_writes(
+                servers,
+                ceiling::EtcdWrite::CreateTxn,
+                object,
+                settings.raw_writes,
+                settings.concurrency,
+            )
+            .await?,
         ),
         _ => None,
     };
@@ -236,7 +242,9 @@ async fn raw_writes(
         }
         #[cfg(feature = "etcd")]
         Backend::Etcd3(servers) => {
-            let sample = ceiling::etcd_puts(servers, object, count, settings.concurrency).await?;
+            let put = ceiling::EtcdWrite::Put;
+            let sample =
+                ceiling::etcd_writes(servers, put, object, count, settings.concurrency).await?;
             Ok((sample, "raw etcd-client puts"))
         }
         #[cfg(not(feature = "etcd"))]
