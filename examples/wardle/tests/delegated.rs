@@ -9,7 +9,7 @@ use std::path::Path;
 use apiserver::server::certs::SelfSignedCerts;
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use apiserver::testing::pki::TestCa;
-use apiserver::testing::KubectlOutput;
+use apiserver::testing::{kubectl, KubectlOutput};
 use common::*;
 
 const CALLER: &str = "system:serviceaccount:wardle:apiserver";
@@ -32,22 +32,9 @@ fn kubectl_as(dir: &Path, server_port: u16, token: &str, args: &[&str]) -> Kubec
     });
     let path = dir.join(format!("{token}.kubeconfig"));
     std::fs::write(&path, kubeconfig.to_string()).unwrap();
-    let out = std::process::Command::new("timeout")
-        .arg("60")
-        .arg("kubectl")
-        .arg("--kubeconfig")
-        .arg(&path)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        // kubectl's discovery cache stays in the test's directory.
-        .env("HOME", dir)
-        .output()
-        .expect("kubectl runs");
-    KubectlOutput {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    // kubectl's discovery cache stays in the test's directory.
+    let home = dir.to_string_lossy();
+    kubectl(&path, args, &[("HOME", &home)])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,7 @@ backend_tests! {
 
 use std::time::Duration;
 
-use apiserver::testing::{KubectlOutput, TestServer};
+use apiserver::testing::{kubectl, TestServer};
 use futures::{AsyncBufReadExt, StreamExt};
 use http::{HeaderMap, StatusCode};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -689,22 +689,7 @@ async fn health_version_and_anonymous(backend: Backend) {
     let kubeconfig = std::fs::read_to_string(&server.kubeconfig).unwrap();
     let stripped = strip_user_credentials(&kubeconfig);
     let path = write(dir.path(), "anonymous.kubeconfig", &stripped);
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("timeout")
-            .arg("60")
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(&path)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .unwrap();
-        KubectlOutput {
-            success: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    };
+    let run = |args: &[&str]| kubectl(path.as_ref(), args, &[]);
     assert_eq!(ok(run(&["get", "--raw", "/readyz"])), "ok");
     let denied = run(&["get", "--raw", FLUNDERS]);
     assert!(!denied.success, "{denied:?}");

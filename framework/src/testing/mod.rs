@@ -98,27 +98,34 @@ impl TestServer {
 
     /// Runs kubectl with extra environment variables (`KUBE_EDITOR`, ...).
     pub fn kubectl_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> KubectlOutput {
-        let mut command = Command::new("timeout");
-        command
-            .arg("60")
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args);
-        command.env_remove("KUBECONFIG");
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let out = command.output().expect("kubectl runs");
-        KubectlOutput {
-            success: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        kubectl(&self.kubeconfig, args, env)
     }
 
     /// Stops the server and waits for it.
     pub async fn stop(self) {
         self.running.shutdown().await.expect("server stops cleanly");
+    }
+}
+
+/// Runs kubectl with `kubeconfig` (never `$KUBECONFIG`) and extra environment variables
+/// (blocking; at most 60 s, then it is killed): for a kubeconfig of the test's own, such as
+/// one with a token or without credentials.
+pub fn kubectl(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)]) -> KubectlOutput {
+    let mut command = Command::new("timeout");
+    command
+        .arg("60")
+        .arg("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args);
+    command.env_remove("KUBECONFIG");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("kubectl runs");
+    KubectlOutput {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
