@@ -1,5 +1,5 @@
 //! The secure-serving options of a whole `ApiServer`, over real TLS on 127.0.0.1 with
-//! certificates made here (rcgen): serving certificate reload, `--tls-min-version`,
+//! certificates made here (`testing::pki`): serving certificate reload, `--tls-min-version`,
 //! `--tls-cipher-suites`, client certificates requested at the TLS layer and judged by the
 //! x509 authenticator, and HTTP/2 with 1,000 concurrent watches on one connection.
 //! Every wait is bounded; nothing asserts on time.
@@ -15,13 +15,10 @@ use apiserver::server::serve::ShutdownSignal;
 use apiserver::server::serving_cert::ServingCertificate;
 use apiserver::server::tls::{crypto_provider, root_store, TlsVersion};
 use apiserver::server::{ApiGroup, ApiServer, RunningServer, ServerOptions, StorageBackendKind};
+use apiserver::testing::pki::{TestCa, TestCert};
 use apiserver::Resource;
 use bytes::Bytes;
 use clap::Parser;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{CipherSuite, SupportedProtocolVersion};
 use schemars::JsonSchema;
@@ -59,65 +56,20 @@ const THINGS: &str = "/apis/serving.example.com/v1/namespaces/default/things";
 // Certificates made by the test
 // ---------------------------------------------------------------------------------------
 
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    cert_pem: String,
-    key_pem: String,
-    der: CertificateDer<'static>,
+/// A client certificate as rustls wants it.
+fn cert_key(cert: TestCert) -> CertKey {
+    CertKey::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes()).unwrap()
 }
 
-impl Ca {
-    fn new(cn: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2090, 1, 1);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let key_pem = key.serialize_pem();
-        Self {
-            cert_pem: cert.pem(),
-            der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-            key_pem,
-        }
-    }
+/// A serving certificate of `ca` for localhost and 127.0.0.1: (chain PEM with the CA, key PEM).
+fn serving(ca: &TestCa) -> (String, String) {
+    let cert = ca.serving(&["localhost", "127.0.0.1"]);
+    (cert.cert_pem, cert.key_pem)
+}
 
-    /// A serving certificate for localhost and 127.0.0.1: (chain PEM with the CA, key PEM).
-    fn serving(&self, cn: &str) -> (String, String) {
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2080, 1, 1);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem() + &self.cert_pem, key.serialize_pem())
-    }
-
-    /// A client certificate for user `cn` in group `org`, valid until the given year.
-    fn client(&self, cn: &str, org: &str, until_year: i32) -> CertKey {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, org);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(until_year, 1, 1);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        CertKey::from_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes()).unwrap()
-    }
+/// The CA certificate of `ca` in DER, for a client's roots.
+fn der(ca: &TestCa) -> CertificateDer<'static> {
+    apiserver::server::certs::parse_certs_pem(ca.cert_pem.as_bytes()).unwrap()[0].clone()
 }
 
 /// Writes through a temporary file and a rename, as certificate rotators do.
@@ -163,7 +115,7 @@ fn options(dir: &Path) -> ServerOptions {
 
 /// Starts a server with a client CA of the test's (`client_ca`, written into the cert dir
 /// before start, which the server then adopts) and options changed by `edit`.
-async fn start(client_ca: &Ca, edit: impl FnOnce(&mut ServerOptions, &Path)) -> Server {
+async fn start(client_ca: &TestCa, edit: impl FnOnce(&mut ServerOptions, &Path)) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     std::fs::create_dir_all(&certs).unwrap();
@@ -303,26 +255,26 @@ fn leaf_of(chain_pem: &str) -> CertificateDer<'static> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_judged_by_the_authenticator_not_the_handshake() {
-    let client_ca = Ca::new("test-client-ca");
+    let client_ca = TestCa::new("test-client-ca");
     let server = start(&client_ca, |_, _| {}).await;
     let addr = server.addr();
     let roots = &server.serving_ca;
 
-    let good = client_ca.client("alice", "devs", 2080);
+    let good = cert_key(client_ca.client("alice", &["devs"]));
     assert_eq!(
         get_status(&Client::new(roots).cert(&good), addr, "/apis").await,
         200
     );
 
     // Signed by the client CA but expired: the handshake succeeds, the request is a 401.
-    let expired = client_ca.client("alice", "devs", 2001);
+    let expired = cert_key(client_ca.expired_client("alice", &["devs"]));
     assert_eq!(
         get_status(&Client::new(roots).cert(&expired), addr, "/apis").await,
         401
     );
 
     // Signed by another CA: the same.
-    let stranger = Ca::new("someone-else").client("alice", "devs", 2080);
+    let stranger = cert_key(TestCa::new("someone-else").client("alice", &["devs"]));
     let stream = Client::new(roots).cert(&stranger).connect(addr).await;
     let (status, body) = http1(stream.expect("handshake succeeds"), "GET", "/apis", None).await;
     assert_eq!(status, 401, "{body}");
@@ -354,9 +306,9 @@ async fn client_certificates_are_judged_by_the_authenticator_not_the_handshake()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serving_certificate_files_are_reloaded_and_bad_pairs_ignored() {
-    let client_ca = Ca::new("test-client-ca");
-    let serving_ca = Ca::new("test-serving-ca");
-    let (first_cert, first_key) = serving_ca.serving("first");
+    let client_ca = TestCa::new("test-client-ca");
+    let serving_ca = TestCa::new("test-serving-ca");
+    let (first_cert, first_key) = serving(&serving_ca);
     let first_leaf = leaf_of(&first_cert);
     let files: Arc<std::sync::Mutex<Option<(PathBuf, PathBuf)>>> = Default::default();
     let files_in = files.clone();
@@ -370,7 +322,7 @@ async fn serving_certificate_files_are_reloaded_and_bad_pairs_ignored() {
     })
     .await;
     let (cert_file, key_file) = files.lock().unwrap().clone().unwrap();
-    let roots = [serving_ca.der.clone()];
+    let roots = [der(&serving_ca)];
     let addr = server.addr();
     let handle = server.running.serving_certificate().clone();
     assert_eq!(
@@ -387,7 +339,7 @@ async fn serving_certificate_files_are_reloaded_and_bad_pairs_ignored() {
     // Rotate: the key first, then the certificate, as a rotator may. In between the pair
     // does not match, which the reloader refuses; then the new pair is served.
     let mut changes = handle.subscribe();
-    let (second_cert, second_key) = serving_ca.serving("second");
+    let (second_cert, second_key) = serving(&serving_ca);
     write_atomically(&key_file, &second_key);
     write_atomically(&cert_file, &second_cert);
     let second_leaf = leaf_of(&second_cert);
@@ -407,7 +359,7 @@ async fn serving_certificate_files_are_reloaded_and_bad_pairs_ignored() {
 
     // A key that does not match the certificate is refused, whoever looks first (the
     // reloader or this call); the second pair stays in service.
-    let (_, stray_key) = serving_ca.serving("stray");
+    let (_, stray_key) = serving(&serving_ca);
     write_atomically(&key_file, &stray_key);
     assert!(!matches!(handle.reload(), Ok(true)));
     assert_eq!(handle.current().cert[0], second_leaf);
@@ -422,22 +374,22 @@ async fn serving_certificate_files_are_reloaded_and_bad_pairs_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_reports_changes_once_and_the_reloader_stops_on_shutdown() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("test-serving-ca");
+    let ca = TestCa::new("test-serving-ca");
     let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let (cert, key) = ca.serving("first");
+    let (cert, key) = serving(&ca);
     std::fs::write(&cert_file, &cert).unwrap();
     std::fs::write(&key_file, &key).unwrap();
     let provider = crypto_provider();
     let handle = ServingCertificate::from_files(&cert_file, &key_file, &provider).unwrap();
     assert!(!handle.reload().unwrap(), "unchanged files are no change");
 
-    let (_, stray_key) = ca.serving("stray");
+    let (_, stray_key) = serving(&ca);
     write_atomically(&key_file, &stray_key);
     assert!(handle.reload().is_err(), "a mismatched pair is an error");
     assert!(!handle.reload().unwrap(), "and reported once");
     assert_eq!(handle.current().cert[0], leaf_of(&cert));
 
-    let (cert, key) = ca.serving("second");
+    let (cert, key) = serving(&ca);
     write_atomically(&key_file, &key);
     write_atomically(&cert_file, &cert);
     assert!(handle.reload().unwrap());
@@ -521,7 +473,7 @@ async fn invalid_cipher_suites_set_in_code_stop_the_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_min_version_13_refuses_tls_12_clients() {
-    let client_ca = Ca::new("test-client-ca");
+    let client_ca = TestCa::new("test-client-ca");
     let server = start(&client_ca, |o, _| o.tls_min_version = TlsVersion::Tls13).await;
     let roots = &server.serving_ca;
     let tls12 = Client {
@@ -540,7 +492,7 @@ async fn tls_min_version_13_refuses_tls_12_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls12_cipher_suites_are_limited_to_the_flag_and_tls13_stays_on() {
-    let client_ca = Ca::new("test-client-ca");
+    let client_ca = TestCa::new("test-client-ca");
     // The self-signed serving key is ECDSA P-256.
     let server = start(&client_ca, |o, _| {
         o.tls_cipher_suites = vec!["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384".into()];
@@ -585,10 +537,10 @@ const WATCHES: usize = 1000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_http2_connection_carries_a_thousand_watches() {
-    let client_ca = Ca::new("test-client-ca");
+    let client_ca = TestCa::new("test-client-ca");
     let server = start(&client_ca, |_, _| {}).await;
     let addr = server.addr();
-    let user = client_ca.client("alice", "devs", 2080);
+    let user = cert_key(client_ca.client("alice", &["devs"]));
     let roots = &server.serving_ca;
 
     let list = Client::new(roots).cert(&user).connect(addr).await.unwrap();

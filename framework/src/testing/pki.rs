@@ -53,6 +53,8 @@ pub struct TestCa {
     /// The CA certificate in PEM: what goes into `--client-ca-file`, a ConfigMap or a
     /// `caBundle`.
     pub cert_pem: String,
+    /// The CA's private key in PEM (e.g. to plant the CA in a server's `--cert-dir`).
+    pub key_pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -72,6 +74,7 @@ impl TestCa {
         let cert = params.self_signed(&key).expect("self-signed CA");
         Self {
             cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
             issuer: Issuer::new(params, key),
         }
     }
