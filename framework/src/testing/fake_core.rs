@@ -399,7 +399,9 @@ impl FakeCore {
     }
 
     fn put(&self, collection: Collection, name: &str, object: Value) {
-        self.inner.put(collection, name, object, true).ok();
+        self.inner
+            .put(collection, name, object, PutMode::Replace)
+            .ok();
     }
 }
 
@@ -441,17 +443,27 @@ fn with_type(mut object: Value, kind: &str) -> Value {
     object
 }
 
+/// How [`Inner::put`] treats an object already stored under the name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PutMode {
+    /// A client's create: an existing object is 409 AlreadyExists.
+    Create,
+    /// A client's update: a `resourceVersion` other than the stored one's is 409 Conflict.
+    Update,
+    /// The test's own write: replaces whatever is there.
+    Replace,
+}
+
 // Errors are ready-made HTTP answers: a test fake favours directness over a small Err.
 #[allow(clippy::result_large_err)]
 impl Inner {
-    /// Stores `object` under `name`, stamping metadata. Unless `force`, an object that carries
-    /// a `resourceVersion` other than the stored one's is refused with 409 Conflict.
+    /// Stores `object` under `name`, stamping metadata, as `mode` allows.
     fn put(
         &self,
         collection: Collection,
         name: &str,
         mut object: Value,
-        force: bool,
+        mode: PutMode,
     ) -> Result<Value, Response> {
         let (kind, _) = kind_of(&collection.0, &collection.1).expect("known resource");
         let mut objects = lock(&self.objects);
@@ -460,7 +472,14 @@ impl Inner {
             .get(&collection)
             .and_then(|c| c.get(name))
             .cloned();
-        if !force {
+        if mode == PutMode::Create && existing.is_some() {
+            return Err(status_error(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                &format!("{} \"{name}\" already exists", collection.1),
+            ));
+        }
+        if mode == PutMode::Update {
             if let Some(existing) = &existing {
                 let sent = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
                 let current = existing["metadata"]["resourceVersion"]
@@ -1000,18 +1019,7 @@ async fn resource_request(
                     &format!("{kind} \"\" is invalid: metadata.name: Required value: name or generateName is required"),
                 );
             };
-            let exists = lock(&inner.objects)
-                .items
-                .get(&target.collection)
-                .is_some_and(|c| c.contains_key(&name));
-            if exists {
-                return status_error(
-                    StatusCode::CONFLICT,
-                    "AlreadyExists",
-                    &format!("{resource} \"{name}\" already exists"),
-                );
-            }
-            match inner.put(target.collection.clone(), &name, object, false) {
+            match inner.put(target.collection.clone(), &name, object, PutMode::Create) {
                 Ok(o) => ok(StatusCode::CREATED, o),
                 Err(e) => e,
             }
@@ -1087,7 +1095,7 @@ async fn resource_request(
                     "the name of the object does not match the name on the URL",
                 );
             }
-            match inner.put(target.collection.clone(), name, object, false) {
+            match inner.put(target.collection.clone(), name, object, PutMode::Update) {
                 Ok(o) => ok(StatusCode::OK, o),
                 Err(e) => e,
             }
