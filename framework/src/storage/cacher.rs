@@ -203,7 +203,11 @@ pub struct CacheWatch {
     /// For a watch from a revision: the events after it still in the window, in order.
     pub replay: Vec<Arc<CachedEvent>>,
     /// Everything after `revision`. Items at or below it may repeat and must be skipped.
+    /// Events of the whole cache: the watcher keeps those whose
+    /// [`CachedObject::key_suffix`] starts with `relative_prefix`.
     pub live: broadcast::Receiver<CacheItem>,
+    /// The watch's prefix after the cache's, in the terms of [`CachedObject::key_suffix`].
+    pub relative_prefix: Arc<str>,
 }
 
 /// A watch cache of one prefix. Cheap to clone; the cache stops with its last clone.
@@ -396,6 +400,7 @@ impl Cacher {
                 initial: objects_under(&state.objects, prefix),
                 replay: Vec::new(),
                 live,
+                relative_prefix: prefix.into(),
             }),
             Some(after) if after < state.window_start => Err(CacheMiss::TooOld),
             Some(after) => Ok(CacheWatch {
@@ -410,6 +415,7 @@ impl Cacher {
                     .cloned()
                     .collect(),
                 live,
+                relative_prefix: prefix.into(),
             }),
         }
     }

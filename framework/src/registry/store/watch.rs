@@ -80,11 +80,7 @@ pub(crate) async fn watch(
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     if let Some(watch) = from_cache(&inner, &prefix, start).await? {
         let from = watch.revision;
-        // Cached keys are kept relative to the cache's prefix.
-        let within: Arc<str> = match &inner.cache {
-            Some(cache) => cache.relative(&prefix).into(),
-            None => prefix.as_str().into(),
-        };
+        let within = Arc::clone(&watch.relative_prefix);
         let mut first = Vec::new();
         for object in &watch.initial {
             if plan.filter.selects(object).unwrap_or(false) {
