@@ -165,7 +165,7 @@ async fn lists_are_served_from_memory_as_encoded_objects() {
     cache_serving(&store, &backend).await;
     let lists = backend.lists.load(Ordering::SeqCst);
     let page = store.list(&ns(), &ListOptions::default()).await.unwrap();
-    assert!(page.items.iter().all(|o| matches!(o, Object::Encoded(_))));
+    assert!(page.items.iter().all(|o| matches!(o, Object::Cached(_))));
     let zero = list(&store, from(0)).await;
     assert_eq!(zero.len(), 3);
     let d = create(&store, "d").await;

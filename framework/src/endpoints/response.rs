@@ -30,17 +30,18 @@ pub fn respond(code: StatusCode, target: Target, body: &Value) -> Result<Respons
 /// A response with one object of [`Shape::Object`] in the target's encoding; JSON bytes
 /// already encoded go out as they are.
 pub fn respond_object(code: StatusCode, target: Target, object: Object) -> Result<Response> {
-    match object {
-        Object::Encoded(bytes) if target.encoding == Encoding::Json => {
-            let mut response = (code, bytes).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(target.content_type()),
-            );
-            Ok(response)
-        }
-        object => respond(code, target, &object.into_value()?),
-    }
+    let json = target.encoding == Encoding::Json;
+    let bytes = match object {
+        Object::Encoded(bytes) if json => bytes,
+        Object::Cached(cached) if json => cached.encoded(),
+        object => return respond(code, target, &object.into_value()?),
+    };
+    let mut response = (code, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(target.content_type()),
+    );
+    Ok(response)
 }
 
 /// One object in the target's shape.
@@ -146,6 +147,7 @@ fn values(items: Vec<Object>) -> Result<Vec<Value>> {
 fn encoded_len(object: &Object) -> usize {
     match object {
         Object::Encoded(bytes) => bytes.len(),
+        Object::Cached(object) => object.json().len(),
         Object::Decoded(_) => 512,
     }
 }

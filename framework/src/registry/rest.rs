@@ -19,16 +19,21 @@ use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOpti
 use crate::registry::patch::PatchSchema;
 use crate::registry::served::SchemaFn;
 use crate::runtime::ResourceInfo;
+use crate::storage::cacher::CachedObject;
 
 /// One object a verb hands to the response writer: decoded JSON, or the JSON bytes of it
-/// already encoded (what the watch cache keeps), which a JSON response copies as they are
-/// instead of serializing the object again.
+/// already encoded (read from storage, or as the watch cache keeps them), which a JSON
+/// response copies as they are instead of serializing the object again.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Object {
     /// A decoded object.
     Decoded(Value),
     /// A JSON object, encoded.
     Encoded(Bytes),
+    /// A JSON object as the watch cache keeps it: handed out by reference count, so a list
+    /// or a watch fan-out that copies the bytes into its own buffer makes no per-item
+    /// allocation.
+    Cached(CachedObject),
 }
 
 impl Object {
@@ -37,6 +42,7 @@ impl Object {
         match self {
             Self::Decoded(value) => Ok(value.clone()),
             Self::Encoded(bytes) => decode(bytes),
+            Self::Cached(object) => decode(object.json()),
         }
     }
 
@@ -45,6 +51,7 @@ impl Object {
         match self {
             Self::Decoded(value) => Ok(value),
             Self::Encoded(bytes) => decode(&bytes),
+            Self::Cached(object) => decode(object.json()),
         }
     }
 
@@ -54,6 +61,10 @@ impl Object {
             Self::Decoded(value) => serde_json::to_writer(out, value).map_err(Error::internal),
             Self::Encoded(bytes) => {
                 out.extend_from_slice(bytes);
+                Ok(())
+            }
+            Self::Cached(object) => {
+                out.extend_from_slice(object.json());
                 Ok(())
             }
         }

@@ -56,7 +56,7 @@ impl Default for CacherOptions {
 ///
 /// One allocation, not a struct of a key, a byte buffer and their headers, because the cache
 /// holds one per stored object: what it costs per object is what the cache costs.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CachedObject(Arc<[u8]>);
 
 /// `mod_revision` (8 bytes) and the key's length (4 bytes), little-endian, before the key.

@@ -236,7 +236,7 @@ fn page(
         if !filter.selects(object)? {
             continue;
         }
-        out.items.push(Object::Encoded(object.encoded()));
+        out.items.push(Object::Cached(object.clone()));
         if limit > 0 && out.items.len() == limit {
             let left = objects.len() - i - 1;
             if left > 0 {

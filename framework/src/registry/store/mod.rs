@@ -228,7 +228,7 @@ impl<T: Resource> Getter for Store<T> {
         if let Some(cache) = &self.inner.cache {
             if let Some(found) = list::get_from_cache(&self.inner, cache, &key).await {
                 return found
-                    .map(|object| Object::Encoded(object.encoded()))
+                    .map(Object::Cached)
                     .ok_or_else(|| Error::not_found(&self.inner.info, name));
             }
         }

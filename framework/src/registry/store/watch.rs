@@ -86,7 +86,7 @@ pub(crate) async fn watch(
             if plan.filter.selects(object).unwrap_or(false) {
                 first.push(WatchEvent {
                     type_: WatchEventType::Added,
-                    object: Object::Encoded(object.encoded()),
+                    object: Object::Cached(object.clone()),
                 });
             }
         }
@@ -287,7 +287,7 @@ fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> 
             (EventType::Put, Some(_)) => WatchEventType::Modified,
             (EventType::Put, None) => WatchEventType::Added,
         };
-        let object = Object::Encoded(event.object.encoded());
+        let object = Object::Cached(event.object.clone());
         return Some(WatchEvent { type_, object });
     }
     let object = decode_cached(&event.object).ok()?;
