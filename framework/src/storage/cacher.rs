@@ -23,6 +23,7 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use super::arena::Arena;
 use super::backend::{
     Backend, EventType, KeyValue, ListRequest, Revision, StorageError, WatchItem,
 };
@@ -51,25 +52,36 @@ impl Default for CacherOptions {
     }
 }
 
-/// One object as the cache keeps it: a single allocation holding its revision, its key (after
-/// the cache's prefix) and the JSON a client receives. Cheap to clone (a reference count).
+/// One object as the cache keeps it: one byte string holding its revision, its key (after
+/// the cache's prefix) and the JSON a client receives, packed with others into the cache's
+/// shared buffers (see `storage/arena.rs`). Cheap to clone (a reference count).
 ///
-/// One allocation, not a struct of a key, a byte buffer and their headers, because the cache
+/// One string, not a struct of a key, a byte buffer and their headers, because the cache
 /// holds one per stored object: what it costs per object is what the cache costs.
 #[derive(Clone, PartialEq, Eq)]
-pub struct CachedObject(Arc<[u8]>);
+pub struct CachedObject(Bytes);
 
 /// `mod_revision` (8 bytes) and the key's length (4 bytes), little-endian, before the key.
 const HEADER: usize = 12;
 
 impl CachedObject {
-    fn new(key: &str, encoded: &[u8], mod_revision: Revision) -> Self {
-        let mut buffer = Vec::with_capacity(HEADER + key.len() + encoded.len());
-        buffer.extend_from_slice(&mod_revision.to_le_bytes());
-        buffer.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        buffer.extend_from_slice(key.as_bytes());
-        buffer.extend_from_slice(encoded);
-        Self(Arc::from(buffer))
+    fn new(arena: &mut Arena, key: &str, encoded: &[u8], mod_revision: Revision) -> Self {
+        Self(arena.pack(&[
+            &mod_revision.to_le_bytes(),
+            &(key.len() as u32).to_le_bytes(),
+            key.as_bytes(),
+            encoded,
+        ]))
+    }
+
+    /// The same object in `arena` (a copy of its bytes).
+    fn copy_into(&self, arena: &mut Arena) -> Self {
+        Self(arena.pack(&[&self.0]))
+    }
+
+    /// Bytes the cache holds for this object.
+    fn size(&self) -> usize {
+        self.0.len()
     }
 
     /// The revision of the write that produced this state (for a deleted object, the delete).
@@ -101,9 +113,10 @@ impl CachedObject {
         &self.0[HEADER + self.key_len()..]
     }
 
-    /// [`CachedObject::json`] as `Bytes` sharing this allocation (no copy), for a response body.
+    /// [`CachedObject::json`] as `Bytes` sharing the cache's buffer (no copy), for a response
+    /// body.
     pub fn encoded(&self) -> Bytes {
-        Bytes::from_owner(Json(self.clone()))
+        self.0.slice(HEADER + self.key_len()..)
     }
 }
 
@@ -114,15 +127,6 @@ impl std::fmt::Debug for CachedObject {
             .field("mod_revision", &self.mod_revision())
             .field("bytes", &self.json().len())
             .finish()
-    }
-}
-
-/// The JSON part of a cached object, as the owner of a `Bytes`.
-struct Json(CachedObject);
-
-impl AsRef<[u8]> for Json {
-    fn as_ref(&self) -> &[u8] {
-        self.0.json()
     }
 }
 
@@ -173,6 +177,17 @@ impl CachedEvent {
     /// The revision of the write.
     pub fn revision(&self) -> Revision {
         self.object.mod_revision()
+    }
+
+    /// The bytes of the states this event keeps that are not current: the state before, and
+    /// a delete's last state. (A put's new state is current or the state before of a later
+    /// event.)
+    fn held_by_window(&self) -> usize {
+        let deleted = match self.event_type {
+            EventType::Delete => self.object.size(),
+            EventType::Put => 0,
+        };
+        deleted + self.prev.as_ref().map_or(0, CachedObject::size)
     }
 }
 
@@ -248,6 +263,15 @@ struct State {
     ready: bool,
     revision: Revision,
     objects: Objects,
+    /// Where `objects` (and the window's) are packed.
+    arena: Arena,
+    /// The bytes of `objects`.
+    live_bytes: usize,
+    /// The bytes of the states only the window holds ([`CachedEvent::held_by_window`]).
+    /// With `live_bytes`: what `arena` would hold without dead objects.
+    window_bytes: usize,
+    /// How many times `arena` was compacted (for tests and logs).
+    compactions: u64,
     window: VecDeque<Arc<CachedEvent>>,
     /// Every event after this revision is in the window.
     window_start: Revision,
@@ -276,6 +300,10 @@ impl Cacher {
                 ready: false,
                 revision: 0,
                 objects: Objects::new(),
+                arena: Arena::new(),
+                live_bytes: 0,
+                window_bytes: 0,
+                compactions: 0,
                 window: VecDeque::new(),
                 window_start: 0,
                 live,
@@ -328,14 +356,31 @@ impl Cacher {
     /// Every object whose key starts with `prefix` (which must start with the cache's), in key
     /// order, and the revision they are current at; `None` while the cache is not ready.
     pub fn snapshot(&self, prefix: &str) -> Option<(Vec<CachedObject>, Revision)> {
+        self.visit(prefix, |objects, revision| {
+            (objects.cloned().collect(), revision)
+        })
+    }
+
+    /// Hands `visit` the objects whose key starts with `prefix` (which must start with the
+    /// cache's), in key order, and the revision they are current at, and returns what it
+    /// returns; `None` while the cache is not ready. `visit` runs under the cache's read lock:
+    /// it takes what it needs (a page) and returns.
+    pub fn visit<R>(
+        &self,
+        prefix: &str,
+        visit: impl FnOnce(&mut dyn Iterator<Item = &CachedObject>, Revision) -> R,
+    ) -> Option<R> {
         let state = self.shared.state.read().ok()?;
         if !state.ready {
             return None;
         }
-        Some((
-            objects_under(&state.objects, self.shared.suffix(prefix)),
-            state.revision,
-        ))
+        let prefix = self.shared.suffix(prefix).as_bytes();
+        let mut objects = state
+            .objects
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .map(|entry| &entry.0)
+            .take_while(|object| object.key_bytes().starts_with(prefix));
+        Some(visit(&mut objects, state.revision))
     }
 
     /// The object at `key` when the cache is ready and current at `revision` or later:
@@ -349,16 +394,18 @@ impl Cacher {
         Some(found.map(|entry| entry.0.clone()))
     }
 
-    /// The objects under `prefix` (which must start with the cache's) whose keys sort after
-    /// `start_after`, in key order, when the cache can tell that they are the state at
-    /// `revision`: it has every event after `revision`, and none of them is under `prefix`.
-    /// `None` otherwise (the caller reads the backend at `revision`).
-    pub fn unchanged_since(
+    /// Hands `visit` the objects under `prefix` (which must start with the cache's) whose keys
+    /// sort after `start_after`, in key order, when the cache can tell that they are the state
+    /// at `revision`: it has every event after `revision`, and none of them is under `prefix`.
+    /// `None` otherwise (the caller reads the backend at `revision`). `visit` runs under the
+    /// cache's read lock, as for [`Cacher::visit`].
+    pub fn visit_unchanged_since<R>(
         &self,
         prefix: &str,
         start_after: &str,
         revision: Revision,
-    ) -> Option<Vec<CachedObject>> {
+        visit: impl FnOnce(&mut dyn Iterator<Item = &CachedObject>) -> R,
+    ) -> Option<R> {
         let state = self.shared.state.read().ok()?;
         if !state.ready || revision < state.window_start || revision > state.revision {
             return None;
@@ -374,13 +421,12 @@ impl Cacher {
         if changed {
             return None;
         }
-        let objects = state
+        let mut objects = state
             .objects
             .range::<[u8], _>((Bound::Excluded(start_after), Bound::Unbounded))
-            .take_while(|entry| entry.0.key_bytes().starts_with(prefix))
-            .map(|entry| entry.0.clone())
-            .collect();
-        Some(objects)
+            .map(|entry| &entry.0)
+            .take_while(|object| object.key_bytes().starts_with(prefix));
+        Some(visit(&mut objects))
     }
 
     /// Opens a watch of the keys under `prefix`: from the current state when `after` is
@@ -452,12 +498,12 @@ async fn run(shared: Arc<Shared>) {
 
 /// One life of the cache: list, then apply the watch until it fails.
 async fn follow(shared: &Shared) -> Result<(), StorageError> {
-    let (objects, revision) = shared.load().await?;
+    let (objects, arena, revision) = shared.load().await?;
     let mut items = shared
         .backend
         .watch_with_progress(&shared.prefix, revision)
         .await?;
-    shared.ready(objects, revision);
+    shared.ready(objects, arena, revision);
     while let Some(item) = items.next().await {
         match item? {
             WatchItem::Event(event) => shared.apply(event),
@@ -477,8 +523,9 @@ impl Shared {
     }
 
     /// Every object under the prefix at one revision.
-    async fn load(&self) -> Result<(Objects, Revision), StorageError> {
+    async fn load(&self) -> Result<(Objects, Arena, Revision), StorageError> {
         let mut objects = Objects::new();
+        let mut arena = Arena::new();
         let mut request = ListRequest {
             prefix: self.prefix.clone(),
             limit: 10_000,
@@ -488,20 +535,21 @@ impl Shared {
             let page = self.backend.list(&request).await?;
             request.revision = page.revision;
             for kv in &page.items {
-                if let Some(object) = self.encode(kv) {
+                if let Some(object) = self.encode(&mut arena, kv) {
                     objects.insert(ByKey(object));
                 }
             }
             request.start_after = page.items.last().map(|kv| kv.key.clone());
             if !page.more || request.start_after.is_none() {
-                return Ok((objects, page.revision));
+                return Ok((objects, arena, page.revision));
             }
         }
     }
 
-    fn encode(&self, kv: &KeyValue) -> Option<CachedObject> {
+    fn encode(&self, arena: &mut Arena, kv: &KeyValue) -> Option<CachedObject> {
         match (self.encode)(kv) {
             Ok(encoded) => Some(CachedObject::new(
+                arena,
                 self.suffix(&kv.key),
                 &encoded,
                 kv.mod_revision,
@@ -513,11 +561,14 @@ impl Shared {
         }
     }
 
-    fn ready(&self, objects: Objects, revision: Revision) {
+    fn ready(&self, objects: Objects, arena: Arena, revision: Revision) {
         let Ok(mut state) = self.state.write() else {
             return;
         };
+        state.live_bytes = objects.iter().map(|entry| entry.0.size()).sum();
+        state.window_bytes = 0;
         state.objects = objects;
+        state.arena = arena;
         state.window.clear();
         state.window_start = revision;
         state.revision = revision;
@@ -533,6 +584,9 @@ impl Shared {
         };
         state.ready = false;
         state.objects = Objects::new();
+        state.arena = Arena::new();
+        state.live_bytes = 0;
+        state.window_bytes = 0;
         state.window = VecDeque::new();
         state.live = broadcast::channel(self.options.watcher_lag.max(1)).0;
         self.revision.send_replace(None);
@@ -540,24 +594,29 @@ impl Shared {
 
     fn apply(&self, event: super::backend::Event) {
         let key: &str = &event.kv.key;
-        let Ok(mut state) = self.state.write() else {
+        let Ok(mut guard) = self.state.write() else {
             return;
         };
+        let state = &mut *guard;
         let revision = event.revision();
         let prev = match event.event_type {
             EventType::Put => {
-                let Some(object) = self.encode(&event.kv) else {
+                let Some(object) = self.encode(&mut state.arena, &event.kv) else {
                     return;
                 };
+                state.live_bytes += object.size();
                 let prev = state.objects.replace(ByKey(object.clone()));
                 Some((object, prev.map(|entry| entry.0)))
             }
             EventType::Delete => {
                 let prev = state.objects.take(self.suffix(key).as_bytes());
-                self.encode(&event.kv)
+                self.encode(&mut state.arena, &event.kv)
                     .map(|object| (object, prev.map(|entry| entry.0)))
             }
         };
+        if let Some((_, Some(prev))) = &prev {
+            state.live_bytes -= prev.size();
+        }
         state.revision = revision;
         if let Some((object, prev)) = prev {
             let cached = Arc::new(CachedEvent {
@@ -565,14 +624,22 @@ impl Shared {
                 object,
                 prev,
             });
+            state.window_bytes += cached.held_by_window();
             state.window.push_back(Arc::clone(&cached));
             while state.window.len() > self.options.window.max(1) {
                 if let Some(old) = state.window.pop_front() {
                     state.window_start = old.revision();
+                    state.window_bytes -= old.held_by_window();
                 }
             }
             // No receiver is not an error: nobody watches right now.
             let _ = state.live.send(CacheItem::Event(cached));
+        }
+        if state
+            .arena
+            .needs_compaction(state.live_bytes + state.window_bytes)
+        {
+            state.compact();
         }
         self.revision.send_replace(Some(revision));
     }
@@ -587,6 +654,53 @@ impl Shared {
         state.revision = revision;
         let _ = state.live.send(CacheItem::Progress(revision));
         self.revision.send_replace(Some(revision));
+    }
+}
+
+impl State {
+    /// Copies the current objects, and those of the window's events, into a fresh arena, so
+    /// that the old one's buffers, full of objects no longer current, are freed (once no list,
+    /// watch or response still holds a view into them). A state held in several places (the
+    /// set, an event's new state, the next event's state before) is copied once.
+    fn compact(&mut self) {
+        let mut arena = Arena::new();
+        // In key order, so the set is built in bulk with full nodes.
+        let objects: Objects = self
+            .objects
+            .iter()
+            .map(|entry| ByKey(entry.0.copy_into(&mut arena)))
+            .collect();
+        // States only the window holds, by the address of their old bytes.
+        let mut copies = std::collections::HashMap::new();
+        let mut copy = |object: &CachedObject| match objects.get(object.key_bytes()) {
+            Some(current) if current.0.mod_revision() == object.mod_revision() => current.0.clone(),
+            _ => copies
+                .entry(object.0.as_ptr() as usize)
+                .or_insert_with(|| object.copy_into(&mut arena))
+                .clone(),
+        };
+        let window = self
+            .window
+            .iter()
+            .map(|event| {
+                Arc::new(CachedEvent {
+                    event_type: event.event_type,
+                    object: copy(&event.object),
+                    prev: event.prev.as_ref().map(&mut copy),
+                })
+            })
+            .collect();
+        self.compactions += 1;
+        tracing::debug!(
+            compactions = self.compactions,
+            objects = objects.len(),
+            live_bytes = self.live_bytes,
+            freed = self.arena.allocated().saturating_sub(arena.allocated()),
+            "watch cache: compacted"
+        );
+        self.objects = objects;
+        self.window = window;
+        self.arena = arena;
     }
 }
 
@@ -669,6 +783,79 @@ mod tests {
         ready_at(&cache, &backend).await;
         let (objects, _) = cache.snapshot("/c/").unwrap();
         assert_eq!(objects.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn updates_compact_the_arena_and_views_outlive_it() {
+        let backend = Arc::new(MemoryBackend::new());
+        let value =
+            |i: usize, round: usize| Bytes::from(format!("{i}:{round}:{}", "x".repeat(4000)));
+        for i in 0..10 {
+            backend
+                .create(&format!("/c/{i}"), value(i, 0))
+                .await
+                .unwrap();
+        }
+        let options = CacherOptions {
+            window: 100,
+            ..CacherOptions::default()
+        };
+        let cache = cacher(&backend, options);
+        ready_at(&cache, &backend).await;
+        let (before, _) = cache.snapshot("/c/").unwrap();
+        let mut rv = before[0].mod_revision();
+        // 1,000 updates of 4 KB: 4 MB written, while the set holds 40 KB and the window the
+        // 100 states before its events (400 KB).
+        let mut window_start = 0;
+        for round in 1..=1000 {
+            if round == 901 {
+                window_start = rv;
+            }
+            rv = backend
+                .update("/c/0", value(0, round), rv)
+                .await
+                .unwrap()
+                .mod_revision;
+        }
+        ready_at(&cache, &backend).await;
+        {
+            let state = cache.shared.state.read().unwrap();
+            let held = state.live_bytes + state.window_bytes;
+            assert!(held > 440_000 && held < 450_000, "{held}");
+            assert!(state.compactions >= 2, "{} compactions", state.compactions);
+            let allocated = state.arena.allocated();
+            assert!(
+                allocated < held + held / 2 + (1 << 20) + super::super::arena::CHUNK,
+                "{allocated} for {held}"
+            );
+        }
+
+        let (objects, _) = cache.snapshot("/c/").unwrap();
+        assert_eq!(objects.len(), 10);
+        assert!(text(&objects[0]).starts_with("0:1000:"));
+        assert!(text(&objects[9]).starts_with("9:0:"));
+        assert_eq!(objects[0].mod_revision(), rv);
+        // Taken before the compactions: still readable.
+        assert!(text(&before[0]).starts_with("0:0:"));
+        assert_eq!(before[0].encoded(), before[0].json());
+
+        // The window survived: its 100 updates, in order, each with the state before.
+        let watch = cache.watch("/c/", Some(window_start)).unwrap();
+        assert_eq!(watch.replay.len(), 100);
+        for (round, event) in (901..).zip(&watch.replay) {
+            assert!(text(&event.object).starts_with(&format!("0:{round}:")));
+            let prev = text(event.prev.as_ref().unwrap());
+            assert!(prev.starts_with(&format!("0:{}:", round - 1)));
+        }
+        // One state, one copy: the last event's object is the current one, and each event's
+        // object is the next one's state before.
+        let last = &watch.replay[99].object;
+        assert_eq!(last.encoded().as_ptr(), objects[0].encoded().as_ptr());
+        let (first, second) = (&watch.replay[0], &watch.replay[1]);
+        assert_eq!(
+            first.object.encoded().as_ptr(),
+            second.prev.as_ref().unwrap().encoded().as_ptr()
+        );
     }
 
     #[tokio::test]

@@ -1,5 +1,6 @@
 //! Storage: keys, bytes, revisions and watches. Nothing here knows HTTP or API semantics.
 
+mod arena;
 pub mod backend;
 pub mod cacher;
 pub mod compactor;

@@ -169,17 +169,12 @@ async fn from_cache(
     if !servable {
         return Ok(None);
     }
-    let Some((objects, revision)) = cache.snapshot(prefix) else {
-        return Ok(None);
-    };
-    page(
-        &objects,
-        revision,
-        options.limit,
-        filter,
-        cache.relative(prefix),
-    )
-    .map(Some)
+    let relative = cache.relative(prefix);
+    cache
+        .visit(prefix, |objects, revision| {
+            page(objects, revision, options.limit, filter, relative)
+        })
+        .transpose()
 }
 
 /// A later page from the cache, when it has the state of the token's revision under
@@ -200,45 +195,42 @@ fn continue_from_cache(
         return Ok(None);
     };
     let start_after = format!("{prefix}{}", token.start.trim_end_matches('\u{0}'));
-    match cache.unchanged_since(prefix, &start_after, token.rv) {
-        Some(objects) => page(
-            &objects,
-            token.rv,
-            options.limit,
-            filter,
-            cache.relative(prefix),
-        )
-        .map(Some),
-        None => Ok(None),
-    }
+    let relative = cache.relative(prefix);
+    cache
+        .visit_unchanged_since(prefix, &start_after, token.rv, |objects| {
+            page(objects, token.rv, options.limit, filter, relative)
+        })
+        .transpose()
 }
 
 /// One page of cached `objects` (in key order, from where the page starts) at `revision`;
-/// `prefix` is the list's, relative to the cache's ([`Cacher::relative`]).
+/// `prefix` is the list's, relative to the cache's ([`Cacher::relative`]). Takes from
+/// `objects` only what the page needs (and, for `remainingItemCount`, counts the rest).
 fn page(
-    objects: &[CachedObject],
+    objects: &mut dyn Iterator<Item = &CachedObject>,
     revision: Revision,
     limit: usize,
     filter: &Filter,
     prefix: &str,
 ) -> Result<ObjectList> {
-    let wanted = if limit == 0 {
-        objects.len()
-    } else {
-        limit.min(objects.len())
-    };
     let mut out = ObjectList {
         resource_version: revision.to_string(),
-        items: Vec::with_capacity(wanted),
+        items: Vec::with_capacity(if limit > 0 { limit } else { 1024 }),
         ..ObjectList::default()
     };
-    for (i, object) in objects.iter().enumerate() {
+    while let Some(object) = objects.next() {
         if !filter.selects(object)? {
             continue;
         }
         out.items.push(Object::Cached(object.clone()));
         if limit > 0 && out.items.len() == limit {
-            let left = objects.len() - i - 1;
+            // Like kube-apiserver: a continue token when any key is left, whether or not the
+            // selectors would keep it; a count of what is left only without selectors.
+            let left = if filter.is_everything() {
+                objects.count()
+            } else {
+                usize::from(objects.next().is_some())
+            };
             if left > 0 {
                 let token = ContinueToken::after(revision, &object.key_suffix()[prefix.len()..]);
                 out.continue_token = Some(token.encode());
