@@ -150,6 +150,16 @@ impl Sample {
         Self { latencies, wall }
     }
 
+    /// Several samples as one: every latency, over their summed wall time.
+    pub fn merge(samples: impl IntoIterator<Item = Sample>) -> Self {
+        let (mut latencies, mut wall) = (Vec::new(), Duration::ZERO);
+        for sample in samples {
+            latencies.extend(sample.latencies);
+            wall += sample.wall;
+        }
+        Self::new(latencies, wall)
+    }
+
     /// The `q` quantile (0.5 = median) of the latencies.
     pub fn quantile(&self, q: f64) -> Duration {
         let last = self.latencies.len().saturating_sub(1);

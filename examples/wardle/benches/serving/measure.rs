@@ -48,6 +48,11 @@ pub struct Memory {
     pub json_size: f64,
 }
 
+/// Reads are measured in this many rounds, each running a share of ours and then the same
+/// share on the bare server: on a shared virtual machine, whose speed drifts over seconds,
+/// both sides of a ratio then meet the same conditions.
+const ROUNDS: usize = 4;
+
 /// Every figure of one backend with the watch cache at its default, with its ceilings.
 pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ceilings), Error> {
     let dir = tempfile::tempdir()?;
@@ -57,7 +62,13 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let idle = settle_rss(&client, &wardle).await?;
     let creates = workload::create(&client, NS, 0..settings.objects, settings.concurrency).await?;
     let rss_objects = settle_rss(&client, &wardle).await?;
-    let (reads, canned) = reads(settings, &client).await?;
+    let canned = canned(&client).await?;
+    let json_size = workload::mean_item_size(&canned.list)?;
+    let pages = canned.pages.len();
+    let object = canned.get.clone();
+    let bare = BareServer::start(&wardle.cert_dir, canned)?;
+    let bare_client = Client::connect(bare.port, tls.clone(), settings.connections).await?;
+    let (reads, bare_reads) = reads(settings, &client, &bare_client).await?;
     let fan_client = Client::connect(wardle.port, tls.clone(), settings.watch_connections).await?;
     let fan_out = workload::fan_out(
         &fan_client,
@@ -67,9 +78,10 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     )
     .await?;
     drop(fan_client);
-    let json_size = workload::mean_item_size(&canned.list)?;
-    let pages = canned.pages.len();
-    let ceilings = ceilings(settings, backend, &wardle, dir.path(), tls, canned).await?;
+    let ceilings = write_ceilings(settings, backend, &bare_client, dir.path(), object).await?;
+    let (writes, writes_label, create_txns) = ceilings;
+    drop(bare_client);
+    drop(bare);
     let mut at = vec![(settings.objects, rss_objects)];
     if settings.large > settings.objects {
         let more = settings.objects..settings.large;
@@ -78,7 +90,6 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     }
     drop(client);
     cleanup(&wardle).await?;
-    let (gets, lists, walks) = reads;
     let memory = Memory {
         idle,
         at,
@@ -86,68 +97,115 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     };
     let ours = Ours {
         creates,
-        gets,
-        lists,
-        walks,
+        gets: reads.gets,
+        lists: reads.lists,
+        walks: reads.walks,
         pages,
         fan_out,
         memory,
     };
+    let ceilings = Ceilings {
+        writes,
+        writes_label,
+        create_txns,
+        gets: bare_reads.gets,
+        lists: bare_reads.lists,
+        walks: bare_reads.walks,
+    };
     Ok((ours, ceilings))
 }
 
-/// Gets of random objects, full lists and paginated walks; and what the server answered,
-/// for the bare server to answer again.
-async fn reads(
-    settings: &Settings,
-    client: &Client,
-) -> Result<((Sample, Sample, Sample), Canned), Error> {
-    let n = settings.objects;
-    let item = |i: usize| format!("{}/{}", workload::collection(NS), workload::name(i));
-    let random_item = move |i| item(workload::spread(i, n));
-    let gets = workload::gets(client, settings.gets, settings.concurrency, random_item).await?;
+/// What the server answered, for the bare server to answer again: one object, the full list,
+/// the pages of one walk, and a created object.
+async fn canned(client: &Client) -> Result<Canned, Error> {
     let list_path = workload::collection(NS);
-    let lists = workload::lists(client, &list_path, settings.lists).await?;
-    let first_page = format!("{list_path}?limit={LIMIT}");
-    let next = |_: usize, token: &str| {
-        let token = workload::query_escape(token);
-        format!("{list_path}?limit={LIMIT}&continue={token}")
-    };
-    let (walks, pages) = workload::walks(client, settings.walks, &first_page, next).await?;
+    let (_, pages) = workload::walks(client, 1, &first_page(&list_path), next_page).await?;
     let probe = workload::flunder(NS_PROBE, "probe");
-    let canned = Canned {
+    Ok(Canned {
         get: client.get(&item(0)).await?,
         list: client.get(&list_path).await?,
         pages,
         created: client
             .create(&workload::collection(NS_PROBE), probe)
             .await?,
-    };
-    Ok(((gets, lists, walks), canned))
+    })
 }
 
-/// The read ceilings (the bare server with wardle's certificates and answers) and the write
-/// ceiling of `backend`.
-async fn ceilings(
+/// The path of bench object `i`.
+fn item(i: usize) -> String {
+    format!("{}/{}", workload::collection(NS), workload::name(i))
+}
+
+fn first_page(list_path: &str) -> String {
+    format!("{list_path}?limit={LIMIT}")
+}
+
+fn next_page(_: usize, token: &str) -> String {
+    let token = workload::query_escape(token);
+    format!(
+        "{}?limit={LIMIT}&continue={token}",
+        workload::collection(NS)
+    )
+}
+
+/// Gets, full lists and paginated walks.
+pub struct Reads {
+    pub gets: Sample,
+    pub lists: Sample,
+    pub walks: Sample,
+}
+
+/// Gets of random objects, full lists and paginated walks on the server, and the same on the
+/// bare server (which answers the canned bytes), in [`ROUNDS`] alternating rounds.
+async fn reads(settings: &Settings, ours: &Client, bare: &Client) -> Result<(Reads, Reads), Error> {
+    let n = settings.objects;
+    let (gets, lists, walks) = (
+        settings.gets.div_ceil(ROUNDS),
+        settings.lists.div_ceil(ROUNDS),
+        settings.walks.div_ceil(ROUNDS),
+    );
+    let list_path = workload::collection(NS);
+    let mut samples: [Vec<Sample>; 6] = Default::default();
+    for _ in 0..ROUNDS {
+        let random_item = move |i| item(workload::spread(i, n));
+        let c = settings.concurrency;
+        samples[0].push(workload::gets(ours, gets, c, random_item).await?);
+        samples[1].push(workload::gets(bare, gets, c, |_| "/get".into()).await?);
+        samples[2].push(workload::lists(ours, &list_path, lists).await?);
+        samples[3].push(workload::lists(bare, "/list", lists).await?);
+        let first = first_page(&list_path);
+        samples[4].push(workload::walks(ours, walks, &first, next_page).await?.0);
+        let bare_next = |i: usize, _: &str| format!("/page?i={i}");
+        samples[5].push(
+            workload::walks(bare, walks, "/page?i=0", bare_next)
+                .await?
+                .0,
+        );
+    }
+    let [g, bg, l, bl, w, bw] = samples.map(Sample::merge);
+    Ok((
+        Reads {
+            gets: g,
+            lists: l,
+            walks: w,
+        },
+        Reads {
+            gets: bg,
+            lists: bl,
+            walks: bw,
+        },
+    ))
+}
+
+/// The write ceilings of `backend`: raw writes (and on etcd3, raw create transactions).
+async fn write_ceilings(
     settings: &Settings,
     backend: &Backend,
-    wardle: &Wardle,
+    bare: &Client,
     dir: &Path,
-    tls: std::sync::Arc<rustls::ClientConfig>,
-    canned: Canned,
-) -> Result<Ceilings, Error> {
-    let object = canned.get.clone();
-    let bare = BareServer::start(&wardle.cert_dir, canned)?;
-    let client = Client::connect(bare.port, tls, settings.connections).await?;
-    let gets = workload::gets(&client, settings.gets, settings.concurrency, |_| {
-        "/get".into()
-    })
-    .await?;
-    let lists = workload::lists(&client, "/list", settings.lists).await?;
-    let next = |i: usize, _: &str| format!("/page?i={i}");
-    let (walks, _) = workload::walks(&client, settings.walks, "/page?i=0", next).await?;
-    let (writes, writes_label) =
-        raw_writes(settings, backend, &client, dir, object.clone()).await?;
+    object: bytes::Bytes,
+) -> Result<(Sample, &'static str, Option<Sample>), Error> {
+    let (writes, writes_label) = raw_writes(settings, backend, bare, dir, object.clone()).await?;
     let create_txns = match backend {
         #[cfg(feature = "etcd")]
         Backend::Etcd3(servers) => Some(
@@ -162,14 +220,7 @@ async fn ceilings(
         ),
         _ => None,
     };
-    Ok(Ceilings {
-        writes,
-        writes_label,
-        create_txns,
-        gets,
-        lists,
-        walks,
-    })
+    Ok((writes, writes_label, create_txns))
 }
 
 /// The memory figures alone (idle, `objects`, `large`), e.g. with the watch cache off.
