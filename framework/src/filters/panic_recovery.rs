@@ -11,7 +11,8 @@ use crate::error::Error;
 
 /// The middleware.
 pub async fn recover(request: Request, next: Next) -> Response {
-    let path = request.uri().path().to_string();
+    // A `Uri` clone shares its bytes: nothing is copied unless the handler panics.
+    let uri = request.uri().clone();
     match AssertUnwindSafe(next.run(request)).catch_unwind().await {
         Ok(response) => response,
         Err(panic) => {
@@ -20,7 +21,7 @@ pub async fn recover(request: Request, next: Next) -> Response {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            tracing::error!(%path, panic = %what, "handler panicked");
+            tracing::error!(path = %uri.path(), panic = %what, "handler panicked");
             Error::internal("the server panicked while serving the request").into_response()
         }
     }

@@ -46,11 +46,11 @@ pub(crate) struct Call {
 
 /// The axum handler of every `/apis/{group}/{version}/...` resource path.
 pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    // Taken, not cloned: nothing after the handler reads it.
     let info = parts
         .extensions
-        .get::<RequestInfo>()
-        .cloned()
+        .remove::<RequestInfo>()
         .unwrap_or_else(|| RequestInfo::parse(&parts.method, parts.uri.path(), parts.uri.query()));
     let call = match prepare(state, parts, body, info) {
         Ok(call) => call,
