@@ -167,6 +167,11 @@ impl Sample {
         self.latencies.get(at).copied().unwrap_or_default()
     }
 
+    /// How many operations.
+    pub fn len(&self) -> usize {
+        self.latencies.len()
+    }
+
     /// Operations per second over the wall time.
     pub fn per_second(&self) -> f64 {
         self.latencies.len() as f64 / self.wall.as_secs_f64().max(1e-9)

@@ -52,9 +52,42 @@ pub fn serving(settings: &Settings, backend: &Backend, ours: &Ours, ceil: &Ceili
         .ceiling(ms(bare_walk), share)
         .target("≥ 60%", share >= 0.6),
     );
+    rows.extend(cpu_rows(ours, ceil));
     rows.extend(fan_out_rows(settings, &ours.fan_out));
     rows.extend(memory_rows(&ours.memory, ""));
     rows
+}
+
+/// The servers' own CPU time per get, per full list and per walk (all their threads, from
+/// `/proc/<pid>/task/*/schedstat`): what the framework costs, without the client's share.
+fn cpu_rows(ours: &Ours, ceil: &Ceilings) -> Vec<Row> {
+    let per = |total: Duration, count: usize| total / count.max(1) as u32;
+    let kinds = [
+        ("get", ours.cpu.gets, ceil.cpu.gets, ours.gets.len()),
+        (
+            "full list",
+            ours.cpu.lists,
+            ceil.cpu.lists,
+            ours.lists.len(),
+        ),
+        ("walk", ours.cpu.walks, ceil.cpu.walks, ours.walks.len()),
+    ];
+    kinds
+        .into_iter()
+        .map(|(kind, ours_cpu, bare_cpu, count)| {
+            let (ours, bare) = (per(ours_cpu, count), per(bare_cpu, count));
+            Row::plain(format!("server CPU per {kind}"), micros(ours))
+                .ceiling(micros(bare), speed_share(ours, bare))
+        })
+        .collect()
+}
+
+fn micros(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{} µs", d.as_micros())
+    } else {
+        ms(d)
+    }
 }
 
 fn create_row(settings: &Settings, backend: &Backend, ours: &Ours, ceil: &Ceilings) -> Row {

@@ -23,6 +23,8 @@ pub struct Ours {
     pub gets: Sample,
     pub lists: Sample,
     pub walks: Sample,
+    /// CPU time of the server's threads during the reads.
+    pub cpu: ReadsCpu,
     pub pages: usize,
     pub fan_out: FanOut,
     pub memory: Memory,
@@ -38,6 +40,8 @@ pub struct Ceilings {
     pub gets: Sample,
     pub lists: Sample,
     pub walks: Sample,
+    /// CPU time of the bare server's threads during the reads.
+    pub cpu: ReadsCpu,
 }
 
 /// Memory figures of one server: RSS idle, after each number of objects, and the mean JSON
@@ -68,7 +72,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let object = canned.get.clone();
     let bare = BareServer::start(&wardle.cert_dir, canned)?;
     let bare_client = Client::connect(bare.port, tls.clone(), settings.connections).await?;
-    let (reads, bare_reads) = reads(settings, &client, &bare_client).await?;
+    let (reads, bare_reads) = reads(settings, (&client, &wardle), (&bare_client, &bare)).await?;
     let fan_client = Client::connect(wardle.port, tls.clone(), settings.watch_connections).await?;
     let fan_out = workload::fan_out(
         &fan_client,
@@ -100,6 +104,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
         gets: reads.gets,
         lists: reads.lists,
         walks: reads.walks,
+        cpu: reads.cpu,
         pages,
         fan_out,
         memory,
@@ -111,6 +116,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
         gets: bare_reads.gets,
         lists: bare_reads.lists,
         walks: bare_reads.walks,
+        cpu: bare_reads.cpu,
     };
     Ok((ours, ceilings))
 }
@@ -153,11 +159,26 @@ pub struct Reads {
     pub gets: Sample,
     pub lists: Sample,
     pub walks: Sample,
+    pub cpu: ReadsCpu,
+}
+
+/// The server's CPU time (all its threads) while it answered the gets, the full lists and the
+/// walks.
+#[derive(Clone, Copy, Default)]
+pub struct ReadsCpu {
+    pub gets: Duration,
+    pub lists: Duration,
+    pub walks: Duration,
 }
 
 /// Gets of random objects, full lists and paginated walks on the server, and the same on the
-/// bare server (which answers the canned bytes), in [`ROUNDS`] alternating rounds.
-async fn reads(settings: &Settings, ours: &Client, bare: &Client) -> Result<(Reads, Reads), Error> {
+/// bare server (which answers the canned bytes), in [`ROUNDS`] alternating rounds; with the CPU
+/// time each server spent on each kind.
+async fn reads(
+    settings: &Settings,
+    (ours, wardle): (&Client, &Wardle),
+    (bare, bare_server): (&Client, &BareServer),
+) -> Result<(Reads, Reads), Error> {
     let n = settings.objects;
     let (gets, lists, walks) = (
         settings.gets.div_ceil(ROUNDS),
@@ -166,21 +187,36 @@ async fn reads(settings: &Settings, ours: &Client, bare: &Client) -> Result<(Rea
     );
     let list_path = workload::collection(NS);
     let mut samples: [Vec<Sample>; 6] = Default::default();
+    let (mut cpu, mut bare_cpu) = (ReadsCpu::default(), ReadsCpu::default());
+    let ours_cpu = || wardle.cpu();
+    let theirs_cpu = || bare_server.cpu();
     for _ in 0..ROUNDS {
         let random_item = move |i| item(workload::spread(i, n));
         let c = settings.concurrency;
+        let t = ours_cpu()?;
         samples[0].push(workload::gets(ours, gets, c, random_item).await?);
+        cpu.gets += ours_cpu()? - t;
+        let t = theirs_cpu()?;
         samples[1].push(workload::gets(bare, gets, c, |_| "/get".into()).await?);
+        bare_cpu.gets += theirs_cpu()? - t;
+        let t = ours_cpu()?;
         samples[2].push(workload::lists(ours, &list_path, lists).await?);
+        cpu.lists += ours_cpu()? - t;
+        let t = theirs_cpu()?;
         samples[3].push(workload::lists(bare, "/list", lists).await?);
+        bare_cpu.lists += theirs_cpu()? - t;
         let first = first_page(&list_path);
+        let t = ours_cpu()?;
         samples[4].push(workload::walks(ours, walks, &first, next_page).await?.0);
+        cpu.walks += ours_cpu()? - t;
         let bare_next = |i: usize, _: &str| format!("/page?i={i}");
+        let t = theirs_cpu()?;
         samples[5].push(
             workload::walks(bare, walks, "/page?i=0", bare_next)
                 .await?
                 .0,
         );
+        bare_cpu.walks += theirs_cpu()? - t;
     }
     let [g, bg, l, bl, w, bw] = samples.map(Sample::merge);
     Ok((
@@ -188,11 +224,13 @@ async fn reads(settings: &Settings, ours: &Client, bare: &Client) -> Result<(Rea
             gets: g,
             lists: l,
             walks: w,
+            cpu,
         },
         Reads {
             gets: bg,
             lists: bl,
             walks: bw,
+            cpu: bare_cpu,
         },
     ))
 }

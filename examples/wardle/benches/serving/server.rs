@@ -96,6 +96,11 @@ impl Wardle {
     }
 
     /// The server's resident memory (VmRSS) in bytes.
+    /// CPU time the server's threads have used so far.
+    pub fn cpu(&self) -> Result<Duration, Error> {
+        threads_cpu(&format!("/proc/{}/task", self.child.id()), None)
+    }
+
     pub fn rss(&self) -> Result<u64, Error> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
         let kib = status
@@ -105,6 +110,32 @@ impl Wardle {
             .ok_or("no VmRSS in /proc/<pid>/status")?;
         Ok(kib * 1024)
     }
+}
+
+/// CPU time of the threads under `tasks` (a `/proc/<pid>/task` directory), of those named
+/// `name` when given: the sum of each thread's on-CPU nanoseconds (`schedstat`).
+pub fn threads_cpu(tasks: &str, name: Option<&str>) -> Result<Duration, Error> {
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir(tasks)? {
+        let dir = task?.path();
+        if let Some(name) = name {
+            // A thread that ended since the listing is skipped.
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim_end() != name {
+                continue;
+            }
+        }
+        let Ok(schedstat) = std::fs::read_to_string(dir.join("schedstat")) else {
+            continue;
+        };
+        let ns = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse::<u64>().ok())
+            .ok_or("unreadable schedstat")?;
+        total += Duration::from_nanos(ns);
+    }
+    Ok(total)
 }
 
 impl Drop for Wardle {
