@@ -2,10 +2,7 @@
 //! always allowed (health) pass without credentials. Credentials the authenticators read
 //! (front-proxy headers, bearer tokens) are removed before later stages see the request.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
 use super::FilterConfig;
@@ -13,12 +10,8 @@ use crate::auth::UserInfo;
 use crate::endpoints::RequestInfo;
 use crate::error::Error;
 
-/// The middleware: stores the [`UserInfo`] in the request's extensions.
-pub async fn authenticate(
-    State(config): State<Arc<FilterConfig>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The step: stores the [`UserInfo`] in the request's extensions, or answers 401.
+pub async fn authenticate(config: &FilterConfig, request: Request) -> Result<Request, Response> {
     let (mut parts, body) = request.into_parts();
     let user = match config.authenticator.authenticate(&parts).await {
         Ok(Some(user)) => Some(user),
@@ -28,7 +21,7 @@ pub async fn authenticate(
         // does: only requests with no credentials at all may fall through.
         Err(e) => {
             tracing::debug!(error = %e, "authentication failed");
-            return Error::unauthorized().into_response();
+            return Err(Error::unauthorized().into_response());
         }
     };
     config.authenticator.clear_credentials(&mut parts.headers);
@@ -36,10 +29,10 @@ pub async fn authenticate(
         Some(user) => {
             parts.extensions.insert(user);
         }
-        None if is_always_allowed(&config, &parts) => {}
-        None => return Error::unauthorized().into_response(),
+        None if is_always_allowed(config, &parts) => {}
+        None => return Err(Error::unauthorized().into_response()),
     }
-    next.run(Request::from_parts(parts, body)).await
+    Ok(Request::from_parts(parts, body))
 }
 
 /// An always-allowed path of a non-resource request.

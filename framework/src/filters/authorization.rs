@@ -2,10 +2,7 @@
 //! As kube-apiserver's filter: `Allow` proceeds, an authorizer error is 500, anything else is
 //! 403 `Forbidden` naming user, verb and resource in kube's wording.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
 use super::FilterConfig;
@@ -13,21 +10,18 @@ use crate::auth::{Attributes, UserInfo};
 use crate::endpoints::RequestInfo;
 use crate::error::Error;
 
-/// The middleware.
-pub async fn authorize(
-    State(config): State<Arc<FilterConfig>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The step: the request goes on when the authorizer allows it; else 403 (500 when the
+/// authorizer fails).
+pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Request, Response> {
     let (parts, body) = request.into_parts();
-    if super::authentication::is_always_allowed(&config, &parts) {
-        return next.run(Request::from_parts(parts, body)).await;
+    if super::authentication::is_always_allowed(config, &parts) {
+        return Ok(Request::from_parts(parts, body));
     }
     let (Some(user), Some(info)) = (
         parts.extensions.get::<UserInfo>(),
         parts.extensions.get::<RequestInfo>(),
     ) else {
-        return Error::unauthorized().into_response();
+        return Err(Error::unauthorized().into_response());
     };
     let attributes = Attributes {
         user,
@@ -42,11 +36,11 @@ pub async fn authorize(
         path: &info.path,
     };
     match config.authorizer.authorize(&attributes).await {
-        Ok(decision) if decision.is_allowed() => next.run(Request::from_parts(parts, body)).await,
-        Ok(decision) => forbidden(user, info, &decision.reason).into_response(),
+        Ok(decision) if decision.is_allowed() => Ok(Request::from_parts(parts, body)),
+        Ok(decision) => Err(forbidden(user, info, &decision.reason).into_response()),
         Err(e) => {
             tracing::warn!(error = %e, "authorization failed");
-            Error::internal(e).into_response()
+            Err(Error::internal(e).into_response())
         }
     }
 }

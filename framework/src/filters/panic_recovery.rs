@@ -1,19 +1,18 @@
 //! Panic recovery: a panicking handler answers 500 `InternalError` and the server lives on.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
-use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
+use http::Uri;
 
 use crate::error::Error;
 
-/// The middleware.
-pub async fn recover(request: Request, next: Next) -> Response {
-    // A `Uri` clone shares its bytes: nothing is copied unless the handler panics.
-    let uri = request.uri().clone();
-    match AssertUnwindSafe(next.run(request)).catch_unwind().await {
+/// Runs `serve` (the rest of the request's path); a panic in it answers 500 and is logged with
+/// the request's `uri`.
+pub async fn recover(uri: Uri, serve: impl Future<Output = Response>) -> Response {
+    match AssertUnwindSafe(serve).catch_unwind().await {
         Ok(response) => response,
         Err(panic) => {
             let what = panic

@@ -1,29 +1,25 @@
 //! Timeout: a request that is not long-running (watch) gets 504 `Timeout` after the bound.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
-use super::FilterConfig;
 use crate::endpoints::RequestInfo;
 use crate::error::Error;
 
-/// The middleware.
-pub async fn timeout(
-    State(config): State<Arc<FilterConfig>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let long_running = request
+/// Whether the request runs without the bound (a watch), from its [`RequestInfo`].
+pub fn is_long_running(request: &Request) -> bool {
+    request
         .extensions()
         .get::<RequestInfo>()
-        .is_some_and(|i| i.verb == "watch");
-    if long_running {
-        return next.run(request).await;
-    }
-    match tokio::time::timeout(config.request_timeout, next.run(request)).await {
+        .is_some_and(|i| i.verb == "watch")
+}
+
+/// Runs `serve` (the rest of the request's path) for at most `limit`; then 504.
+pub async fn bound(limit: Duration, serve: impl Future<Output = Response>) -> Response {
+    match tokio::time::timeout(limit, serve).await {
         Ok(response) => response,
         Err(_) => {
             Error::timeout("request did not complete within the allowed duration").into_response()
