@@ -74,7 +74,7 @@ impl RequestHeaderAuthenticator {
     /// `x509.Verifier`: the chain must verify against the request-header CA and the common
     /// name must be allowed.
     fn verify_proxy(&self, peer: &PeerCertificates) -> Result<(), AuthError> {
-        let proxy = self.verifier.authenticate_chain(peer.chain())?;
+        let proxy = self.verifier.authenticate_peer(peer)?;
         if self.allowed_names.is_empty() {
             return Ok(());
         }

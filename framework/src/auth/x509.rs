@@ -70,10 +70,26 @@ impl X509Authenticator {
         &self,
         chain: &[CertificateDer<'static>],
     ) -> Result<Option<UserInfo>, AuthError> {
+        self.authenticate_digested(chain, chain_digest(chain))
+    }
+
+    /// [`X509Authenticator::authenticate_chain`] of a connection's chain, whose digest was
+    /// taken once for the connection.
+    pub fn authenticate_peer(
+        &self,
+        peer: &PeerCertificates,
+    ) -> Result<Option<UserInfo>, AuthError> {
+        self.authenticate_digested(peer.chain(), *peer.digest())
+    }
+
+    fn authenticate_digested(
+        &self,
+        chain: &[CertificateDer<'static>],
+        key: [u8; 32],
+    ) -> Result<Option<UserInfo>, AuthError> {
         let Some((leaf, intermediates)) = chain.split_first() else {
             return Ok(None);
         };
-        let key = chain_digest(chain);
         let now = jiff::Timestamp::now().as_second();
         if let Some(hit) = self.cached(&key, now) {
             return Ok(hit);
@@ -110,7 +126,7 @@ impl Authenticator for X509Authenticator {
         parts: &http::request::Parts,
     ) -> Result<Option<UserInfo>, AuthError> {
         match parts.extensions.get::<PeerCertificates>() {
-            Some(peer) => self.authenticate_chain(peer.chain()),
+            Some(peer) => self.authenticate_peer(peer),
             None => Ok(None),
         }
     }
@@ -118,7 +134,7 @@ impl Authenticator for X509Authenticator {
 
 /// SHA-256 over the whole chain: two chains with the same leaf but different intermediates
 /// must not share a verdict.
-fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
+pub(crate) fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
     let mut hasher = Sha256::new();
     for cert in chain {
         hasher.update((cert.len() as u64).to_be_bytes());
