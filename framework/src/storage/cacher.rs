@@ -375,11 +375,7 @@ impl Cacher {
             return None;
         }
         let prefix = self.shared.suffix(prefix).as_bytes();
-        let end = prefix_end(prefix);
-        let mut objects = state
-            .objects
-            .range::<[u8], _>((Bound::Included(prefix), end.as_bound()))
-            .map(|entry| &entry.0);
+        let mut objects = under(&state.objects, prefix, Bound::Included(prefix));
         Some(visit(&mut objects, state.revision))
     }
 
@@ -421,11 +417,7 @@ impl Cacher {
         if changed {
             return None;
         }
-        let end = prefix_end(prefix);
-        let mut objects = state
-            .objects
-            .range::<[u8], _>((Bound::Excluded(start_after), end.as_bound()))
-            .map(|entry| &entry.0);
+        let mut objects = under(&state.objects, prefix, Bound::Excluded(start_after));
         Some(visit(&mut objects))
     }
 
@@ -470,38 +462,39 @@ impl Cacher {
 /// The objects whose key (relative to the cache's prefix) starts with `prefix`, in key order.
 fn objects_under(objects: &Objects, prefix: &str) -> Vec<CachedObject> {
     let prefix = prefix.as_bytes();
-    let end = prefix_end(prefix);
-    objects
-        .range::<[u8], _>((Bound::Included(prefix), end.as_bound()))
-        .map(|entry| entry.0.clone())
+    under(objects, prefix, Bound::Included(prefix))
+        .cloned()
         .collect()
 }
 
-/// The first key after every key that starts with a prefix (`None`: no such key bounds them).
-/// A range up to it holds exactly the keys under the prefix, so walking or counting them never
-/// reads the objects themselves to compare keys (which, for a count of thousands, costs a
-/// cache miss each).
-struct PrefixEnd(Option<Vec<u8>>);
-
-impl PrefixEnd {
-    fn as_bound(&self) -> Bound<&[u8]> {
-        match &self.0 {
-            Some(end) => Bound::Excluded(end),
-            None => Bound::Unbounded,
-        }
-    }
+/// The objects whose key (relative to the cache's prefix) starts with `prefix`, from `start`
+/// on, in key order. The range ends at [`prefix_end`], so walking or counting it never reads
+/// the objects themselves to compare keys (which, for a count of thousands, costs a cache
+/// miss each).
+fn under<'a>(
+    objects: &'a Objects,
+    prefix: &[u8],
+    start: Bound<&[u8]>,
+) -> impl Iterator<Item = &'a CachedObject> {
+    let end = prefix_end(prefix);
+    let end = match &end {
+        Some(end) => Bound::Excluded(end.as_slice()),
+        None => Bound::Unbounded,
+    };
+    objects.range::<[u8], _>((start, end)).map(|entry| &entry.0)
 }
 
-/// The prefix with its last byte below 0xFF incremented and what follows it dropped.
-fn prefix_end(prefix: &[u8]) -> PrefixEnd {
+/// The first key after every key that starts with `prefix`: the prefix with its last byte
+/// below 0xFF incremented and what follows it dropped (`None`: no key bounds them).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < u8::MAX {
             end.push(last + 1);
-            return PrefixEnd(Some(end));
+            return Some(end);
         }
     }
-    PrefixEnd(None)
+    None
 }
 
 /// Loads, follows, and on failure starts over, until the cache is dropped.
@@ -776,10 +769,10 @@ mod tests {
 
     #[test]
     fn a_prefix_ends_before_the_first_key_outside_it() {
-        assert_eq!(prefix_end(b"ns/").0.as_deref(), Some(&b"ns0"[..]));
-        assert_eq!(prefix_end(b"a\xff").0.as_deref(), Some(&b"b"[..]));
-        assert_eq!(prefix_end(b"").0, None);
-        assert_eq!(prefix_end(b"\xff\xff").0, None);
+        assert_eq!(prefix_end(b"ns/").as_deref(), Some(&b"ns0"[..]));
+        assert_eq!(prefix_end(b"a\xff").as_deref(), Some(&b"b"[..]));
+        assert_eq!(prefix_end(b""), None);
+        assert_eq!(prefix_end(b"\xff\xff"), None);
     }
 
     #[tokio::test]
