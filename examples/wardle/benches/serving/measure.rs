@@ -193,30 +193,20 @@ async fn reads(
     for _ in 0..ROUNDS {
         let random_item = move |i| item(workload::spread(i, n));
         let c = settings.concurrency;
-        let t = ours_cpu()?;
-        samples[0].push(workload::gets(ours, gets, c, random_item).await?);
-        cpu.gets += ours_cpu()? - t;
-        let t = theirs_cpu()?;
-        samples[1].push(workload::gets(bare, gets, c, |_| "/get".into()).await?);
-        bare_cpu.gets += theirs_cpu()? - t;
-        let t = ours_cpu()?;
-        samples[2].push(workload::lists(ours, &list_path, lists).await?);
-        cpu.lists += ours_cpu()? - t;
-        let t = theirs_cpu()?;
-        samples[3].push(workload::lists(bare, "/list", lists).await?);
-        bare_cpu.lists += theirs_cpu()? - t;
+        let work = workload::gets(ours, gets, c, random_item);
+        samples[0].push(on_cpu(ours_cpu, &mut cpu.gets, work).await?);
+        let work = workload::gets(bare, gets, c, |_| "/get".into());
+        samples[1].push(on_cpu(theirs_cpu, &mut bare_cpu.gets, work).await?);
+        let work = workload::lists(ours, &list_path, lists);
+        samples[2].push(on_cpu(ours_cpu, &mut cpu.lists, work).await?);
+        let work = workload::lists(bare, "/list", lists);
+        samples[3].push(on_cpu(theirs_cpu, &mut bare_cpu.lists, work).await?);
         let first = first_page(&list_path);
-        let t = ours_cpu()?;
-        samples[4].push(workload::walks(ours, walks, &first, next_page).await?.0);
-        cpu.walks += ours_cpu()? - t;
+        let work = workload::walks(ours, walks, &first, next_page);
+        samples[4].push(on_cpu(ours_cpu, &mut cpu.walks, work).await?.0);
         let bare_next = |i: usize, _: &str| format!("/page?i={i}");
-        let t = theirs_cpu()?;
-        samples[5].push(
-            workload::walks(bare, walks, "/page?i=0", bare_next)
-                .await?
-                .0,
-        );
-        bare_cpu.walks += theirs_cpu()? - t;
+        let work = workload::walks(bare, walks, "/page?i=0", bare_next);
+        samples[5].push(on_cpu(theirs_cpu, &mut bare_cpu.walks, work).await?.0);
     }
     let [g, bg, l, bl, w, bw] = samples.map(Sample::merge);
     Ok((
@@ -233,6 +223,18 @@ async fn reads(
             cpu: bare_cpu,
         },
     ))
+}
+
+/// Runs `work`, adding the CPU time `cpu` reports over it to `total`.
+async fn on_cpu<T>(
+    cpu: impl Fn() -> Result<Duration, Error>,
+    total: &mut Duration,
+    work: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let before = cpu()?;
+    let out = work.await?;
+    *total += cpu()? - before;
+    Ok(out)
 }
 
 /// The write ceilings of `backend`: raw writes (and on etcd3, raw create transactions).
