@@ -5,13 +5,14 @@
 //! SQLite calls run on the blocking pool: one connection writes, another serves reads/watches.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+use tokio::sync::Semaphore;
 
 use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
@@ -21,6 +22,10 @@ use super::mvcc::{self, Write};
 use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
 
 const SCHEMA_VERSION: i64 = 1;
+
+/// Read-only connections kept open: enough for the blocking pool to serve reads on every core
+/// of a small machine while watch scans run, few enough that each keeps its statement cache.
+const READERS: usize = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS log (
@@ -106,13 +111,18 @@ impl SqliteBackend {
     fn open_db(path: &Path) -> Result<Self, Fail> {
         let mut writer = connect(path)?;
         migrate(&mut writer)?;
-        let reader = connect(path)?;
-        reader.pragma_update(None, "query_only", true)?;
+        let readers = (0..READERS)
+            .map(|_| {
+                let reader = connect(path)?;
+                reader.pragma_update(None, "query_only", true)?;
+                Ok(reader)
+            })
+            .collect::<Result<Vec<_>, Fail>>()?;
         let revision = writer.query_row(MAX_REVISION, [], |row| row.get(0))?;
         Ok(Self {
             db: Arc::new(Db {
                 writer: Mutex::new(writer),
-                reader: Mutex::new(reader),
+                readers: ReaderPool::new(readers),
             }),
             notifier: Notifier::new(revision),
         })
@@ -122,7 +132,7 @@ impl SqliteBackend {
         let key = key.to_owned();
         let notifier = self.notifier.clone();
         self.db
-            .call(Db::writer, move |conn| {
+            .write(move |conn| {
                 let event = commit_write(conn, &key, write)?;
                 // Published before returning so a caller that drops this future after the
                 // commit still wakes the watchers.
@@ -137,16 +147,12 @@ impl SqliteBackend {
 impl Backend for SqliteBackend {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let key = key.to_owned();
-        self.db
-            .call(Db::reader, move |conn| latest(conn, &key))
-            .await
+        self.db.read(move |conn| latest(conn, &key)).await
     }
 
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
         let request = request.clone();
-        self.db
-            .call(Db::reader, move |conn| list(conn, &request))
-            .await
+        self.db.read(move |conn| list(conn, &request)).await
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError> {
@@ -190,55 +196,120 @@ impl Backend for SqliteBackend {
     /// Whether the database answers a query.
     async fn ready(&self) -> Result<(), StorageError> {
         self.db
-            .call(Db::reader, |conn| {
-                Ok(conn.query_row(MAX_REVISION, [], |row| row.get::<_, Revision>(0))?)
-            })
+            .read(|conn| Ok(conn.query_row(MAX_REVISION, [], |row| row.get::<_, Revision>(0))?))
             .await
             .map(drop)
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
-        self.db
-            .call(Db::writer, move |conn| compact(conn, revision))
-            .await
+        self.db.write(move |conn| compact(conn, revision)).await
     }
 }
 
-/// The two connections; shared with watchers as their [`EventSource`].
+/// The writer and the readers; shared with watchers as their [`EventSource`].
 #[derive(Debug)]
 struct Db {
     writer: Mutex<Connection>,
-    reader: Mutex<Connection>,
+    readers: ReaderPool,
 }
 
 impl Db {
-    fn writer(&self) -> &Mutex<Connection> {
-        &self.writer
-    }
-
-    fn reader(&self) -> &Mutex<Connection> {
-        &self.reader
-    }
-
-    /// Runs `f` on the blocking pool with the connection `pick` chooses.
-    async fn call<T, F>(
-        self: &Arc<Self>,
-        pick: fn(&Db) -> &Mutex<Connection>,
-        f: F,
-    ) -> Result<T, StorageError>
+    /// Runs `f` on the blocking pool with the one writing connection.
+    async fn write<T, F>(self: &Arc<Self>, f: F) -> Result<T, StorageError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, Fail> + Send + 'static,
     {
         let db = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            // A panic inside a transaction rolls it back, so the connection stays usable.
-            let mut conn = pick(&db).lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut conn).map_err(StorageError::from)
-        })
+        blocking(move || f(&mut lock(&db.writer))).await
+    }
+
+    /// Runs `f` on the blocking pool with an idle read-only connection, waiting (without
+    /// holding a blocking thread) while all of them are busy.
+    async fn read<T, F>(self: &Arc<Self>, f: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, Fail> + Send + 'static,
+    {
+        let permit =
+            self.readers.permits.acquire().await.map_err(|_| {
+                StorageError::Internal("sqlite: the reader pool is closed".to_owned())
+            })?;
+        let db = Arc::clone(self);
+        let result = blocking(move || f(&mut db.readers.take())).await;
+        drop(permit);
+        result
+    }
+}
+
+/// Read-only connections, each used by one call at a time. A permit of `permits` is held for
+/// every connection taken, so `take` always finds one idle.
+#[derive(Debug)]
+struct ReaderPool {
+    idle: Mutex<Vec<Connection>>,
+    permits: Semaphore,
+}
+
+impl ReaderPool {
+    fn new(readers: Vec<Connection>) -> Self {
+        Self {
+            permits: Semaphore::new(readers.len()),
+            idle: Mutex::new(readers),
+        }
+    }
+
+    /// An idle connection, given back when the returned guard drops (also when the call
+    /// panics: a read transaction rolls back, so the connection stays usable).
+    fn take(&self) -> PooledReader<'_> {
+        let conn = lock(&self.idle).pop();
+        PooledReader {
+            pool: self,
+            conn: Some(conn.expect("a reader permit is held for every connection taken")),
+        }
+    }
+}
+
+struct PooledReader<'a> {
+    pool: &'a ReaderPool,
+    conn: Option<Connection>,
+}
+
+impl std::ops::Deref for PooledReader<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn.as_ref().expect("taken until drop")
+    }
+}
+
+impl std::ops::DerefMut for PooledReader<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("taken until drop")
+    }
+}
+
+impl Drop for PooledReader<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            lock(&self.pool.idle).push(conn);
+        }
+    }
+}
+
+/// A panic inside a transaction rolls it back, so a poisoned lock's connection is usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs a SQLite call on the blocking pool.
+async fn blocking<T, F>(f: F) -> Result<T, StorageError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, Fail> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || f().map_err(StorageError::from))
         .await
         .map_err(|e| StorageError::Internal(format!("sqlite task failed: {e}")))?
-    }
 }
 
 impl EventSource for Db {
@@ -249,10 +320,8 @@ impl EventSource for Db {
         limit: usize,
     ) -> BoxFuture<'static, Result<EventBatch, StorageError>> {
         Box::pin(async move {
-            self.call(Db::reader, move |conn| {
-                events_after(conn, &prefix, after, limit)
-            })
-            .await
+            self.read(move |conn| events_after(conn, &prefix, after, limit))
+                .await
         })
     }
 }
@@ -569,6 +638,58 @@ mod tests {
             revision,
             ..ListRequest::default()
         }
+    }
+
+    /// Holds one read-only connection of `backend` busy until `release` is sent or dropped.
+    fn hold_reader(backend: &SqliteBackend) -> std::sync::mpsc::Sender<()> {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (taken, has_taken) = std::sync::mpsc::channel();
+        let db = backend.db.clone();
+        tokio::spawn(async move {
+            let _ = db
+                .read(move |_conn| {
+                    taken.send(()).expect("the test waits");
+                    let _ = wait.recv();
+                    Ok(())
+                })
+                .await;
+        });
+        has_taken.recv().expect("the reader was taken");
+        release
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_run_beside_a_busy_reader_and_wait_when_all_are_busy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backend = open(&dir.path().join("db"));
+        backend
+            .create("/t/a", Bytes::from_static(b"1"))
+            .await
+            .expect("create");
+
+        // A long scan on one connection does not hold up a get on another.
+        let one = hold_reader(&backend);
+        let got = tokio::time::timeout(Duration::from_secs(10), backend.get("/t/a")).await;
+        assert!(got
+            .expect("a get beside a busy reader")
+            .expect("get")
+            .is_some());
+
+        // With every reader busy a get waits, and goes on as soon as one is free.
+        let rest: Vec<_> = (1..READERS).map(|_| hold_reader(&backend)).collect();
+        let waiting = tokio::time::timeout(Duration::from_millis(200), backend.get("/t/a")).await;
+        assert!(
+            waiting.is_err(),
+            "a get found a reader while all {READERS} were busy"
+        );
+        drop(one);
+        let got = tokio::time::timeout(Duration::from_secs(10), backend.get("/t/a")).await;
+        assert!(got
+            .expect("a get once a reader is free")
+            .expect("get")
+            .is_some());
+        drop(rest);
+        assert!(backend.ready().await.is_ok());
     }
 
     #[tokio::test]
