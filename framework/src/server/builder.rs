@@ -222,6 +222,7 @@ pub struct ApiServer {
     groups: Vec<ApiGroup>,
     backend: Option<Arc<dyn Backend>>,
     openapi: OpenApiInfo,
+    malloc_arena_max: Option<u32>,
 }
 
 /// A started server.
@@ -297,6 +298,7 @@ impl ApiServer {
             groups: Vec::new(),
             backend: None,
             openapi: OpenApiInfo::default(),
+            malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
         }
     }
 
@@ -344,11 +346,23 @@ impl ApiServer {
         self
     }
 
+    /// How many glibc malloc arenas [`run`](Self::run) allows the process (default
+    /// [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)); `None` leaves
+    /// the allocator as it is. `MALLOC_ARENA_MAX` in the environment always wins. See
+    /// [`server::malloc`](super::malloc) for why.
+    pub fn malloc_arena_max(mut self, max: Option<u32>) -> Self {
+        self.malloc_arena_max = max;
+        self
+    }
+
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
         if let Some(Command::Manifests(options)) = &self.command {
             print!("{}", crate::aggregator::manifests(options, &self.groups));
             return Ok(());
+        }
+        if let Some(max) = self.malloc_arena_max {
+            super::malloc::limit_arenas(max);
         }
         let running = self.start_with_signal(true).await?;
         if running.mode == Mode::Delegated {

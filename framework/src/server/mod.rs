@@ -6,6 +6,7 @@ pub mod builder;
 pub mod certs;
 pub mod core_api;
 pub mod health;
+pub mod malloc;
 pub mod options;
 pub mod serve;
 pub mod serving_cert;
