@@ -8,8 +8,25 @@
 //! at start (and keeps it current), so the YAML holds no key material and `kubectl apply`
 //! can be re-run without undoing the registration.
 
+use std::collections::BTreeMap;
+
 use clap::Args;
-use serde_json::{json, Value};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Namespace,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
+    APIService, APIServiceSpec, ServiceReference,
+};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::aggregator::ApiServiceVersion;
 use crate::server::ApiGroup;
@@ -93,58 +110,112 @@ pub fn manifest_objects_for(
     options: &ManifestOptions,
     versions: &[ApiServiceVersion],
 ) -> Vec<Value> {
-    let name = options.name();
-    let ns = options.namespace.as_str();
-    let labels = json!({"app.kubernetes.io/name": name});
-    let meta = |object_name: &str, namespace: Option<&str>| {
-        let mut m = json!({"name": object_name, "labels": labels});
-        if let Some(namespace) = namespace {
-            m["namespace"] = json!(namespace);
-        }
-        m
-    };
-    let service_account = json!([{"kind": "ServiceAccount", "name": name, "namespace": ns}]);
+    let m = Names::new(options);
     let mut objects = vec![
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(ns, None)}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(&name, Some(ns))}),
+        to_value(Namespace {
+            metadata: m.meta(&m.namespace, None),
+            ..Default::default()
+        }),
+        to_value(ServiceAccount {
+            metadata: m.meta(&m.name, Some(&m.namespace)),
+            ..Default::default()
+        }),
         // TokenReview and SubjectAccessReview: delegated authentication and authorization.
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": meta(&format!("{name}:system:auth-delegator"), None),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": "system:auth-delegator"},
-            "subjects": service_account,
+        to_value(ClusterRoleBinding {
+            metadata: m.meta(&format!("{}:system:auth-delegator", m.name), None),
+            role_ref: role_ref("ClusterRole", "system:auth-delegator"),
+            subjects: Some(m.service_account()),
         }),
         // kube-system/extension-apiserver-authentication: the client and front-proxy CAs.
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(&format!("{name}-auth-reader"), Some("kube-system")),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": "extension-apiserver-authentication-reader"},
-            "subjects": service_account,
+        to_value(RoleBinding {
+            metadata: m.meta(&format!("{}-auth-reader", m.name), Some("kube-system")),
+            role_ref: role_ref("Role", "extension-apiserver-authentication-reader"),
+            subjects: Some(m.service_account()),
         }),
         // What the server reads and writes itself: namespaces for the NamespaceLifecycle
         // admission, its APIServices for --register-apiservice.
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": meta(&name, None),
-            "rules": [
-                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"],
-                 "verbs": ["get", "create", "update"]},
-            ],
+        to_value(ClusterRole {
+            metadata: m.meta(&m.name, None),
+            rules: Some(vec![
+                rule("", "namespaces", &["get", "list", "watch"]),
+                rule(
+                    "apiregistration.k8s.io",
+                    "apiservices",
+                    &["get", "create", "update"],
+                ),
+            ]),
+            ..Default::default()
         }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": meta(&name, None),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": service_account,
+        to_value(ClusterRoleBinding {
+            metadata: m.meta(&m.name, None),
+            role_ref: role_ref("ClusterRole", &m.name),
+            subjects: Some(m.service_account()),
         }),
+        to_value(deployment(&m, options)),
+        to_value(service(&m)),
     ];
+    objects.extend(versions.iter().map(|v| to_value(apiservice(&m, v))));
+    objects
+}
+
+/// The names every object shares: the server's name, its namespace and its labels.
+struct Names {
+    name: String,
+    namespace: String,
+    labels: BTreeMap<String, String>,
+}
+
+impl Names {
+    fn new(options: &ManifestOptions) -> Self {
+        let name = options.name();
+        let labels = BTreeMap::from([("app.kubernetes.io/name".to_owned(), name.clone())]);
+        Self {
+            name,
+            namespace: options.namespace.clone(),
+            labels,
+        }
+    }
+
+    fn meta(&self, name: &str, namespace: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: namespace.map(str::to_owned),
+            labels: Some(self.labels.clone()),
+            ..Default::default()
+        }
+    }
+
+    fn service_account(&self) -> Vec<Subject> {
+        vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: self.name.clone(),
+            namespace: Some(self.namespace.clone()),
+            ..Default::default()
+        }]
+    }
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+fn rule(api_group: &str, resource: &str, verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![api_group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+/// The server's flags in the container: serving files from the Secret, SQLite on the data
+/// volume, and registration of its APIServices with the serving CA.
+fn server_args(m: &Names, options: &ManifestOptions) -> Vec<String> {
+    let (name, ns) = (&m.name, &m.namespace);
     let mut args = vec![
         format!("--secure-port={CONTAINER_PORT}"),
         "--bind-address=0.0.0.0".to_string(),
@@ -159,85 +230,165 @@ pub fn manifest_objects_for(
         format!("--apiservice-ca-file={SERVING_CERT_DIR}/ca.crt"),
     ];
     args.extend(options.args.iter().cloned());
-    let probe = |path: &str, period: u32| {
-        json!({
-            "httpGet": {"path": path, "port": "https", "scheme": "HTTPS"},
-            "periodSeconds": period,
-            "failureThreshold": 3,
-        })
-    };
-    objects.push(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(&name, Some(ns)),
-        "spec": {
-            // SQLite has one writer: never two pods on the same data.
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": name,
-                    "containers": [{
-                        "name": "apiserver",
-                        "image": options.image,
-                        "args": args,
-                        "ports": [{"name": "https", "containerPort": CONTAINER_PORT}],
-                        "readinessProbe": probe("/readyz", 5),
-                        "livenessProbe": probe("/livez", 10),
-                        // The server writes only to the volumes below.
-                        "securityContext": {
-                            "allowPrivilegeEscalation": false,
-                            "readOnlyRootFilesystem": true,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                        "volumeMounts": [
-                            {"name": "serving-cert", "mountPath": SERVING_CERT_DIR, "readOnly": true},
-                            {"name": "certs", "mountPath": "/var/run/apiserver/certs"},
-                            {"name": "data", "mountPath": "/var/lib/apiserver"},
-                            {"name": "tmp", "mountPath": "/tmp"},
-                        ],
-                    }],
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "volumes": [
-                        // Yours (or cert-manager's) to create: tls.crt, tls.key, ca.crt for
-                        // {name}.{namespace}.svc.
-                        {"name": "serving-cert", "secret": {"secretName": format!("{name}-serving-cert")}},
-                        {"name": "certs", "emptyDir": {}},
-                        // Replace with a PersistentVolumeClaim to keep objects across pods,
-                        // or run on etcd (--arg=--storage-backend=etcd3 ...).
-                        {"name": "data", "emptyDir": {}},
-                        {"name": "tmp", "emptyDir": {}},
-                    ],
-                },
-            },
-        },
-    }));
-    objects.push(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta(&name, Some(ns)),
-        "spec": {
-            "selector": labels,
-            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": "https"}],
-        },
-    }));
-    for v in versions {
-        objects.push(json!({
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": meta(&v.apiservice_name(), None),
-            "spec": {
-                "group": v.group,
-                "version": v.version,
-                "groupPriorityMinimum": v.group_priority_minimum,
-                "versionPriority": v.version_priority,
-                "service": {"namespace": ns, "name": name, "port": 443},
-            },
-        }));
+    args
+}
+
+fn probe(path: &str, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("https".into()),
+            scheme: Some("HTTPS".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(3),
+        ..Default::default()
     }
-    objects
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn deployment(m: &Names, options: &ManifestOptions) -> Deployment {
+    let container = Container {
+        name: "apiserver".into(),
+        image: Some(options.image.clone()),
+        args: Some(server_args(m, options)),
+        ports: Some(vec![ContainerPort {
+            name: Some("https".into()),
+            container_port: i32::from(CONTAINER_PORT),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(probe("/readyz", 5)),
+        liveness_probe: Some(probe("/livez", 10)),
+        // The server writes only to the volumes below.
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("serving-cert", SERVING_CERT_DIR, true),
+            mount("certs", "/var/run/apiserver/certs", false),
+            mount("data", "/var/lib/apiserver", false),
+            mount("tmp", "/tmp", false),
+        ]),
+        ..Default::default()
+    };
+    let volumes = vec![
+        // Yours (or cert-manager's) to create: tls.crt, tls.key, ca.crt for
+        // {name}.{namespace}.svc.
+        Volume {
+            name: "serving-cert".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(format!("{}-serving-cert", m.name)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        empty_dir("certs"),
+        // Replace with a PersistentVolumeClaim to keep objects across pods, or run on etcd
+        // (--arg=--storage-backend=etcd3 ...).
+        empty_dir("data"),
+        empty_dir("tmp"),
+    ];
+    Deployment {
+        metadata: m.meta(&m.name, Some(&m.namespace)),
+        spec: Some(DeploymentSpec {
+            // SQLite has one writer: never two pods on the same data.
+            replicas: Some(1),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                ..Default::default()
+            }),
+            selector: LabelSelector {
+                match_labels: Some(m.labels.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(m.labels.clone()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(m.name.clone()),
+                    containers: vec![container],
+                    security_context: Some(PodSecurityContext {
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    volumes: Some(volumes),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn service(m: &Names) -> Service {
+    Service {
+        metadata: m.meta(&m.name, Some(&m.namespace)),
+        spec: Some(ServiceSpec {
+            selector: Some(m.labels.clone()),
+            ports: Some(vec![ServicePort {
+                name: Some("https".into()),
+                port: 443,
+                protocol: Some("TCP".into()),
+                target_port: Some(IntOrString::String("https".into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn apiservice(m: &Names, v: &ApiServiceVersion) -> APIService {
+    APIService {
+        metadata: m.meta(&v.apiservice_name(), None),
+        spec: Some(APIServiceSpec {
+            group: Some(v.group.clone()),
+            version: Some(v.version.clone()),
+            group_priority_minimum: v.group_priority_minimum,
+            version_priority: v.version_priority,
+            service: Some(ServiceReference {
+                namespace: Some(m.namespace.clone()),
+                name: Some(m.name.clone()),
+                port: Some(443),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A typed object as JSON (k8s-openapi's types write their own `apiVersion` and `kind`).
+fn to_value(object: impl Serialize) -> Value {
+    serde_json::to_value(object).expect("k8s-openapi objects serialize to JSON")
 }
 
 /// The manifests as multi-document YAML, with a header saying what to create first.
