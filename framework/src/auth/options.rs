@@ -200,41 +200,29 @@ impl DelegatingOptions {
     }
 }
 
-/// Parses a duration as Go's `time.ParseDuration` writes them: `10s`, `1m30s`, `500ms`,
-/// `2h`, `1.5s`, `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// A flag value that is not a Go duration (or is negative).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid duration {text:?} (expected e.g. 10s, 1m30s, 500ms)")]
+pub struct InvalidDuration {
+    text: String,
+}
+
+/// Parses a duration as Go's `time.ParseDuration` writes them (`10s`, `1m30s`, `500ms`,
+/// `2h`, `1.5s`, `0`), with [`kube_core::Duration`]; negative durations are refused.
+pub fn parse_duration(text: &str) -> Result<Duration, InvalidDuration> {
     let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let bad = || format!("invalid duration {text:?} (expected e.g. 10s, 1m30s, 500ms)");
-    let mut rest = text;
-    let mut total = 0f64;
-    if rest.is_empty() {
+    let bad = || InvalidDuration {
+        text: text.to_owned(),
+    };
+    // kube_core reads an empty string as zero; Go's ParseDuration refuses it.
+    if text.is_empty() {
         return Err(bad());
     }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_len..];
+    let parsed: kube_core::Duration = text.parse().map_err(|_| bad())?;
+    if parsed.is_negative() {
+        return Err(bad());
     }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    Ok(parsed.into())
 }
 
 #[cfg(test)]
@@ -333,5 +321,9 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
     }
 }

@@ -1,14 +1,14 @@
 //! RFC 7386 JSON merge patch (`application/merge-patch+json`): objects merge recursively,
 //! `null` deletes a member, and every other value (lists included) replaces what was there.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::PatchError;
 
 /// kube-apiserver's (evanphx/json-patch's) message for a body that is not a merge patch.
 const BAD_MERGE_PATCH: &str = "Invalid JSON Patch";
 
-/// Merges `patch` into `target` as RFC 7386 specifies.
+/// Merges `patch` into `target` as RFC 7386 specifies (`json_patch::merge`).
 ///
 /// ```
 /// use apiserver::registry::patch::merge_patch;
@@ -18,23 +18,7 @@ const BAD_MERGE_PATCH: &str = "Invalid JSON Patch";
 /// assert_eq!(doc, json!({"a": "z", "c": {"d": "e"}}));
 /// ```
 pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(members) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Value::Object(object) = target else {
-        unreachable!("made an object above")
-    };
-    for (key, value) in members {
-        if value.is_null() {
-            object.remove(key);
-        } else {
-            merge_patch(object.entry(key.as_str()).or_insert(Value::Null), value);
-        }
-    }
+    json_patch::merge(target, patch);
 }
 
 /// Applies the merge patch in `body` to `original`.
