@@ -247,6 +247,84 @@ impl Error {
         &self.status.reason
     }
 
+    /// The `reason` as a [`StatusReason`] (`Unknown` for one kube does not define).
+    pub fn status_reason(&self) -> StatusReason {
+        StatusReason::from_reason(&self.status.reason)
+    }
+
+    /// Whether the reason is `reason`, or (as apimachinery's `errors` does for an error with
+    /// no reason it knows) the code is `code`.
+    fn is(&self, reason: StatusReason, code: u16) -> bool {
+        match self.status_reason() {
+            StatusReason::Unknown => self.status.code == code,
+            known => known == reason,
+        }
+    }
+
+    /// 404 `NotFound` (apimachinery's `IsNotFound`).
+    pub fn is_not_found(&self) -> bool {
+        self.is(StatusReason::NotFound, 404)
+    }
+
+    /// 409 `AlreadyExists` (`IsAlreadyExists`).
+    pub fn is_already_exists(&self) -> bool {
+        self.status_reason() == StatusReason::AlreadyExists
+    }
+
+    /// 409 `Conflict` (`IsConflict`).
+    pub fn is_conflict(&self) -> bool {
+        self.is(StatusReason::Conflict, 409)
+    }
+
+    /// 422 `Invalid` (`IsInvalid`).
+    pub fn is_invalid(&self) -> bool {
+        self.is(StatusReason::Invalid, 422)
+    }
+
+    /// 400 `BadRequest` (`IsBadRequest`).
+    pub fn is_bad_request(&self) -> bool {
+        self.is(StatusReason::BadRequest, 400)
+    }
+
+    /// 401 `Unauthorized` (`IsUnauthorized`).
+    pub fn is_unauthorized(&self) -> bool {
+        self.is(StatusReason::Unauthorized, 401)
+    }
+
+    /// 403 `Forbidden` (`IsForbidden`).
+    pub fn is_forbidden(&self) -> bool {
+        self.is(StatusReason::Forbidden, 403)
+    }
+
+    /// 410 `Expired` or `Gone` (`IsResourceExpired` / `IsGone`).
+    pub fn is_expired(&self) -> bool {
+        match self.status_reason() {
+            StatusReason::Expired | StatusReason::Gone => true,
+            StatusReason::Unknown => self.status.code == 410,
+            _ => false,
+        }
+    }
+
+    /// 429 `TooManyRequests` (`IsTooManyRequests`).
+    pub fn is_too_many_requests(&self) -> bool {
+        self.is(StatusReason::TooManyRequests, 429)
+    }
+
+    /// 500 `InternalError` (`IsInternalError`).
+    pub fn is_internal_error(&self) -> bool {
+        self.is(StatusReason::InternalError, 500)
+    }
+
+    /// 503 `ServiceUnavailable` (`IsServiceUnavailable`).
+    pub fn is_service_unavailable(&self) -> bool {
+        self.is(StatusReason::ServiceUnavailable, 503)
+    }
+
+    /// 504 `Timeout` (`IsTimeout`).
+    pub fn is_timeout(&self) -> bool {
+        self.is(StatusReason::Timeout, 504)
+    }
+
     /// The human message.
     pub fn message(&self) -> &str {
         &self.status.message
@@ -260,6 +338,114 @@ impl Error {
     /// The `Status` as JSON, with `kind` and `apiVersion`.
     pub fn to_json(&self) -> serde_json::Value {
         status_json(&self.status)
+    }
+}
+
+/// The `reason` of a `Status`, as `k8s.io/apimachinery`'s `metav1.StatusReason` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StatusReason {
+    /// A reason kube does not define (or none).
+    Unknown,
+    /// 401.
+    Unauthorized,
+    /// 403.
+    Forbidden,
+    /// 404.
+    NotFound,
+    /// 409, on create.
+    AlreadyExists,
+    /// 409, a write that lost a race or failed a precondition.
+    Conflict,
+    /// 410, a resource (or resourceVersion) that is gone for good.
+    Gone,
+    /// 410, a resourceVersion or continue token older than what is kept.
+    Expired,
+    /// 422.
+    Invalid,
+    /// 504 (also 500 with a server-side timeout).
+    ServerTimeout,
+    /// 504.
+    Timeout,
+    /// 429.
+    TooManyRequests,
+    /// 400.
+    BadRequest,
+    /// 405.
+    MethodNotAllowed,
+    /// 406.
+    NotAcceptable,
+    /// 413.
+    RequestEntityTooLarge,
+    /// 415.
+    UnsupportedMediaType,
+    /// 500.
+    InternalError,
+    /// 500, for a storage read of an object that cannot be decoded.
+    StorageReadError,
+    /// 503.
+    ServiceUnavailable,
+}
+
+impl StatusReason {
+    /// The reason's name, as written in a `Status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "",
+            Self::Unauthorized => "Unauthorized",
+            Self::Forbidden => "Forbidden",
+            Self::NotFound => "NotFound",
+            Self::AlreadyExists => "AlreadyExists",
+            Self::Conflict => "Conflict",
+            Self::Gone => "Gone",
+            Self::Expired => "Expired",
+            Self::Invalid => "Invalid",
+            Self::ServerTimeout => "ServerTimeout",
+            Self::Timeout => "Timeout",
+            Self::TooManyRequests => "TooManyRequests",
+            Self::BadRequest => "BadRequest",
+            Self::MethodNotAllowed => "MethodNotAllowed",
+            Self::NotAcceptable => "NotAcceptable",
+            Self::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Self::UnsupportedMediaType => "UnsupportedMediaType",
+            Self::InternalError => "InternalError",
+            Self::StorageReadError => "StorageReadError",
+            Self::ServiceUnavailable => "ServiceUnavailable",
+        }
+    }
+
+    /// The reason named `reason`; [`Unknown`](Self::Unknown) for any other string.
+    pub fn from_reason(reason: &str) -> Self {
+        const ALL: [StatusReason; 19] = [
+            StatusReason::Unauthorized,
+            StatusReason::Forbidden,
+            StatusReason::NotFound,
+            StatusReason::AlreadyExists,
+            StatusReason::Conflict,
+            StatusReason::Gone,
+            StatusReason::Expired,
+            StatusReason::Invalid,
+            StatusReason::ServerTimeout,
+            StatusReason::Timeout,
+            StatusReason::TooManyRequests,
+            StatusReason::BadRequest,
+            StatusReason::MethodNotAllowed,
+            StatusReason::NotAcceptable,
+            StatusReason::RequestEntityTooLarge,
+            StatusReason::UnsupportedMediaType,
+            StatusReason::InternalError,
+            StatusReason::StorageReadError,
+            StatusReason::ServiceUnavailable,
+        ];
+        ALL.into_iter()
+            .find(|r| r.as_str() == reason)
+            .unwrap_or(Self::Unknown)
+    }
+}
+
+impl std::fmt::Display for StatusReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -326,6 +512,31 @@ mod tests {
     use super::*;
 
     const INFO: ResourceInfo = crate::runtime::resource::TEST_INFO;
+
+    #[test]
+    fn reasons_are_typed_as_apimachinerys_errors_package_reads_them() {
+        assert!(Error::not_found(&INFO, "x").is_not_found());
+        assert!(!Error::not_found(&INFO, "x").is_conflict());
+        assert!(Error::already_exists(&INFO, "x").is_already_exists());
+        assert!(!Error::already_exists(&INFO, "x").is_conflict());
+        assert!(Error::conflict(&INFO, "x").is_conflict());
+        assert!(Error::bad_request("no").is_bad_request());
+        assert!(Error::timeout("slow").is_timeout());
+        // A reason kube does not define: the code decides, as in apimachinery.
+        assert!(Error::new(404, "Whatever", "gone").is_not_found());
+        assert!(Error::new(410, "", "old").is_expired());
+        // A known reason wins over the code.
+        assert!(!Error::new(404, "Conflict", "odd").is_not_found());
+        for reason in [
+            "NotFound",
+            "Expired",
+            "StorageReadError",
+            "RequestEntityTooLarge",
+        ] {
+            assert_eq!(StatusReason::from_reason(reason).as_str(), reason);
+        }
+        assert_eq!(StatusReason::from_reason("Nope"), StatusReason::Unknown);
+    }
 
     #[test]
     fn not_found_matches_kube() {

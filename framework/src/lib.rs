@@ -58,7 +58,7 @@ pub mod storage;
 pub mod testing;
 
 pub use apiserver_macros::Resource;
-pub use error::{Error, Result};
+pub use error::{Error, Result, StatusReason};
 pub use runtime::{FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope};
 pub use server::{ApiGroup, ApiServer};
 

@@ -125,7 +125,7 @@ pub(crate) async fn delete_collection(
                 deleted.items.push(o.into())
             }
             // Deleted by someone else in the meantime: that is what was asked.
-            Err(e) if e.code() == 404 => {}
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
     }
