@@ -59,7 +59,9 @@ pub mod testing;
 
 pub use apiserver_macros::Resource;
 pub use error::{Error, Result, StatusReason};
-pub use runtime::{FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope};
+pub use runtime::{
+    ColumnType, FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope,
+};
 pub use server::{ApiGroup, ApiServer};
 
 /// Re-exports for generated code and users.

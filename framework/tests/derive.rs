@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
-use apiserver::{FieldError, PrinterColumn, Resource, ResourceInfo, Scope};
+use apiserver::{ColumnType, FieldError, PrinterColumn, Resource, ResourceInfo, Scope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -128,7 +128,7 @@ fn namespaced_info_has_every_key() {
         printer_columns: &[
             PrinterColumn {
                 name: "Reference",
-                type_: "string",
+                type_: ColumnType::String,
                 format: "",
                 json_path: ".spec.reference",
                 description: "The referenced object",
@@ -136,7 +136,7 @@ fn namespaced_info_has_every_key() {
             },
             PrinterColumn {
                 name: "Count",
-                type_: "integer",
+                type_: ColumnType::Integer,
                 format: "int32",
                 json_path: ".spec.count",
                 description: "",

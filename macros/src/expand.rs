@@ -134,7 +134,14 @@ fn printer_column(column: &PrintColumn, krate: &Path) -> TokenStream {
         lit.as_ref().map_or(default.to_owned(), LitStr::value)
     };
     let name = value(&column.name, "");
-    let type_ = value(&column.type_, "string");
+    // check.rs has refused any other name.
+    let type_ = match value(&column.type_, "string").as_str() {
+        "integer" => quote!(Integer),
+        "number" => quote!(Number),
+        "boolean" => quote!(Boolean),
+        "date" => quote!(Date),
+        _ => quote!(String),
+    };
     let format = value(&column.format, "");
     let json_path = value(&column.json_path, "");
     let description = value(&column.description, "");
@@ -142,7 +149,7 @@ fn printer_column(column: &PrintColumn, krate: &Path) -> TokenStream {
     quote! {
         #krate::PrinterColumn {
             name: #name,
-            type_: #type_,
+            type_: #krate::ColumnType::#type_,
             format: #format,
             json_path: #json_path,
             description: #description,

@@ -7,14 +7,15 @@ use serde_json::{json, Value};
 use crate::endpoints::params::IncludeObject;
 use crate::runtime::jsonpath::JsonPath;
 use crate::runtime::object;
-use crate::runtime::ResourceInfo;
+use crate::runtime::{ColumnType, ResourceInfo};
 
 const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 const AGE_DESCRIPTION: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
 struct Column {
     definition: Value,
-    type_: &'static str,
+    /// `None` for the Name column, which shows the object's name.
+    type_: Option<ColumnType>,
     path: Option<JsonPath>,
 }
 
@@ -38,19 +39,19 @@ impl TableConvertor {
     pub fn new(info: &ResourceInfo) -> Self {
         let mut columns = vec![Column {
             definition: json!({"name": "Name", "type": "string", "format": "name", "description": NAME_DESCRIPTION, "priority": 0}),
-            type_: "name",
+            type_: None,
             path: None,
         }];
         for c in info.printer_columns {
             columns.push(Column {
                 definition: json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority}),
-                type_: c.type_,
+                type_: Some(c.type_),
                 path: JsonPath::parse(c.json_path).ok(),
             });
         }
         columns.push(Column {
             definition: json!({"name": "Age", "type": "date", "format": "", "description": AGE_DESCRIPTION, "priority": 0}),
-            type_: "date",
+            type_: Some(ColumnType::Date),
             path: JsonPath::parse(".metadata.creationTimestamp").ok(),
         });
         let definitions = Value::Array(columns.iter().map(|c| c.definition.clone()).collect());
@@ -85,12 +86,10 @@ impl TableConvertor {
 }
 
 fn cell(column: &Column, object: &Value) -> Value {
-    if column.type_ == "name" {
-        return json!(object::name(object).unwrap_or_default());
-    }
-    match &column.path {
-        Some(path) => path.cell_value(object, column.type_),
-        None => Value::Null,
+    match (column.type_, &column.path) {
+        (None, _) => json!(object::name(object).unwrap_or_default()),
+        (Some(type_), Some(path)) => path.cell_value(object, type_),
+        (Some(_), None) => Value::Null,
     }
 }
 
@@ -111,7 +110,7 @@ mod tests {
     const INFO: ResourceInfo = ResourceInfo {
         printer_columns: &[PrinterColumn {
             name: "Reference",
-            type_: "string",
+            type_: ColumnType::String,
             format: "",
             json_path: ".spec.reference",
             description: "",

@@ -18,13 +18,61 @@ pub enum Scope {
     Cluster,
 }
 
+/// The type of a printer column, as CRDs' `additionalPrinterColumns[].type`: it decides
+/// how a cell is rendered (`date` as an age, `integer` as a JSON integer, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    /// Text: what kubectl's JSONPath prints for the value.
+    String,
+    /// A JSON integer (floats are truncated, as Go does).
+    Integer,
+    /// A JSON number.
+    Number,
+    /// A JSON boolean.
+    Boolean,
+    /// A timestamp shown as its age (`5m`).
+    Date,
+}
+
+impl ColumnType {
+    /// The name in a `Table`'s `columnDefinitions` and in OpenAPI: `string`, `integer`, ….
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Integer => "integer",
+            Self::Number => "number",
+            Self::Boolean => "boolean",
+            Self::Date => "date",
+        }
+    }
+
+    /// The type called `name`, if it is one of the five.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::String,
+            Self::Integer,
+            Self::Number,
+            Self::Boolean,
+            Self::Date,
+        ]
+        .into_iter()
+        .find(|t| t.as_str() == name)
+    }
+}
+
+impl serde::Serialize for ColumnType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// A column of `kubectl get` (a `Table` column), as CRDs' `additionalPrinterColumns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrinterColumn {
     /// Column header, e.g. `Reference`.
     pub name: &'static str,
-    /// OpenAPI type: `string`, `integer`, `number`, `boolean` or `date`.
-    pub type_: &'static str,
+    /// How cells are rendered.
+    pub type_: ColumnType,
     /// OpenAPI format (`""` for none), e.g. `int32`, `name`.
     pub format: &'static str,
     /// A JSONPath into the object, e.g. `.spec.reference`.
