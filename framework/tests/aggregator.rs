@@ -741,6 +741,89 @@ async fn namespace_lifecycle_refuses_missing_and_terminating_namespaces() {
     server.shutdown().await.unwrap();
 }
 
+/// Lists (not watches) and watches of the namespaces the server made so far.
+fn namespace_calls(core: &FakeCore) -> (usize, usize) {
+    let calls: Vec<_> = core
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/api/v1/namespaces")
+        .collect();
+    let watches = calls
+        .iter()
+        .filter(|c| c.query.contains("watch=true"))
+        .count();
+    (calls.len() - watches, watches)
+}
+
+/// Retries `check` every 50 ms for at most 20 s.
+async fn eventually<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn namespace_lifecycle_follows_deletions_after_the_watch_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    core.set_namespace("brief", "Active");
+    let server = start(dir.path(), options(&core, false), true).await;
+    let watching = eventually(|| async { namespace_calls(&core).1 > 0 }).await;
+    assert!(watching, "the server never watched the namespaces");
+    let (code, status) = create_thing(&server, "brief", "a").await;
+    assert_eq!(code, 201, "{status}");
+
+    // A write the namespace watch does not see, then the history is gone and the watch
+    // restarts from a resourceVersion that has expired (410).
+    core.set_configmap("other", "unrelated", Default::default());
+    core.compact();
+    let (lists, watches) = namespace_calls(&core);
+    core.close_watches();
+    let relisted = eventually(|| async { namespace_calls(&core).0 > lists }).await;
+    assert!(
+        relisted,
+        "the server did not list the namespaces again after the 410"
+    );
+
+    core.delete_namespace("brief");
+    let mut refused = None;
+    for i in 0..200 {
+        let (code, status) = create_thing(&server, "brief", &format!("b{i}")).await;
+        if code == 404 {
+            refused = Some(status);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        refused.expect("creating in the deleted namespace is refused"),
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "namespaces \"brief\" not found", "reason": "NotFound",
+            "details": {"name": "brief", "kind": "namespaces"}, "code": 404,
+        })
+    );
+
+    // One relist, and no spinning: the expired watch, the one after the relist.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let (lists_now, watches_now) = namespace_calls(&core);
+    assert_eq!(lists_now - lists, 1);
+    assert!(
+        watches_now - watches <= 2,
+        "{} watches",
+        watches_now - watches
+    );
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
     let dir = tempfile::tempdir().unwrap();

@@ -640,6 +640,70 @@ async fn rotated_cas_take_effect_without_restart() {
     );
 }
 
+/// Lists (not watches) and watches of the authentication ConfigMap the server made so far.
+fn configmap_calls(core: &FakeCore) -> (usize, usize) {
+    let calls: Vec<_> = core
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/api/v1/namespaces/kube-system/configmaps")
+        .collect();
+    let watches = calls
+        .iter()
+        .filter(|c| c.query.contains("watch=true"))
+        .count();
+    (calls.len() - watches, watches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_after_the_watch_expired_still_takes_effect() {
+    let env = Env::start().await;
+    env.core.allow(allow_list_flunders("kim"));
+    let kim = [("X-Remote-User", "kim")];
+    assert_eq!(
+        env.get(FLUNDERS, Some(&env.aggregator), &kim).await.code,
+        200
+    );
+    let watching = eventually(|| async { configmap_calls(&env.core).1 > 0 }).await;
+    assert!(watching, "the server never watched the ConfigMap");
+
+    // Writes the ConfigMap watch does not see, then the cluster forgets its history and the
+    // watch restarts: the ConfigMap's resourceVersion is too old (410), as on any cluster that
+    // ran for a while.
+    env.core.set_namespace("elsewhere", "Active");
+    env.core.compact();
+    let (lists, watches) = configmap_calls(&env.core);
+    env.core.close_watches();
+    let relisted = eventually(|| async { configmap_calls(&env.core).0 > lists }).await;
+    assert!(relisted, "the server did not list again after the 410");
+
+    let new_front_proxy = TestCa::new("front-proxy-ca-2");
+    let new_aggregator = new_front_proxy.client("front-proxy-client", &[]);
+    env.core
+        .set_authentication_config(&AuthenticationConfig::with_front_proxy(
+            &env.client_ca.cert_pem,
+            &new_front_proxy.cert_pem,
+        ));
+    let rotated =
+        eventually(|| async { env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code == 200 })
+            .await;
+    assert!(rotated, "the new front-proxy CA was never trusted");
+    let reply = env.get(FLUNDERS, Some(&env.aggregator), &kim).await;
+    assert_eq!(
+        reply.code, 401,
+        "old front-proxy CA still trusted: {reply:?}"
+    );
+
+    // One relist, and no spinning: the expired watch, the one after the relist.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (lists_now, watches_now) = configmap_calls(&env.core);
+    assert_eq!(lists_now - lists, 1, "{:#?}", env.core.calls());
+    assert!(
+        watches_now - watches <= 2,
+        "{} watches after the 410",
+        watches_now - watches
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_win_over_the_configmap() {
     let dir = tempfile::tempdir().unwrap();

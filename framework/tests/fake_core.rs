@@ -236,3 +236,168 @@ async fn configmaps_are_watched_and_apiservices_updated_with_conflicts() {
         1
     );
 }
+
+/// Whether `call` is a list (not a watch) of `path`.
+fn is_list(call: &apiserver::testing::fake_core::Call, path: &str) -> bool {
+    call.path == path && !call.query.contains("watch=")
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_resource_version_gets_410_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(dir.path()).await;
+    let client = client(&core, "system:serviceaccount:wardle:apiserver").await;
+    let namespaces: Api<Namespace> = Api::all(client);
+    let old = namespaces
+        .list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    core.set_namespace("later", "Active");
+    core.compact();
+    let mut events = namespaces
+        .watch(&WatchParams::default(), &old)
+        .await
+        .expect("the watch starts: 200, as kube-apiserver's watch cache answers")
+        .boxed();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+            let now: u64 = old.parse::<u64>().unwrap() + 1;
+            assert_eq!(
+                status.message,
+                format!("too old resource version: {old} ({now})")
+            );
+        }
+        other => panic!("expected an ERROR event, got {other:?}"),
+    }
+    assert!(events.try_next().await.unwrap().is_none(), "the watch ends");
+
+    // From the current resourceVersion the watch goes on.
+    let mut events = namespaces
+        .watch(
+            &WatchParams::default(),
+            &(old.parse::<u64>().unwrap() + 1).to_string(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    core.set_namespace("newest", "Active");
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Added(ns)) => assert_eq!(ns.metadata.name.as_deref(), Some("newest")),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+
+    // A window of N events forgets older ones the same way.
+    core.set_history_window(1);
+    core.set_namespace("a", "Active");
+    core.set_namespace("b", "Active");
+    let mut events = namespaces
+        .watch(&WatchParams::default(), &old)
+        .await
+        .unwrap()
+        .boxed();
+    assert!(matches!(
+        events.try_next().await.unwrap(),
+        Some(WatchEvent::Error(status)) if status.code == 410
+    ));
+}
+
+/// The next item of a watcher stream, within 30 s.
+async fn next<S: futures::Stream + Unpin>(events: &mut S) -> S::Item {
+    tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+        .await
+        .expect("watcher event in time")
+        .expect("the watcher never ends")
+}
+
+#[tokio::test]
+async fn kube_rs_watcher_relists_after_410_and_bookmarks_avoid_it() {
+    use kube::runtime::watcher;
+
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(dir.path()).await;
+    let client = client(&core, "system:serviceaccount:wardle:apiserver").await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    // The watcher's default configuration: list (limit=500), then watch with bookmarks.
+    let mut events = watcher(namespaces.clone(), watcher::Config::default()).boxed();
+    assert!(matches!(next(&mut events).await, Ok(watcher::Event::Init)));
+    let mut listed = Vec::new();
+    while let Ok(watcher::Event::InitApply(ns)) = next(&mut events).await {
+        listed.push(ns.metadata.name.unwrap());
+    }
+    listed.sort();
+    assert_eq!(listed, ["default", "kube-system"]);
+    core.set_namespace("seen", "Active");
+    match next(&mut events).await {
+        Ok(watcher::Event::Apply(ns)) => assert_eq!(ns.metadata.name.as_deref(), Some("seen")),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+
+    // A change the namespace watch does not see moves the resourceVersion past it; once the
+    // history is gone and the watch restarts, its resourceVersion has expired: 410, relist.
+    core.set_configmap("other", "cm", BTreeMap::new());
+    core.compact();
+    core.close_watches();
+    match next(&mut events).await {
+        Err(watcher::Error::WatchError(status)) => assert_eq!(status.code, 410),
+        other => panic!("expected the 410 to reach the watcher, got {other:?}"),
+    }
+    assert!(matches!(next(&mut events).await, Ok(watcher::Event::Init)));
+    while !matches!(next(&mut events).await, Ok(watcher::Event::InitDone)) {}
+    let lists = core
+        .calls()
+        .iter()
+        .filter(|c| is_list(c, "/api/v1/namespaces"))
+        .count();
+    assert_eq!(lists, 2, "listed again after the 410");
+
+    // With bookmarks the idle watch keeps a current resourceVersion, and no relist is needed.
+    core.set_bookmark_interval(std::time::Duration::from_millis(100));
+    drop(events);
+    let mut events = watcher(namespaces, watcher::Config::default()).boxed();
+    while !matches!(next(&mut events).await, Ok(watcher::Event::InitDone)) {}
+    // An unrelated change, then bookmarks carry its resourceVersion to the idle watch.
+    core.set_configmap("other", "cm2", BTreeMap::new());
+    let lists_before = core
+        .calls()
+        .iter()
+        .filter(|c| is_list(c, "/api/v1/namespaces"))
+        .count();
+    // Poll the watcher so that it takes in bookmarks (they yield no event) for a while.
+    let idle = tokio::time::timeout(std::time::Duration::from_millis(500), events.next()).await;
+    assert!(idle.is_err(), "no event expected, got {idle:?}");
+    core.compact();
+    core.close_watches();
+    core.set_namespace("after", "Active");
+    match next(&mut events).await {
+        Ok(watcher::Event::Apply(ns)) => assert_eq!(ns.metadata.name.as_deref(), Some("after")),
+        other => panic!("expected Apply without a relist, got {other:?}"),
+    }
+    let lists_after = core
+        .calls()
+        .iter()
+        .filter(|c| is_list(c, "/api/v1/namespaces"))
+        .count();
+    assert_eq!(lists_after, lists_before, "the bookmark spared a relist");
+}
+
+#[tokio::test]
+async fn streaming_lists_are_refused_as_kube_apiserver_1_33_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(dir.path()).await;
+    let client = client(&core, "system:serviceaccount:wardle:apiserver").await;
+    let namespaces: Api<Namespace> = Api::all(client);
+    let params = WatchParams::streaming_lists();
+    let err = namespaces.watch(&params, "0").await.err().expect("refused");
+    let kube::Error::Api(status) = err else {
+        panic!("expected a Status, got {err}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    );
+}

@@ -12,14 +12,15 @@
 //!   `--authentication-skip-lookup`) from `kube-system/extension-apiserver-authentication`,
 //!   which is then watched: a rotated CA takes effect without a restart.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::StreamExt as _;
-use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use rustls::pki_types::CertificateDer;
-use serde_json::Value;
 
 use super::{
     AlwaysAllowAuthenticated, AlwaysAllowPaths, Authenticator, Authorizer, DelegatingOptions,
@@ -27,7 +28,7 @@ use super::{
     SubjectAccessReviewAuthorizer, TokenReviewAuthenticator, UnionAuthenticator, UnionAuthorizer,
     X509Authenticator,
 };
-use crate::server::core_api::core_client;
+use crate::server::core_api::{self, core_client};
 use crate::server::serve::ShutdownSignal;
 use crate::server::ServerError;
 
@@ -141,9 +142,10 @@ pub async fn build(
         && (follower.client_ca.is_some() || follower.request_header.is_some());
     match (&authn_client, lookup) {
         (Some(client), true) => {
-            let api = configmaps(client.clone());
+            let api =
+                Api::<ConfigMap>::namespaced(client.clone(), AUTHENTICATION_CONFIGMAP_NAMESPACE);
             match api.get_opt(AUTHENTICATION_CONFIGMAP).await {
-                Ok(Some(map)) => follower.apply(&map.data["data"]),
+                Ok(Some(map)) => follower.apply(&map.data.unwrap_or_default()),
                 Ok(None) => tracing::warn!(
                     "configmap/{AUTHENTICATION_CONFIGMAP} in {AUTHENTICATION_CONFIGMAP_NAMESPACE} \
                      not found: no client-ca-file or request-header settings from the cluster"
@@ -165,7 +167,7 @@ pub async fn build(
                     )))
                 }
             }
-            tokio::spawn(follower.follow(api, shutdown));
+            follower.follow(api, shutdown);
         }
         (None, true) => tracing::warn!(
             "no authentication kubeconfig: client-ca-file and request-header settings are not \
@@ -254,30 +256,21 @@ fn standalone(
     })
 }
 
-fn configmaps(client: kube::Client) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        plural: "configmaps".into(),
-    };
-    Api::namespaced_with(client, AUTHENTICATION_CONFIGMAP_NAMESPACE, &resource)
-}
-
 /// Applies the authentication ConfigMap to the slots the flags left open.
 struct AuthConfigFollower {
     client_ca: Option<Arc<Dynamic<X509Authenticator>>>,
     request_header: Option<Arc<Dynamic<RequestHeaderAuthenticator>>>,
     /// The data last applied: the same data again (a re-list after a watch ends) changes
     /// nothing, so the authenticators keep their verification caches.
-    applied: std::sync::Mutex<Option<Value>>,
+    applied: std::sync::Mutex<Option<Data>>,
 }
 
+/// The ConfigMap's `data`.
+type Data = BTreeMap<String, String>;
+
 /// A JSON list of strings as kube-apiserver writes them into the ConfigMap (empty: none).
-fn string_list(data: &Value, key: &str) -> Vec<String> {
-    data[key]
-        .as_str()
+fn string_list(data: &Data, key: &str) -> Vec<String> {
+    data.get(key)
         .filter(|s| !s.is_empty())
         .and_then(|s| serde_json::from_str::<Vec<String>>(s).ok())
         .unwrap_or_default()
@@ -286,7 +279,7 @@ fn string_list(data: &Value, key: &str) -> Vec<String> {
 impl AuthConfigFollower {
     /// Installs what `data` (the ConfigMap's `data`) says. A key that is missing disables
     /// that kind of authentication; content that does not parse leaves the previous one.
-    fn apply(&self, data: &Value) {
+    fn apply(&self, data: &Data) {
         {
             let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
             if applied.as_ref() == Some(data) {
@@ -295,10 +288,7 @@ impl AuthConfigFollower {
             *applied = Some(data.clone());
         }
         if let Some(slot) = &self.client_ca {
-            match data["client-ca-file"]
-                .as_str()
-                .filter(|s| !s.trim().is_empty())
-            {
+            match data.get("client-ca-file").filter(|s| !s.trim().is_empty()) {
                 None => slot.set(None),
                 Some(pem) => match X509Authenticator::from_pem(pem.as_bytes()) {
                     Ok(ca) => slot.set(Some(Arc::new(ca))),
@@ -309,8 +299,8 @@ impl AuthConfigFollower {
             }
         }
         if let Some(slot) = &self.request_header {
-            let ca = data["requestheader-client-ca-file"]
-                .as_str()
+            let ca = data
+                .get("requestheader-client-ca-file")
                 .filter(|s| !s.trim().is_empty());
             let Some(ca) = ca else {
                 slot.set(None);
@@ -334,45 +324,26 @@ impl AuthConfigFollower {
         }
     }
 
-    /// Watches the ConfigMap until shutdown, re-reading it after every break (1 s apart).
-    async fn follow(self, api: Api<DynamicObject>, shutdown: ShutdownSignal) {
-        let run = async {
-            loop {
-                if let Err(e) = self.follow_once(&api).await {
-                    tracing::warn!(error = %e, "following configmap/{AUTHENTICATION_CONFIGMAP}");
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        };
-        tokio::select! {
-            _ = run => {}
-            _ = shutdown.cancelled() => {}
-        }
-    }
-
-    async fn follow_once(&self, api: &Api<DynamicObject>) -> Result<(), String> {
-        let found = api.get_opt(AUTHENTICATION_CONFIGMAP).await;
-        let version = match found.map_err(|e| e.to_string())? {
-            Some(map) => {
-                self.apply(&map.data["data"]);
-                map.metadata.resource_version.unwrap_or_default()
-            }
-            None => "0".to_string(),
-        };
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={AUTHENTICATION_CONFIGMAP}"))
-            .timeout(290);
-        let events = api.watch(&params, &version).await;
-        let mut events = events.map_err(|e| e.to_string())?.boxed();
-        while let Some(event) = events.next().await {
-            match event.map_err(|e| e.to_string())? {
-                WatchEvent::Added(map) | WatchEvent::Modified(map) => self.apply(&map.data["data"]),
+    /// Follows the ConfigMap until `shutdown` (see [`core_api::follow`]).
+    fn follow(self, api: Api<ConfigMap>, shutdown: ShutdownSignal) {
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={AUTHENTICATION_CONFIGMAP}"));
+        let what =
+            format!("configmap/{AUTHENTICATION_CONFIGMAP} in {AUTHENTICATION_CONFIGMAP_NAMESPACE}");
+        core_api::follow(
+            api,
+            config,
+            what,
+            shutdown,
+            move |maps: &Store<ConfigMap>| {
+                let key = ObjectRef::new(AUTHENTICATION_CONFIGMAP)
+                    .within(AUTHENTICATION_CONFIGMAP_NAMESPACE);
                 // As Go's CA controllers: a deleted ConfigMap leaves the last settings.
-                WatchEvent::Deleted(_) | WatchEvent::Bookmark(_) => {}
-                WatchEvent::Error(e) => return Err(format!("watch: {e:?}")),
-            }
-        }
-        Ok(())
+                if let Some(map) = maps.get(&key) {
+                    self.apply(map.data.as_ref().unwrap_or(&Data::new()));
+                }
+            },
+        );
     }
 }
 
@@ -382,10 +353,13 @@ mod tests {
 
     #[test]
     fn configmap_lists_are_json() {
-        let data = serde_json::json!({
-            "requestheader-allowed-names": "[\"front-proxy-client\"]",
-            "requestheader-group-headers": "",
-        });
+        let data = Data::from([
+            (
+                "requestheader-allowed-names".into(),
+                "[\"front-proxy-client\"]".into(),
+            ),
+            ("requestheader-group-headers".into(), String::new()),
+        ]);
         assert_eq!(
             string_list(&data, "requestheader-allowed-names"),
             ["front-proxy-client"]

@@ -12,6 +12,13 @@
 //!   (`fieldSelector=metadata.name=…`), watch (`watch=true`, from a `resourceVersion`), create,
 //!   update (409 on a stale `resourceVersion`), merge/JSON patch and delete, with one global
 //!   resourceVersion counter.
+//! - watches as kube-apiserver's watch cache serves them: a watch from a resourceVersion older
+//!   than the kept history gets HTTP 200 and one `ERROR` event holding a 410 `Expired` Status
+//!   (`too old resource version: X (Y)`); `allowWatchBookmarks=true` brings a `BOOKMARK` every
+//!   [`FakeCore::set_bookmark_interval`] (a minute, as kube-apiserver); `sendInitialEvents` and
+//!   `resourceVersionMatch` are refused as kube-apiserver 1.33 refuses them with its `WatchList`
+//!   feature gate off (its default). [`FakeCore::compact`], [`FakeCore::set_history_window`] and
+//!   [`FakeCore::close_watches`] let a test make a client's resourceVersion expire.
 //!
 //! - discovery (`/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`) of those resources and
 //!   of the kinds a deployment uses (Deployment, Service, RBAC, ...), so kubectl can map kinds,
@@ -22,7 +29,7 @@
 //! RBAC binding would. Every request is recorded ([`FakeCore::calls`]), and the spec of every
 //! SubjectAccessReview ([`FakeCore::access_reviews`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -35,7 +42,7 @@ use base64::Engine as _;
 use futures::StreamExt as _;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch as signal};
 
 use crate::server::certs::SelfSignedCerts;
 use crate::server::serve::{serve_tls_with, ServeOptions, ShutdownSignal};
@@ -185,13 +192,39 @@ struct Event {
 struct Objects {
     revision: u64,
     items: BTreeMap<Collection, BTreeMap<String, Value>>,
-    /// Every change, for watches from a resourceVersion (a test makes few).
-    history: Vec<Arc<Event>>,
+    /// Recent changes, oldest first, for watches from a resourceVersion.
+    history: VecDeque<Arc<Event>>,
+    /// The oldest resourceVersion a watch may start from: the newest change forgotten
+    /// (kube-apiserver's `oldest - 1`).
+    floor: u64,
+    /// How many changes `history` keeps (`None`: all).
+    window: Option<usize>,
+}
+
+impl Objects {
+    fn record(&mut self, event: Arc<Event>) {
+        self.history.push_back(event);
+        self.trim();
+    }
+
+    /// Forgets the changes beyond the window.
+    fn trim(&mut self) {
+        let keep = self.window.unwrap_or(usize::MAX);
+        while self.history.len() > keep {
+            if let Some(gone) = self.history.pop_front() {
+                self.floor = gone.revision;
+            }
+        }
+    }
 }
 
 struct Inner {
     objects: Mutex<Objects>,
     events: broadcast::Sender<Arc<Event>>,
+    /// Bumped to end every open watch.
+    closer: signal::Sender<u64>,
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    bookmark_interval: Mutex<Duration>,
     callers: Mutex<HashMap<String, String>>,
     tokens: Mutex<HashMap<String, TokenUser>>,
     rules: Mutex<Vec<Rule>>,
@@ -234,6 +267,8 @@ impl FakeCore {
         let inner = Arc::new(Inner {
             objects: Mutex::new(Objects::default()),
             events,
+            closer: signal::channel(0).0,
+            bookmark_interval: Mutex::new(BOOKMARK_INTERVAL),
             callers: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             rules: Mutex::new(Vec::new()),
@@ -348,6 +383,35 @@ impl FakeCore {
             .count()
     }
 
+    /// Forgets the history of changes, as etcd's compaction and the sliding window of
+    /// kube-apiserver's watch cache do: a later watch from a resourceVersion older than the
+    /// current one gets 410 `Expired`. Open watches go on (see [`FakeCore::close_watches`]).
+    pub fn compact(&self) {
+        let mut objects = lock(&self.inner.objects);
+        objects.floor = objects.revision;
+        objects.history.clear();
+    }
+
+    /// Keeps only the last `events` changes for watches from a resourceVersion (kube-apiserver
+    /// keeps a window of recent events per resource; older resourceVersions get 410).
+    pub fn set_history_window(&self, events: usize) {
+        let mut objects = lock(&self.inner.objects);
+        objects.window = Some(events);
+        objects.trim();
+    }
+
+    /// Ends every open watch, as kube-apiserver does when it restarts or re-initializes its
+    /// watch cache: clients watch again from the last resourceVersion they saw.
+    pub fn close_watches(&self) {
+        self.inner.closer.send_modify(|generation| *generation += 1);
+    }
+
+    /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK (default: a minute,
+    /// kube-apiserver's `bookmarkFrequency`). Applies to watches started afterwards.
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        *lock(&self.inner.bookmark_interval) = every;
+    }
+
     /// Creates or replaces a namespace with this `status.phase` (`Active`, `Terminating`).
     pub fn set_namespace(&self, name: &str, phase: &str) {
         let object = json!({
@@ -404,6 +468,9 @@ impl FakeCore {
             .ok();
     }
 }
+
+/// kube-apiserver's watch cache sends a watcher a bookmark about once a minute.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -537,7 +604,7 @@ impl Inner {
             },
             object: with_type(object.clone(), kind),
         });
-        objects.history.push(event.clone());
+        objects.record(event.clone());
         let _ = self.events.send(event);
         Ok(with_type(object, kind))
     }
@@ -561,7 +628,7 @@ impl Inner {
             kind: "DELETED",
             object: object.clone(),
         });
-        objects.history.push(event.clone());
+        objects.record(event.clone());
         let _ = self.events.send(event);
         Ok(object)
     }
@@ -1113,8 +1180,12 @@ async fn resource_request(
 }
 
 /// A watch: events after `resourceVersion` from the history (or the current objects as
-/// ADDED when none or "0" is given), then live ones, until `timeoutSeconds` (default 5 min).
+/// ADDED when none or "0" is given), then live ones, with bookmarks if asked, until
+/// `timeoutSeconds` (default 5 min) or [`FakeCore::close_watches`].
 fn watch(inner: &Arc<Inner>, target: &Target, query: &str) -> Response {
+    if let Some(invalid) = invalid_watch_options(query) {
+        return invalid;
+    }
     let name = query_param(query, "fieldSelector")
         .and_then(|s| s.strip_prefix("metadata.name=").map(str::to_string));
     let from: u64 = query_param(query, "resourceVersion")
@@ -1123,6 +1194,7 @@ fn watch(inner: &Arc<Inner>, target: &Target, query: &str) -> Response {
     let timeout = query_param(query, "timeoutSeconds")
         .and_then(|t| t.parse().ok())
         .unwrap_or(300u64);
+    let bookmarks = query_param(query, "allowWatchBookmarks").as_deref() == Some("true");
     let want = target.collection.clone();
     let selects = move |e: &Event| {
         e.collection.0 == want.0
@@ -1132,9 +1204,12 @@ fn watch(inner: &Arc<Inner>, target: &Target, query: &str) -> Response {
                 .as_deref()
                 .is_none_or(|n| e.object["metadata"]["name"] == n)
     };
-    let (kind, _) = kind_of(&target.collection.0, &target.collection.1).expect("parsed");
+    let (kind, api_version) = kind_of(&target.collection.0, &target.collection.1).expect("parsed");
     let (initial, live, last) = {
         let objects = lock(&inner.objects);
+        if from != 0 && from < objects.floor {
+            return watch_expired(from, objects.floor);
+        }
         let live = inner.events.subscribe();
         let initial: Vec<Arc<Event>> = if from == 0 {
             objects
@@ -1161,25 +1236,159 @@ fn watch(inner: &Arc<Inner>, target: &Target, query: &str) -> Response {
         };
         (initial, live, objects.revision)
     };
-    let line = |e: &Event| {
-        let mut line =
-            serde_json::to_vec(&json!({"type": e.kind, "object": e.object})).unwrap_or_default();
-        line.push(b'\n');
-        Ok::<_, std::convert::Infallible>(Bytes::from(line))
-    };
-    let initial = futures::stream::iter(initial.into_iter().map(move |e| line(&e)));
-    let selects = selects.clone();
-    let live = tokio_stream::wrappers::BroadcastStream::new(live)
-        .take_while(|e| std::future::ready(e.is_ok()))
-        .filter_map(move |e| {
-            let keep = e.ok().filter(|e| e.revision > last && selects(e));
-            std::future::ready(keep.map(|e| line(&e)))
-        });
+    let initial = futures::stream::iter(initial.into_iter().map(|e| event_line(e.kind, &e.object)));
+    let every = bookmarks.then(|| *lock(&inner.bookmark_interval));
+    let live = live_lines(live, last, every, selects, (kind, api_version));
+    let mut closer = inner.closer.subscribe();
     let stream = initial
         .chain(live)
-        .take_until(tokio::time::sleep(Duration::from_secs(timeout)));
+        .take_until(tokio::time::sleep(Duration::from_secs(timeout)))
+        .take_until(async move {
+            let _ = closer.changed().await;
+        })
+        .map(Ok::<_, std::convert::Infallible>);
+    watch_response(Body::from_stream(stream))
+}
+
+/// What a live watch sends after its start revision `last`: the changes `selects` keeps and,
+/// every `bookmarks`, a BOOKMARK at the newest revision this watch has passed (never ahead of
+/// a change it has yet to send). Ends if the watch falls too far behind.
+fn live_lines(
+    live: broadcast::Receiver<Arc<Event>>,
+    last: u64,
+    bookmarks: Option<Duration>,
+    selects: impl Fn(&Event) -> bool + Send + 'static,
+    (kind, api_version): (&'static str, &'static str),
+) -> impl futures::Stream<Item = Bytes> + Send {
+    enum Tick {
+        Change(Arc<Event>),
+        Bookmark,
+        Lagged,
+    }
+    let changes = tokio_stream::wrappers::BroadcastStream::new(live)
+        .map(|e| e.map_or(Tick::Lagged, Tick::Change));
+    let ticks = match bookmarks {
+        Some(every) => futures::stream::unfold(
+            tokio::time::interval_at(tokio::time::Instant::now() + every, every),
+            |mut interval| async move {
+                interval.tick().await;
+                Some((Tick::Bookmark, interval))
+            },
+        )
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
+    futures::stream::select(changes, ticks)
+        .scan(last, move |seen, tick| {
+            let line = match tick {
+                Tick::Lagged => return std::future::ready(None),
+                Tick::Change(e) if e.revision <= *seen => None,
+                Tick::Change(e) => {
+                    *seen = e.revision;
+                    selects(&e).then(|| event_line(e.kind, &e.object))
+                }
+                Tick::Bookmark => {
+                    let object = json!({"kind": kind, "apiVersion": api_version,
+                        "metadata": {"resourceVersion": seen.to_string()}});
+                    Some(event_line("BOOKMARK", &object))
+                }
+            };
+            std::future::ready(Some(line))
+        })
+        .filter_map(std::future::ready)
+}
+
+/// One line of a watch: `{"type": ..., "object": ...}`.
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn watch_response(body: Body) -> Response {
     Response::builder()
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Body::from_stream(stream))
+        .body(body)
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// What kube-apiserver's watch cache answers a watch from a resourceVersion it no longer
+/// holds: the watch starts (200), then one ERROR event with `errors.NewResourceExpired`'s
+/// Status, and ends (`cacher.Watch` returns `newErrWatcher`; the uncached watch does the same).
+fn watch_expired(from: u64, floor: u64) -> Response {
+    let status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("too old resource version: {from} ({floor})"),
+        "reason": "Expired",
+        "code": 410,
+    });
+    watch_response(Body::from(event_line("ERROR", &status)))
+}
+
+/// kube-apiserver 1.33's `validateWatchOptions` with the `WatchList` feature gate off (its
+/// default there): streaming lists are refused with 422 `Invalid` on `ListOptions`.
+fn invalid_watch_options(query: &str) -> Option<Response> {
+    let send_initial = query_param(query, "sendInitialEvents");
+    let matching = query_param(query, "resourceVersionMatch").unwrap_or_default();
+    let forbidden = |field: &str, detail: &str| {
+        (
+            field.to_string(),
+            "FieldValueForbidden",
+            format!("Forbidden: {detail}"),
+        )
+    };
+    let mut errors = Vec::new();
+    if send_initial.is_some() {
+        if matching != "NotOlderThan" {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        errors.push(forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    }
+    if !matching.is_empty() {
+        if send_initial.is_none() {
+            errors.push(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
+        }
+        if matching != "NotOlderThan" {
+            errors.push((
+                "resourceVersionMatch".into(),
+                "FieldValueNotSupported",
+                format!("Unsupported value: {matching:?}: supported values: \"NotOlderThan\""),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = errors.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
+    let all = match each.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|(field, reason, message)| json!({"reason": reason, "message": message, "field": field}))
+        .collect();
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("ListOptions.meta.k8s.io \"\" is invalid: {all}"),
+        "reason": "Invalid",
+        "details": {"group": "meta.k8s.io", "kind": "ListOptions", "causes": causes},
+        "code": 422,
+    });
+    Some((StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response())
 }
