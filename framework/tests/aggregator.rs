@@ -828,11 +828,14 @@ async fn namespace_lifecycle_follows_deletions_after_the_watch_expired() {
 async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
-    let disabled = AggregatorOptions {
-        disable_admission_plugins: vec!["NamespaceLifecycle".into()],
-        ..options(&core, false)
-    };
-    let server = start(&dir.path().join("disabled"), disabled, true).await;
+    let mut disabled = TestServer::options(&dir.path().join("disabled"));
+    disabled.admission.disable_admission_plugins = vec!["NamespaceLifecycle".into()];
+    let server = ApiServer::new(disabled)
+        .aggregator_options(options(&core, false))
+        .group(group())
+        .start()
+        .await
+        .expect("server starts");
     let (code, status) = create_thing(&server, "nowhere", "a").await;
     assert_eq!(code, 201, "{status}");
     server.shutdown().await.unwrap();
@@ -845,4 +848,14 @@ async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
     let (code, status) = create_thing(&server, "nowhere", "a").await;
     assert_eq!(code, 201, "{status}");
     server.shutdown().await.unwrap();
+
+    // A plugin name the server does not have stops it at start, as in kube-apiserver.
+    let mut unknown = TestServer::options(&dir.path().join("unknown"));
+    unknown.admission.disable_admission_plugins = vec!["NoSuchPlugin".into()];
+    let refused = ApiServer::new(unknown).group(group()).start().await;
+    let message = refused
+        .err()
+        .expect("an unknown plugin is refused")
+        .to_string();
+    assert!(message.contains("NoSuchPlugin"), "{message}");
 }

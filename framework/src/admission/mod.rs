@@ -4,8 +4,10 @@
 //!
 //! Built in: [`NamespaceLifecycle`], on whenever the server has
 //! a core kube-apiserver (turn it off with `--disable-admission-plugins=NamespaceLifecycle`).
+//! [`build`] assembles the chain from the flags ([`AdmissionOptions`]).
 
 pub mod namespace;
+pub mod options;
 
 use std::sync::Arc;
 
@@ -14,6 +16,27 @@ use async_trait::async_trait;
 use crate::error::Result;
 
 pub use namespace::NamespaceLifecycle;
+pub use options::{AdmissionOptions, AdmissionOptionsError};
+
+/// The plugins built into the framework, as the admission flags name them.
+pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME];
+
+/// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
+/// server has a core API to follow namespaces in.
+pub fn build(
+    options: &AdmissionOptions,
+    core: Option<&kube::Client>,
+    shutdown: &crate::server::serve::ShutdownSignal,
+) -> std::result::Result<Admission, AdmissionOptionsError> {
+    options.validate(BUILT_IN_PLUGINS)?;
+    let mut admission = Admission::new();
+    if let Some(client) = core {
+        if options.enabled(namespace::NAME, true) {
+            admission = admission.with(NamespaceLifecycle::start(client.clone(), shutdown.clone()));
+        }
+    }
+    Ok(admission)
+}
 
 /// The verb being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -140,8 +140,8 @@ pub const FIRST_ROUND_WAIT: std::time::Duration = std::time::Duration::from_secs
 pub struct Wiring {
     /// Checks for `/readyz`.
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
-    /// The admission chain (NamespaceLifecycle with a core API).
-    pub admission: crate::admission::Admission,
+    /// The core API client, when there is a core API.
+    pub core: Option<kube::Client>,
     /// Registration and checks, with a core API.
     pub handle: Option<AggregatorHandle>,
 }
@@ -261,7 +261,7 @@ pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<V
         .ok_or_else(|| "no serving certificate".into())
 }
 
-/// Connects to the core API (if any) and sets up registration, diagnostics and admission:
+/// Connects to the core API (if any) and sets up registration and diagnostics:
 /// the first round runs now (waited for up to [`FIRST_ROUND_WAIT`]), failures are retried
 /// every [`RETRY_INTERVAL`] until `shutdown`.
 pub async fn wire(
@@ -287,12 +287,10 @@ pub async fn wire(
         return Ok(Wiring::default());
     };
     tracing::info!(?source, "core kube-apiserver found");
-    let mut wiring = Wiring::default();
-    if !options.plugin_disabled(crate::admission::namespace::NAME) {
-        let lifecycle =
-            crate::admission::NamespaceLifecycle::start(client.clone(), shutdown.clone());
-        wiring.admission = wiring.admission.with(lifecycle);
-    }
+    let mut wiring = Wiring {
+        core: Some(client.clone()),
+        ..Wiring::default()
+    };
     let service = match (&options.service_namespace, &options.service_name) {
         (Some(namespace), Some(name)) => Some((namespace.clone(), name.clone())),
         (None, None) => None,

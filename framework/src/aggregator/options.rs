@@ -62,22 +62,10 @@ pub struct AggregatorOptions {
     #[arg(long = "apiservice-ca-file")]
     pub ca_file: Option<PathBuf>,
 
-    /// Admission plugins to turn off. Known: `NamespaceLifecycle` (on whenever there is a
-    /// core API).
-    #[arg(long = "disable-admission-plugins", value_delimiter = ',')]
-    pub disable_admission_plugins: Vec<String>,
-
     /// How often failing registration and deployment checks are tried again (not a flag;
     /// default [`RETRY_INTERVAL`](crate::aggregator::RETRY_INTERVAL)).
     #[arg(skip)]
     pub retry_interval: Option<std::time::Duration>,
-}
-
-impl AggregatorOptions {
-    /// Whether the admission plugin `name` was turned off with --disable-admission-plugins.
-    pub fn plugin_disabled(&self, name: &str) -> bool {
-        self.disable_admission_plugins.iter().any(|p| p == name)
-    }
 }
 
 #[cfg(test)]
@@ -111,7 +99,6 @@ mod tests {
             "--apiservice-service-port=443",
             "--apiservice-ca-file=/certs/ca.crt",
             "--apiservice-overwrite",
-            "--disable-admission-plugins=NamespaceLifecycle,Other",
         ])
         .unwrap()
         .options;
@@ -120,7 +107,5 @@ mod tests {
         assert_eq!(parsed.service_namespace.as_deref(), Some("wardle"));
         assert_eq!(parsed.service_name.as_deref(), Some("api"));
         assert_eq!(parsed.service_port, Some(443));
-        assert!(parsed.plugin_disabled("NamespaceLifecycle"));
-        assert!(!parsed.plugin_disabled("Missing"));
     }
 }

@@ -14,6 +14,7 @@ use axum::Router;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
+use crate::admission::Admission;
 use crate::aggregator::{
     AggregatorHandle, AggregatorOptions, ApiServiceRegistrar, ApiServiceVersion, ManifestOptions,
 };
@@ -27,7 +28,7 @@ use crate::registry::rest::RestStorage;
 use crate::registry::store::Store;
 use crate::runtime::Resource;
 use crate::server::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
-use crate::server::health::{self, HealthState};
+use crate::server::health::{self, HealthState, ReadyzCheck};
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions, ShutdownSignal};
 use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
@@ -447,9 +448,12 @@ impl ApiServer {
             let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
                 .await
                 .map_err(ServerError::Config)?;
-            Ok::<_, ServerError>((listener, addr, kubeconfig, wiring))
+            let admission =
+                crate::admission::build(&options.admission, wiring.core.as_ref(), &shutdown)
+                    .map_err(|e| ServerError::Config(e.to_string()))?;
+            Ok::<_, ServerError>((listener, addr, kubeconfig, wiring, admission))
         };
-        let (listener, addr, kubeconfig, wiring) = match bound.await {
+        let (listener, addr, kubeconfig, wiring, admission) = match bound.await {
             Ok(bound) => bound,
             Err(e) => {
                 // Ends what `delegating::build` started (the ConfigMap watch).
@@ -460,15 +464,13 @@ impl ApiServer {
         if let Some(handle) = wiring.handle.clone() {
             follow_serving_certificate(&serving, handle, self_signed_ca, shutdown.clone());
         }
-        let router = build_router(
-            &groups,
+        let health = health_state(
+            &options,
             backend.clone(),
             shutdown.clone(),
-            &options,
-            &self.openapi,
-            auth,
-            &wiring,
+            wiring.readyz.clone(),
         );
+        let router = build_router(&groups, health, &options, &self.openapi, auth, admission);
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
                 backend.clone(),
@@ -564,33 +566,42 @@ async fn open_etcd3(_options: &ServerOptions) -> Result<Arc<dyn Backend>, Server
     Err(crate::storage::StorageError::Unavailable(message.into()).into())
 }
 
-fn build_router(
-    groups: &[APIGroupInfo],
+/// What `/healthz`, `/livez` and `/readyz` check: the storage, shutdown, and `readyz`.
+fn health_state(
+    options: &ServerOptions,
     backend: Arc<dyn Backend>,
     shutdown: ShutdownSignal,
-    options: &ServerOptions,
-    openapi: &OpenApiInfo,
-    auth: AuthSetup,
-    aggregator: &crate::aggregator::Wiring,
-) -> Router {
-    let state = Arc::new(ApiState {
-        resources: InstalledResources::new(groups),
-        max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
-        shutdown: shutdown.clone(),
-        admission: aggregator.admission.clone(),
-    });
-    let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
+    readyz: Vec<Arc<dyn ReadyzCheck>>,
+) -> HealthState {
     let storage_check = match options.storage_backend {
         StorageBackendKind::Etcd3 => "etcd",
         _ => "storage",
     };
+    HealthState {
+        backend,
+        storage_check,
+        shutdown,
+        readyz,
+    }
+}
+
+fn build_router(
+    groups: &[APIGroupInfo],
+    health: HealthState,
+    options: &ServerOptions,
+    openapi: &OpenApiInfo,
+    auth: AuthSetup,
+    admission: Admission,
+) -> Router {
+    let state = Arc::new(ApiState {
+        resources: InstalledResources::new(groups),
+        max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
+        shutdown: health.shutdown.clone(),
+        admission,
+    });
+    let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
     let router = Router::new()
-        .merge(health::router(HealthState {
-            backend,
-            storage_check,
-            shutdown,
-            readyz: aggregator.readyz.clone(),
-        }))
+        .merge(health::router(health))
         .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
         .merge(OpenApiDocuments::build(&served, openapi).router())
         .merge(endpoints::resource_router(state))

@@ -126,6 +126,11 @@ pub struct ServerOptions {
     /// Delegated authentication and authorization (and `--anonymous-auth`).
     #[command(flatten)]
     pub auth: crate::auth::DelegatingOptions,
+
+    /// Which admission plugins run (`--enable-admission-plugins`,
+    /// `--disable-admission-plugins`).
+    #[command(flatten)]
+    pub admission: crate::admission::AdmissionOptions,
 }
 
 impl Default for ServerOptions {
@@ -155,6 +160,7 @@ impl Default for ServerOptions {
             watch_cache: true,
             request_timeout_seconds: 60,
             auth: crate::auth::DelegatingOptions::default(),
+            admission: crate::admission::AdmissionOptions::default(),
         }
     }
 }
