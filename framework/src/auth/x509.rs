@@ -54,10 +54,8 @@ impl X509Authenticator {
     pub fn new(client_ca: &[CertificateDer<'static>]) -> Result<Self, TlsError> {
         let roots = crate::server::tls::root_store(client_ca)?;
         let provider = crypto_provider();
-        let legacy = LegacyLeafVerifier::new(
-            client_ca,
-            provider.signature_verification_algorithms.all,
-        );
+        let legacy =
+            LegacyLeafVerifier::new(client_ca, provider.signature_verification_algorithms.all);
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| TlsError::Invalid(format!("client CA: {e}")))?;
