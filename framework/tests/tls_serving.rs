@@ -370,7 +370,14 @@ async fn v1_client_certificates_pass_the_handshake_and_are_judged_per_request() 
     let server = TestServer::start().await;
     let ca = dir_client_ca(&server);
     let stranger = OpensslCa::v1_root("unknown");
+    let admin = TestCert {
+        cert_pem: server.certs.admin_cert_pem.clone(),
+        key_pem: server.certs.admin_key_pem.clone(),
+    };
     for version in ["1.2", "1.3"] {
+        // The v3 admin certificate, as before.
+        let reply = curl_whoami(&server, version, &admin).await;
+        assert_eq!(reply["user"]["username"], "admin", "{version}: {reply}");
         for key in [KeyType::Rsa, KeyType::Ecdsa, KeyType::Ed25519] {
             let jane = ca.v1_client("jane", &["devs"], key);
             let reply = curl_whoami(&server, version, &jane).await;
