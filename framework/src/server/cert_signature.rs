@@ -110,3 +110,46 @@ fn sequence_elements(der: &[u8]) -> Result<Vec<Any<'_>>, SignatureError> {
     }
     Ok(elements)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::pki::TestCa;
+
+    #[test]
+    fn keys_of_any_certificate_and_their_failures() {
+        let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
+        // rcgen's CA is a v3 ECDSA P-256 certificate, self-signed.
+        let ca = crate::server::certs::parse_certs_pem(TestCa::new("ca").cert_pem.as_bytes())
+            .unwrap()
+            .remove(0);
+        let key = PublicKey::of_certificate(&ca).unwrap();
+        let (_, parsed) = x509_parser::parse_x509_certificate(&ca).unwrap();
+        let signed_with = signature_algorithm(&ca).unwrap();
+        let fitting = algorithms
+            .all
+            .iter()
+            .filter(|a| a.signature_alg_id().as_ref() == signed_with);
+        let tbs = parsed.tbs_certificate.as_ref();
+        let signature = &parsed.signature_value.data;
+        assert_eq!(key.verify(fitting.clone(), tbs, signature), Ok(()));
+        assert_eq!(
+            key.verify(fitting, &tbs[1..], signature),
+            Err(SignatureError::Invalid)
+        );
+        let other_keys: Vec<_> = algorithms
+            .all
+            .iter()
+            .filter(|a| a.public_key_alg_id().as_ref() != key.algorithm)
+            .collect();
+        assert!(!other_keys.is_empty());
+        assert_eq!(
+            key.verify(other_keys.into_iter(), tbs, signature),
+            Err(SignatureError::UnsupportedAlgorithm)
+        );
+        assert_eq!(
+            PublicKey::from_spki(b"\x30\x00").err(),
+            Some(SignatureError::BadEncoding)
+        );
+    }
+}
