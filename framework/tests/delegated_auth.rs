@@ -13,6 +13,7 @@ use apiserver::server::certs::{CertKey, SelfSignedCerts};
 use apiserver::server::tls::{crypto_provider, root_store};
 use apiserver::server::{ApiGroup, ApiServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
+use apiserver::testing::openssl::{KeyType, OpensslCa};
 use apiserver::testing::pki::{TestCa, TestCert};
 use apiserver::testing::TestServer;
 use apiserver::Resource;
@@ -161,6 +162,46 @@ impl Env {
 
     async fn get(&self, path: &str, cert: Option<&TestCert>, headers: &[(&str, &str)]) -> Reply {
         self.send("GET", path, cert, headers).await
+    }
+
+    /// A GET by `curl` over TLS `version` ("1.2" or "1.3") with client certificate `cert` and
+    /// extra headers. curl failing (a handshake that ends the connection) fails the test.
+    async fn curl(
+        &self,
+        version: &str,
+        path: &str,
+        cert: &TestCert,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let files = tempfile::tempdir().unwrap();
+        let (cert_file, key_file) = cert.write(files.path(), "client");
+        let certs = SelfSignedCerts::load_or_create(&self.dir.path().join("certs"), &[]).unwrap();
+        let ca_file = files.path().join("serving-ca.crt");
+        std::fs::write(&ca_file, &certs.serving_ca_pem).unwrap();
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "--max-time", "20", "-i", "--http1.1"])
+            .args([
+                format!("--tlsv{version}"),
+                "--tls-max".into(),
+                version.to_string(),
+            ])
+            .arg("--cacert")
+            .arg(&ca_file)
+            .arg("--cert")
+            .arg(&cert_file)
+            .arg("--key")
+            .arg(&key_file)
+            .args(["-H", "Accept: application/json"]);
+        for (name, value) in headers {
+            cmd.args(["-H", &format!("{name}: {value}")]);
+        }
+        cmd.arg(format!("https://{}{path}", self.server.addr));
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("run curl"))
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "curl over TLS {version}: {stderr}");
+        Reply::parse(&out.stdout)
     }
 
     /// A GET with `Authorization: Bearer {token}`.
@@ -346,6 +387,60 @@ async fn expired_and_foreign_client_certificates_are_refused() {
     };
     let reply = env.get(FLUNDERS, Some(&admin), &[]).await;
     assert_eq!(reply.code, 401, "{reply:?}");
+}
+
+/// X.509 v1 client certificates (no extensions), made by `openssl x509 -req` as most "create
+/// a Kubernetes user" guides make them, pass the handshake whatever their key, CA or dates,
+/// and are judged per request as kube-apiserver judges them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_client_certificates_are_judged_per_request_over_tls_12_and_13() {
+    let env = Env::start_with(no_denial_cache).await;
+    let client_ca = OpensslCa::of(&env.client_ca);
+    let front_proxy = OpensslCa::of(&env.front_proxy);
+    let forged = [
+        ("X-Remote-User", "root"),
+        ("X-Remote-Group", "system:masters"),
+    ];
+    let bob = [("X-Remote-User", "bob")];
+    let keys = [KeyType::Rsa, KeyType::Ecdsa, KeyType::Ed25519];
+    for version in ["1.2", "1.3"] {
+        for key in keys {
+            let case = format!("TLS {version}, {key:?}");
+            // A user of the client CA: authenticated, the forged headers ignored, and the
+            // authorizer's 403 for a user without rights.
+            let alice = client_ca.v1_client("alice", &["devs"], key);
+            let reply = env.curl(version, FLUNDERS, &alice, &forged).await;
+            assert_eq!(reply.code, 403, "{case}: {reply:?}");
+            assert!(
+                reply.message().contains("User \"alice\""),
+                "{case}: {reply:?}"
+            );
+            let review = env.core.access_reviews().pop().unwrap();
+            assert_eq!(review["groups"], json!(["devs", "system:authenticated"]));
+
+            // The front-proxy CA, a common name that is not allowed: 401.
+            let intruder = front_proxy.v1_client("intruder", &[], key);
+            let reply = env.curl(version, FLUNDERS, &intruder, &bob).await;
+            assert_eq!(reply.code, 401, "{case}: {reply:?}");
+        }
+        // The front-proxy CA and the allowed name: the headers name the user.
+        let proxy = front_proxy.v1_client("front-proxy-client", &[], KeyType::Rsa);
+        let reply = env.curl(version, FLUNDERS, &proxy, &bob).await;
+        assert_eq!(reply.code, 403, "TLS {version}: {reply:?}");
+        assert!(reply.message().contains("User \"bob\""), "{reply:?}");
+
+        // Expired, or of a CA nobody trusts: the connection stays up, the answer is 401.
+        let expired = client_ca.expired_v1_client("alice", &[], KeyType::Ecdsa);
+        let reply = env.curl(version, FLUNDERS, &expired, &[]).await;
+        assert_eq!(reply.code, 401, "TLS {version}: {reply:?}");
+        let stranger = OpensslCa::v1_root("unknown").v1_client("alice", &[], KeyType::Ed25519);
+        let reply = env.curl(version, FLUNDERS, &stranger, &forged).await;
+        assert_eq!(reply.code, 401, "TLS {version}: {reply:?}");
+    }
+    env.core.allow(allow_list_flunders("alice"));
+    let alice = client_ca.v1_client("alice", &[], KeyType::Ed25519);
+    let reply = env.curl("1.3", FLUNDERS, &alice, &[]).await;
+    assert_eq!(reply.code, 200, "{reply:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

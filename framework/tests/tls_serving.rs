@@ -11,6 +11,8 @@ use apiserver::auth::{Authenticator, X509Authenticator};
 use apiserver::server::certs::{CertKey, SelfSignedCerts};
 use apiserver::server::serve::{serve_tls, serve_tls_with, ServeOptions, ShutdownSignal};
 use apiserver::server::tls::{crypto_provider, root_store, server_config};
+use apiserver::testing::openssl::{KeyType, OpensslCa};
+use apiserver::testing::pki::TestCert;
 use axum::extract::{Request, State};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -327,6 +329,124 @@ async fn client_certificate_of_another_ca_passes_tls_and_fails_authentication() 
         .unwrap();
     assert_eq!(own.unwrap().name, "admin");
     server.stop().await;
+}
+
+/// `curl` of `/whoami` over TLS `version` ("1.2" or "1.3") with `cert`; the JSON reply.
+/// curl failing (a handshake that ends the connection) fails the test.
+async fn curl_whoami(server: &TestServer, version: &str, cert: &TestCert) -> Value {
+    let (cert_file, key_file) = cert.write(&server.dir.path().join("curl"), "client");
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sS", "--max-time", "20"])
+        .args([&format!("--tlsv{version}"), "--tls-max", version])
+        .arg("--cacert")
+        .arg(server.dir.path().join("serving-ca.crt"))
+        .arg("--cert")
+        .arg(&cert_file)
+        .arg("--key")
+        .arg(&key_file)
+        .arg(format!("https://{}/whoami", server.addr));
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("run curl"))
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "curl over TLS {version}: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The cert dir's client CA, to sign with `openssl x509 -req` as a user would.
+fn dir_client_ca(server: &TestServer) -> OpensslCa {
+    OpensslCa {
+        cert_pem: server.certs.client_ca_pem.clone(),
+        key_pem: read(server.dir.path(), "client-ca.key"),
+        chain_pem: String::new(),
+    }
+}
+
+/// An X.509 v1 client certificate (what `openssl x509 -req -CA` makes) used to end the
+/// handshake (webpki parses only v3). Whatever the version, key type, CA or dates, the
+/// handshake passes and the authenticator judges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_client_certificates_pass_the_handshake_and_are_judged_per_request() {
+    let server = TestServer::start().await;
+    let ca = dir_client_ca(&server);
+    let stranger = OpensslCa::v1_root("unknown");
+    let admin = TestCert {
+        cert_pem: server.certs.admin_cert_pem.clone(),
+        key_pem: server.certs.admin_key_pem.clone(),
+    };
+    for version in ["1.2", "1.3"] {
+        // The v3 admin certificate, as before.
+        let reply = curl_whoami(&server, version, &admin).await;
+        assert_eq!(reply["user"]["username"], "admin", "{version}: {reply}");
+        for key in [KeyType::Rsa, KeyType::Ecdsa, KeyType::Ed25519] {
+            let jane = ca.v1_client("jane", &["devs"], key);
+            let reply = curl_whoami(&server, version, &jane).await;
+            assert_eq!(
+                reply["user"]["username"], "jane",
+                "{version} {key:?}: {reply}"
+            );
+            assert_eq!(groups(&reply["user"]), ["devs", "system:authenticated"]);
+
+            let foreign = stranger.v1_client("jane", &[], key);
+            let reply = curl_whoami(&server, version, &foreign).await;
+            assert_eq!(reply["user"], Value::Null, "{reply}");
+            assert!(reply["error"]
+                .as_str()
+                .unwrap()
+                .contains("unknown authority"));
+        }
+        let expired = ca.expired_v1_client("jane", &[], KeyType::Ecdsa);
+        let reply = curl_whoami(&server, version, &expired).await;
+        assert_eq!(reply["user"], Value::Null, "{reply}");
+        assert!(
+            reply["error"].as_str().unwrap().contains("expired"),
+            "{reply}"
+        );
+    }
+    server.stop().await;
+}
+
+/// rustls refuses a server_name extension that is no DNS name, such as the host with its
+/// port that some Go tools send, with an `illegal_parameter` alert; Go servers ignore such a
+/// name. rustls 0.23 has no setting to relax it (`server/hs.rs`), and the ClientHello cannot
+/// be rewritten before rustls sees it (both sides hash it into the handshake transcript).
+/// This pins the behaviour the book's serving chapter describes: that connection fails, and
+/// the server goes on serving everyone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_name_with_a_port_is_refused_and_the_server_keeps_serving() {
+    let server = TestServer::start().await;
+    let host_port = server.addr.to_string();
+    let (ok, out) = s_client(&server, &host_port).await;
+    assert!(!ok, "{out}");
+    assert!(out.contains("alert illegal parameter"), "{out}");
+    for name in ["localhost", "any_name.example"] {
+        let (ok, out) = s_client(&server, name).await;
+        assert!(ok, "{name}: {out}");
+    }
+    let reply = kubectl_whoami(&server.dir.path().join("kubeconfig")).await;
+    assert_eq!(reply["user"]["username"], "admin");
+    server.stop().await;
+}
+
+/// `openssl s_client` sending `server_name` as SNI (it sends any string); whether the
+/// handshake succeeded, and what it printed.
+async fn s_client(server: &TestServer, server_name: &str) -> (bool, String) {
+    let mut cmd = std::process::Command::new("openssl");
+    cmd.args(["s_client", "-connect", &server.addr.to_string()])
+        .args(["-servername", server_name, "-CAfile"])
+        .arg(server.dir.path().join("serving-ca.crt"))
+        .stdin(std::process::Stdio::null());
+    let run = tokio::task::spawn_blocking(move || cmd.output().expect("run openssl"));
+    let out = timeout(WAIT, run)
+        .await
+        .expect("s_client timed out")
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 // ---------------------------------------------------------------------------------------

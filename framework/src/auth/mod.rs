@@ -11,6 +11,7 @@ pub mod token_webhook;
 pub mod ttl_cache;
 pub mod user;
 pub mod x509;
+mod x509_v1;
 
 use std::sync::{Arc, RwLock};
 

@@ -11,7 +11,9 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use sha2::{Digest, Sha256};
+use x509_parser::certificate::X509Certificate;
 
+use super::x509_v1::{is_legacy, LegacyLeafVerifier};
 use super::{user::UserInfo, AuthError, Authenticator};
 use crate::server::serve::PeerCertificates;
 use crate::server::tls::{crypto_provider, TlsError};
@@ -34,9 +36,10 @@ struct CachedUser {
 /// It verifies the chain against its own CA bundle: the TLS layer requests any client
 /// certificate and only proves the client holds its key (as Go's `tls.RequestClientCert`), so
 /// the chain's trust, expiry included, is decided here, and only the client CA may assert
-/// arbitrary user names.
+/// arbitrary user names. X.509 v1 leaves (no extensions) are accepted as Go accepts them.
 pub struct X509Authenticator {
     verifier: Arc<dyn ClientCertVerifier>,
+    legacy: LegacyLeafVerifier,
     cache: Mutex<HashMap<[u8; 32], CachedUser>>,
 }
 
@@ -50,12 +53,15 @@ impl X509Authenticator {
     /// An authenticator trusting the given client CA certificates.
     pub fn new(client_ca: &[CertificateDer<'static>]) -> Result<Self, TlsError> {
         let roots = crate::server::tls::root_store(client_ca)?;
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
-                .build()
-                .map_err(|e| TlsError::Invalid(format!("client CA: {e}")))?;
+        let provider = crypto_provider();
+        let legacy =
+            LegacyLeafVerifier::new(client_ca, provider.signature_verification_algorithms.all);
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| TlsError::Invalid(format!("client CA: {e}")))?;
         Ok(Self {
             verifier,
+            legacy,
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -94,12 +100,31 @@ impl X509Authenticator {
         if let Some(hit) = self.cached(&key, now) {
             return Ok(hit);
         }
-        self.verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
+        let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+            .map_err(|e| AuthError::InvalidCertificate(format!("parsing certificate: {e}")))?;
+        self.verify(leaf, &parsed, intermediates, now)
             .map_err(|e| AuthError::InvalidCertificate(format!("verifying certificate: {e}")))?;
-        let (user, not_after) = user_from_certificate(leaf)?;
+        let (user, not_after) = user_from_certificate(&parsed);
         self.remember(key, user.clone(), not_after.min(now + CACHE_TTL_SECS));
         Ok(user)
+    }
+
+    /// webpki verifies chains with a v3 leaf; it refuses v1 leaves outright, which Go (and so
+    /// kube-apiserver) accepts, so those go to [`LegacyLeafVerifier`].
+    fn verify(
+        &self,
+        leaf: &CertificateDer<'static>,
+        parsed: &X509Certificate<'_>,
+        intermediates: &[CertificateDer<'static>],
+        now: i64,
+    ) -> Result<(), String> {
+        if is_legacy(parsed) {
+            return self.legacy.verify(parsed, intermediates, now);
+        }
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     fn cached(&self, key: &[u8; 32], now: i64) -> Option<Option<UserInfo>> {
@@ -146,9 +171,7 @@ pub(crate) fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
 /// kube's `CommonNameUserConversion`: the subject's CN is the user name (the last one, as Go's
 /// `pkix.Name` keeps), its O values are the groups; no CN means no user. Also returns the
 /// leaf's expiry, which bounds how long the result may be cached.
-fn user_from_certificate(leaf: &CertificateDer<'_>) -> Result<(Option<UserInfo>, i64), AuthError> {
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf)
-        .map_err(|e| AuthError::InvalidCertificate(format!("parsing certificate: {e}")))?;
+fn user_from_certificate(cert: &X509Certificate<'_>) -> (Option<UserInfo>, i64) {
     let subject = cert.subject();
     let not_after = cert.validity().not_after.timestamp();
     let name = subject
@@ -156,12 +179,12 @@ fn user_from_certificate(leaf: &CertificateDer<'_>) -> Result<(Option<UserInfo>,
         .filter_map(|cn| cn.as_str().ok())
         .last();
     let Some(name) = name.filter(|n| !n.is_empty()) else {
-        return Ok((None, not_after));
+        return (None, not_after);
     };
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok())
         .map(str::to_string);
     let user = UserInfo::new(name, groups).with_authenticated_group();
-    Ok((Some(user), not_after))
+    (Some(user), not_after)
 }

@@ -3,6 +3,7 @@
 //! request enters through.
 
 pub mod builder;
+pub(crate) mod cert_signature;
 pub mod certs;
 pub mod core_api;
 pub mod health;

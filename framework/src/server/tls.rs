@@ -15,14 +15,17 @@ use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::pki_types::{
+    CertificateDer, SignatureVerificationAlgorithm, SubjectPublicKeyInfoDer, UnixTime,
+};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::ResolvesServerCert;
 use rustls::{
-    CertificateError, CipherSuite, DigitallySignedStruct, DistinguishedName, RootCertStore,
-    ServerConfig, SignatureScheme, SupportedCipherSuite,
+    CertificateError, CipherSuite, DigitallySignedStruct, DistinguishedName, PeerMisbehaved,
+    RootCertStore, ServerConfig, SignatureScheme, SupportedCipherSuite,
 };
 
+use super::cert_signature::{spki_of, PublicKey, SignatureError};
 use super::certs::CertKey;
 use super::serving_cert::ServingCertificate;
 
@@ -313,7 +316,14 @@ impl TlsSettings {
 
 /// Go's `tls.RequestClientCert`: asks every client for a certificate, lets clients without
 /// one in, and accepts any parsable chain whose key signed the handshake. Whether the chain
-/// is trusted (CA, expiry, usage) is for the authenticators to decide, per request.
+/// is trusted (CA, expiry, usage, X.509 version) is for the authenticators to decide, per
+/// request: nothing else about a certificate ends the connection.
+///
+/// The handshake signature is checked with the certificate's SubjectPublicKeyInfo, not with
+/// rustls' `verify_tls12_signature`/`verify_tls13_signature`: those parse the certificate
+/// with webpki, which refuses every certificate but v3, so an X.509 v1 client certificate
+/// (no extensions, as `openssl x509 -req -CA ...` makes) would end the handshake with a
+/// `certificate_unknown` alert, where Go accepts it.
 ///
 /// No CA names are hinted: a Go client offers its certificate only when it matches the
 /// hints, so hints that lag behind a changed CA would make clients silently send none.
@@ -329,6 +339,33 @@ impl RequestClientCert {
             algorithms: provider.signature_verification_algorithms,
         }
     }
+
+    /// The algorithms a TLS 1.2 signature scheme maps to (never empty).
+    fn algorithms_of(
+        &self,
+        scheme: SignatureScheme,
+    ) -> Result<&'static [&'static dyn SignatureVerificationAlgorithm], rustls::Error> {
+        self.algorithms
+            .mapping
+            .iter()
+            .find(|(s, algs)| *s == scheme && !algs.is_empty())
+            .map(|(_, algs)| *algs)
+            .ok_or_else(|| PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme.into())
+    }
+}
+
+/// A signature check's failure as rustls reports a bad certificate.
+fn certificate_error(e: SignatureError) -> rustls::Error {
+    rustls::Error::InvalidCertificate(match e {
+        SignatureError::BadEncoding => CertificateError::BadEncoding,
+        SignatureError::UnsupportedAlgorithm => {
+            CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext {
+                signature_algorithm_id: Vec::new(),
+                public_key_algorithm_id: Vec::new(),
+            }
+        }
+        SignatureError::Invalid => CertificateError::BadSignature,
+    })
 }
 
 impl ClientCertVerifier for RequestClientCert {
@@ -367,7 +404,12 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        // TLS 1.2 schemes do not name the curve: every algorithm of the scheme is a candidate.
+        let candidates = self.algorithms_of(dss.scheme)?;
+        let key = PublicKey::of_certificate(cert).map_err(certificate_error)?;
+        key.verify(candidates, message, dss.signature())
+            .map_err(certificate_error)?;
+        Ok(HandshakeSignatureValid::assertion())
     }
 
     fn verify_tls13_signature(
@@ -376,7 +418,14 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        // webpki's raw-key check takes the key alone, so any certificate version will do.
+        let spki = spki_of(cert).map_err(certificate_error)?;
+        rustls::crypto::verify_tls13_signature_with_raw_key(
+            message,
+            &SubjectPublicKeyInfoDer::from(spki),
+            dss,
+            &self.algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod fake_core;
+pub mod openssl;
 pub mod pki;
 
 use std::net::SocketAddr;
