@@ -46,16 +46,19 @@
 pub mod admission;
 pub mod aggregator;
 pub mod auth;
+pub mod core_api;
 pub mod discovery;
 pub mod endpoints;
 pub mod error;
 pub mod filters;
+pub mod lifecycle;
 pub mod openapi;
 pub mod registry;
 pub mod runtime;
 pub mod server;
 pub mod storage;
 pub mod testing;
+pub mod tls;
 
 pub use apiserver_macros::Resource;
 pub use error::{Error, Result, StatusReason};

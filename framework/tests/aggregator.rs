@@ -7,13 +7,13 @@ use std::path::Path;
 use apiserver::aggregator::diagnostics;
 use apiserver::aggregator::registration::READYZ_CHECK;
 use apiserver::aggregator::{AggregatorOptions, RegistrationOutcome};
+use apiserver::core_api::core_client;
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::server::certs::SelfSignedCerts;
-use apiserver::server::core_api::core_client;
 use apiserver::server::RunningServer;
 use apiserver::testing::fake_core::FakeCore;
 use apiserver::testing::pki::TestCa;
 use apiserver::testing::TestServer;
+use apiserver::tls::certs::SelfSignedCerts;
 use apiserver::{ApiGroup, ApiServer, Resource};
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
@@ -179,7 +179,7 @@ async fn registers_on_start_and_updates_for_a_new_ca() {
 
 #[tokio::test]
 async fn a_served_chain_registers_its_last_certificate_or_the_ca_file() {
-    use apiserver::server::certs::parse_certs_pem;
+    use apiserver::tls::certs::parse_certs_pem;
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
     let ca = TestCa::new("serving-ca");
@@ -240,7 +240,7 @@ async fn a_served_chain_registers_its_last_certificate_or_the_ca_file() {
 
 #[tokio::test]
 async fn a_new_serving_certificate_is_registered_and_checked() {
-    use apiserver::server::certs::parse_certs_pem;
+    use apiserver::tls::certs::parse_certs_pem;
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
     let first_ca = TestCa::new("first");
@@ -291,7 +291,7 @@ async fn a_new_serving_certificate_is_registered_and_checked() {
 
 #[tokio::test]
 async fn rotated_serving_files_reach_the_apiservice_ca_bundle() {
-    use apiserver::server::certs::parse_certs_pem;
+    use apiserver::tls::certs::parse_certs_pem;
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
     let tls = dir.path().join("tls");

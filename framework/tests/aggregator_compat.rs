@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::server::certs::{CertKey, SelfSignedCerts};
-use apiserver::server::tls::{crypto_provider, root_store};
 use apiserver::testing::TestServer;
+use apiserver::tls::certs::{CertKey, SelfSignedCerts};
+use apiserver::tls::{crypto_provider, root_store};
 use apiserver::{ApiGroup, Resource};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::server::certs::{CertKey, SelfSignedCerts};
-use apiserver::server::tls::{crypto_provider, root_store};
 use apiserver::server::{ApiGroup, ApiServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use apiserver::testing::openssl::{KeyType, OpensslCa};
 use apiserver::testing::pki::{TestCa, TestCert};
 use apiserver::testing::TestServer;
+use apiserver::tls::certs::{CertKey, SelfSignedCerts};
+use apiserver::tls::{crypto_provider, root_store};
 use apiserver::Resource;
 use rustls::pki_types::ServerName;
 use schemars::JsonSchema;

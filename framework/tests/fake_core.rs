@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use apiserver::server::core_api::{core_client, CoreApiSource};
+use apiserver::core_api::{core_client, CoreApiSource};
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::server::certs::CertKey;
-use apiserver::server::serve::ShutdownSignal;
+use apiserver::lifecycle::ShutdownSignal;
 use apiserver::server::serving_cert::ServingCertificate;
-use apiserver::server::tls::{crypto_provider, root_store, TlsVersion};
+use apiserver::server::tls::TlsVersion;
 use apiserver::server::{ApiGroup, ApiServer, RunningServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::pki::{TestCa, TestCert};
+use apiserver::tls::certs::CertKey;
+use apiserver::tls::{crypto_provider, root_store};
 use apiserver::Resource;
 use bytes::Bytes;
 use clap::Parser;
@@ -69,7 +70,7 @@ fn serving(ca: &TestCa) -> (String, String) {
 
 /// The CA certificate of `ca` in DER, for a client's roots.
 fn der(ca: &TestCa) -> CertificateDer<'static> {
-    apiserver::server::certs::parse_certs_pem(ca.cert_pem.as_bytes()).unwrap()[0].clone()
+    apiserver::tls::certs::parse_certs_pem(ca.cert_pem.as_bytes()).unwrap()[0].clone()
 }
 
 /// Writes through a temporary file and a rename, as certificate rotators do.
@@ -138,7 +139,7 @@ async fn start(client_ca: &TestCa, edit: impl FnOnce(&mut ServerOptions, &Path))
         Some(_) => Vec::new(),
         None => {
             let pem = std::fs::read(certs.join("serving-ca.crt")).unwrap();
-            apiserver::server::certs::parse_certs_pem(&pem).unwrap()
+            apiserver::tls::certs::parse_certs_pem(&pem).unwrap()
         }
     };
     Server {
@@ -246,7 +247,7 @@ fn served_leaf(stream: &TlsStream<TcpStream>) -> CertificateDer<'static> {
 }
 
 fn leaf_of(chain_pem: &str) -> CertificateDer<'static> {
-    apiserver::server::certs::parse_certs_pem(chain_pem.as_bytes()).unwrap()[0].clone()
+    apiserver::tls::certs::parse_certs_pem(chain_pem.as_bytes()).unwrap()[0].clone()
 }
 
 // ---------------------------------------------------------------------------------------

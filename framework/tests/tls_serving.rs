@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::auth::{Authenticator, X509Authenticator};
-use apiserver::server::certs::{CertKey, SelfSignedCerts};
-use apiserver::server::serve::{serve_tls, serve_tls_with, ServeOptions, ShutdownSignal};
-use apiserver::server::tls::{crypto_provider, root_store, server_config};
+use apiserver::lifecycle::ShutdownSignal;
+use apiserver::server::serve::{serve_tls, serve_tls_with, ServeOptions};
+use apiserver::server::tls::server_config;
 use apiserver::testing::openssl::{KeyType, OpensslCa};
 use apiserver::testing::pki::TestCert;
+use apiserver::tls::certs::{CertKey, SelfSignedCerts};
+use apiserver::tls::{crypto_provider, root_store};
 use axum::extract::{Request, State};
 use axum::routing::get;
 use axum::{Json, Router};

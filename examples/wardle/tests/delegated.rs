@@ -6,10 +6,10 @@ mod common;
 
 use std::path::Path;
 
-use apiserver::server::certs::SelfSignedCerts;
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use apiserver::testing::pki::TestCa;
 use apiserver::testing::{kubectl, KubectlOutput};
+use apiserver::tls::certs::SelfSignedCerts;
 use common::*;
 
 const CALLER: &str = "system:serviceaccount:wardle:apiserver";

@@ -231,7 +231,11 @@ fn every_version_gets_an_apiservice_with_its_priority() {
         .priority(2000, 20)
         .version("v1", |v| v)
         .version("v1beta1", |v| v)];
-    let objects = manifest_objects(&ManifestOptions::new("ns", "img", "things"), &groups);
+    let versions: Vec<_> = groups
+        .iter()
+        .flat_map(ApiGroup::apiservice_versions)
+        .collect();
+    let objects = manifest_objects(&ManifestOptions::new("ns", "img", "things"), &versions);
     let apiservices: Vec<APIService> = objects
         .iter()
         .filter(|o| o["kind"] == "APIService")

@@ -26,7 +26,7 @@ pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME];
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
-    shutdown: &crate::server::serve::ShutdownSignal,
+    shutdown: &crate::lifecycle::ShutdownSignal,
 ) -> std::result::Result<Admission, AdmissionOptionsError> {
     options.validate(BUILT_IN_PLUGINS)?;
     let mut admission = Admission::new();

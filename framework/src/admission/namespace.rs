@@ -21,9 +21,9 @@ use kube::runtime::watcher;
 use kube_core::response::{StatusCause, StatusDetails};
 
 use crate::admission::{AdmissionPlugin, AdmissionRequest, Operation};
+use crate::core_api::{self, Followed};
 use crate::error::{Error, Result};
-use crate::server::core_api::{self, Followed};
-use crate::server::serve::ShutdownSignal;
+use crate::lifecycle::ShutdownSignal;
 
 /// The plugin's name.
 pub const NAME: &str = "NamespaceLifecycle";

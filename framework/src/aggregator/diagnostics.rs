@@ -344,11 +344,11 @@ pub fn verify_chain(chain: &[CertificateDer<'static>], ca_pem: &[u8]) -> Result<
     let Some(leaf) = chain.first() else {
         return Err("no serving certificate".into());
     };
-    let roots = crate::server::certs::parse_certs_pem(ca_pem).map_err(|e| e.to_string())?;
-    let store = crate::server::tls::root_store(&roots).map_err(|e| e.to_string())?;
+    let roots = crate::tls::certs::parse_certs_pem(ca_pem).map_err(|e| e.to_string())?;
+    let store = crate::tls::root_store(&roots).map_err(|e| e.to_string())?;
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
         Arc::new(store),
-        crate::server::tls::crypto_provider(),
+        crate::tls::crypto_provider(),
     )
     .build()
     .map_err(|e| e.to_string())?;

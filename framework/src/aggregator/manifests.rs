@@ -29,7 +29,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::aggregator::ApiServiceVersion;
-use crate::server::ApiGroup;
 
 /// Where the serving Secret is mounted in the container.
 pub const SERVING_CERT_DIR: &str = "/var/run/apiserver/serving-cert";
@@ -97,19 +96,9 @@ fn program_name() -> String {
 
 /// The manifests as a list of objects (Namespace, ServiceAccount, RBAC, Deployment, Service,
 /// one APIService per group version), in the order `kubectl apply` should create them.
-pub fn manifest_objects(options: &ManifestOptions, groups: &[ApiGroup]) -> Vec<Value> {
-    let versions: Vec<ApiServiceVersion> = groups
-        .iter()
-        .flat_map(ApiGroup::apiservice_versions)
-        .collect();
-    manifest_objects_for(options, &versions)
-}
-
-/// [`manifest_objects`] for explicit group versions.
-pub fn manifest_objects_for(
-    options: &ManifestOptions,
-    versions: &[ApiServiceVersion],
-) -> Vec<Value> {
+/// `versions` are the served group versions, e.g. from
+/// [`ApiGroup::apiservice_versions`](crate::server::ApiGroup::apiservice_versions).
+pub fn manifest_objects(options: &ManifestOptions, versions: &[ApiServiceVersion]) -> Vec<Value> {
     let m = Names::new(options);
     let mut objects = vec![
         to_value(Namespace {
@@ -396,12 +385,12 @@ fn to_value(object: impl Serialize) -> Value {
 /// ```
 /// use apiserver::aggregator::{manifests, ManifestOptions};
 /// use apiserver::ApiGroup;
-/// let groups = [ApiGroup::new("example.com").version("v1", |v| v)];
-/// let yaml = manifests(&ManifestOptions::new("things", "example/things:1", "things"), &groups);
+/// let versions = ApiGroup::new("example.com").version("v1", |v| v).apiservice_versions();
+/// let yaml = manifests(&ManifestOptions::new("things", "example/things:1", "things"), &versions);
 /// assert!(yaml.contains("kind: APIService"));
 /// assert!(yaml.contains("name: v1.example.com"));
 /// ```
-pub fn manifests(options: &ManifestOptions, groups: &[ApiGroup]) -> String {
+pub fn manifests(options: &ManifestOptions, versions: &[ApiServiceVersion]) -> String {
     let name = options.name();
     let ns = &options.namespace;
     let mut out = format!(
@@ -415,7 +404,7 @@ pub fn manifests(options: &ManifestOptions, groups: &[ApiGroup]) -> String {
          #     --from-file=tls.crt --from-file=tls.key --from-file=ca.crt\n\
          # The server fills each APIService's caBundle from ca.crt (--register-apiservice).\n"
     );
-    for object in manifest_objects(options, groups) {
+    for object in manifest_objects(options, versions) {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&object).unwrap_or_default());
     }

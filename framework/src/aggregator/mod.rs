@@ -24,7 +24,7 @@ pub use registration::{
     ApiServiceRegistrar, RegistrationConfig, RegistrationError, RegistrationOutcome,
 };
 
-use crate::server::health::ReadyzCheck;
+use crate::lifecycle::ReadyzCheck;
 
 /// The `groupPriorityMinimum` of a group unless its [`ApiGroup`](crate::ApiGroup) says
 /// otherwise (sample-apiserver's value: above the built-in groups' defaults of kube-apiserver
@@ -249,8 +249,7 @@ pub struct ServingInfo {
 pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<Vec<u8>, String> {
     if let Some(file) = &options.ca_file {
         let pem = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        crate::server::certs::parse_certs_pem(&pem)
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+        crate::tls::certs::parse_certs_pem(&pem).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(pem);
     }
     if let Some(ca) = &serving.self_signed_ca {
@@ -267,10 +266,10 @@ pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<V
 pub async fn wire(
     options: &AggregatorOptions,
     serving: ServingInfo,
-    shutdown: crate::server::serve::ShutdownSignal,
+    shutdown: crate::lifecycle::ShutdownSignal,
 ) -> Result<Wiring, String> {
     let core = if options.kubeconfig.is_some() || options.in_cluster {
-        crate::server::core_api::core_client(options.kubeconfig.as_deref())
+        crate::core_api::core_client(options.kubeconfig.as_deref())
             .await
             .map_err(|e| e.to_string())?
     } else {

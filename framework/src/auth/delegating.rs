@@ -28,9 +28,8 @@ use super::{
     SubjectAccessReviewAuthorizer, TokenReviewAuthenticator, UnionAuthenticator, UnionAuthorizer,
     X509Authenticator,
 };
-use crate::server::core_api::{self, core_client};
-use crate::server::serve::ShutdownSignal;
-use crate::server::ServerError;
+use crate::core_api::{self, core_client};
+use crate::lifecycle::ShutdownSignal;
 
 /// Namespace of the authentication ConfigMap.
 pub const AUTHENTICATION_CONFIGMAP_NAMESPACE: &str = "kube-system";
@@ -73,11 +72,22 @@ impl std::fmt::Debug for AuthSetup {
     }
 }
 
-fn config_error(message: impl Into<String>) -> ServerError {
-    ServerError::Config(message.into())
+/// Why delegated authentication and authorization could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    /// A flag, file or the authentication ConfigMap says something unusable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A CA bundle could not be read as certificates.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
-fn read(path: &Path, flag: &str) -> Result<Vec<u8>, ServerError> {
+fn config_error(message: impl Into<String>) -> AuthSetupError {
+    AuthSetupError::Config(message.into())
+}
+
+fn read(path: &Path, flag: &str) -> Result<Vec<u8>, AuthSetupError> {
     std::fs::read(path).map_err(|e| config_error(format!("--{flag} {}: {e}", path.display())))
 }
 
@@ -91,7 +101,7 @@ pub async fn build(
     options: &DelegatingOptions,
     standalone_client_ca: &[CertificateDer<'static>],
     shutdown: ShutdownSignal,
-) -> Result<AuthSetup, ServerError> {
+) -> Result<AuthSetup, AuthSetupError> {
     let options = &options.normalized();
     let authn_client = client(
         options.authentication_kubeconfig.as_deref(),
@@ -226,7 +236,7 @@ async fn client(
     kubeconfig: Option<&Path>,
     in_cluster: bool,
     flag: &str,
-) -> Result<Option<kube::Client>, ServerError> {
+) -> Result<Option<kube::Client>, AuthSetupError> {
     if kubeconfig.is_none() && !in_cluster {
         return Ok(None);
     }
@@ -239,7 +249,7 @@ async fn client(
 fn standalone(
     options: &DelegatingOptions,
     standalone_client_ca: &[CertificateDer<'static>],
-) -> Result<AuthSetup, ServerError> {
+) -> Result<AuthSetup, AuthSetupError> {
     let mut authenticator =
         UnionAuthenticator::new().with(X509Authenticator::new(standalone_client_ca)?);
     if let Some(path) = &options.client_ca_file {

@@ -49,7 +49,7 @@ pub enum AuthError {
 /// Finds the user behind a request.
 ///
 /// Implementations look only at the request head: the extensions carry connection facts such
-/// as [`crate::server::serve::PeerCertificates`], the headers carry tokens or proxy headers.
+/// as [`crate::tls::PeerCertificates`], the headers carry tokens or proxy headers.
 #[async_trait]
 pub trait Authenticator: Send + Sync {
     /// `Ok(Some(user))` if this authenticator recognises the request, `Ok(None)` if it carries

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use http::HeaderMap;
 
 use super::{user::UserInfo, AuthError, Authenticator, X509Authenticator};
-use crate::server::serve::PeerCertificates;
-use crate::server::tls::TlsError;
+use crate::tls::PeerCertificates;
+use crate::tls::TlsError;
 
 /// What the request-header authenticator trusts and reads (`RequestHeaderConfig` of
 /// `k8s.io/apiserver`), from flags or the `extension-apiserver-authentication` ConfigMap.

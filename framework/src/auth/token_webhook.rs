@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::ttl_cache::{Flights, TtlCache};
 use super::{user::UserInfo, AuthError, Authenticator};
-use crate::server::core_api::CORE_API_TIMEOUT;
+use crate::core_api::CORE_API_TIMEOUT;
 
 /// The path of `TokenReview` creation.
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";

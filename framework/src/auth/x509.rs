@@ -10,13 +10,12 @@ use async_trait::async_trait;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
-use sha2::{Digest, Sha256};
 use x509_parser::certificate::X509Certificate;
 
 use super::x509_v1::{is_legacy, LegacyLeafVerifier};
 use super::{user::UserInfo, AuthError, Authenticator};
-use crate::server::serve::PeerCertificates;
-use crate::server::tls::{crypto_provider, TlsError};
+use crate::tls::{chain_digest, PeerCertificates};
+use crate::tls::{crypto_provider, TlsError};
 
 /// How long a verified chain is trusted without re-verifying, so an HTTP/2 connection's
 /// thousands of requests cost one signature check, while a replaced CA takes effect soon.
@@ -52,7 +51,7 @@ impl std::fmt::Debug for X509Authenticator {
 impl X509Authenticator {
     /// An authenticator trusting the given client CA certificates.
     pub fn new(client_ca: &[CertificateDer<'static>]) -> Result<Self, TlsError> {
-        let roots = crate::server::tls::root_store(client_ca)?;
+        let roots = crate::tls::root_store(client_ca)?;
         let provider = crypto_provider();
         let legacy =
             LegacyLeafVerifier::new(client_ca, provider.signature_verification_algorithms.all);
@@ -68,7 +67,7 @@ impl X509Authenticator {
 
     /// An authenticator trusting the CA certificates of a PEM bundle.
     pub fn from_pem(client_ca_pem: &[u8]) -> Result<Self, TlsError> {
-        Self::new(&crate::server::certs::parse_certs_pem(client_ca_pem)?)
+        Self::new(&crate::tls::certs::parse_certs_pem(client_ca_pem)?)
     }
 
     /// Verifies a chain (leaf first) and maps it to a user; `Ok(None)` if the leaf has no CN.
@@ -155,17 +154,6 @@ impl Authenticator for X509Authenticator {
             None => Ok(None),
         }
     }
-}
-
-/// SHA-256 over the whole chain: two chains with the same leaf but different intermediates
-/// must not share a verdict.
-pub(crate) fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    for cert in chain {
-        hasher.update((cert.len() as u64).to_be_bytes());
-        hasher.update(cert.as_ref());
-    }
-    hasher.finalize().into()
 }
 
 /// kube's `CommonNameUserConversion`: the subject's CN is the user name (the last one, as Go's

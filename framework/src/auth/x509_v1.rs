@@ -17,7 +17,7 @@ use rustls::pki_types::{CertificateDer, SignatureVerificationAlgorithm};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::X509Version;
 
-use crate::server::cert_signature::{signature_algorithm, PublicKey};
+use crate::tls::signature::{signature_algorithm, PublicKey};
 
 /// Most intermediates a path may have (Go has no limit but the signature budget below).
 const MAX_INTERMEDIATES: usize = 8;
@@ -274,9 +274,9 @@ fn check_critical_extensions(cert: &X509Certificate<'_>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use crate::auth::X509Authenticator;
-    use crate::server::certs::parse_certs_pem;
     use crate::testing::openssl::{KeyType, OpensslCa};
     use crate::testing::pki::{TestCa, TestCert};
+    use crate::tls::certs::parse_certs_pem;
 
     /// The user `root`'s bundle makes of `cert`'s chain, or the error's text.
     fn verdict(root: &OpensslCa, cert: &TestCert) -> Result<(String, Vec<String>), String> {

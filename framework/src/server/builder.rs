@@ -22,18 +22,19 @@ use crate::auth::delegating::{self, AuthSetup, Mode};
 use crate::endpoints::{self, ApiState, InstalledResources};
 use crate::error::Error;
 use crate::filters::{self, FilterConfig};
+use crate::lifecycle::ShutdownSignal;
 use crate::openapi::{OpenApiDocuments, OpenApiInfo};
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::Store;
 use crate::runtime::Resource;
-use crate::server::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 use crate::server::health::{self, HealthState, ReadyzCheck};
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
-use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions, ShutdownSignal};
+use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
 use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
 use crate::server::tls;
 use crate::storage::{Backend, MemoryBackend, SqliteBackend};
+use crate::tls::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -43,13 +44,22 @@ pub enum ServerError {
     Config(String),
     /// Certificates or keys could not be loaded or created.
     #[error("TLS: {0}")]
-    Tls(#[from] crate::server::tls::TlsError),
+    Tls(#[from] crate::tls::TlsError),
     /// The storage backend could not be opened.
     #[error("storage: {0}")]
     Storage(#[from] crate::storage::StorageError),
     /// Listening or serving failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl From<delegating::AuthSetupError> for ServerError {
+    fn from(e: delegating::AuthSetupError) -> Self {
+        match e {
+            delegating::AuthSetupError::Config(message) => Self::Config(message),
+            delegating::AuthSetupError::Tls(e) => Self::Tls(e),
+        }
+    }
 }
 
 type StorageFactory = Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;
@@ -341,6 +351,14 @@ impl ApiServer {
         self
     }
 
+    /// One APIService per served group version, for registration and `manifests`.
+    fn apiservice_versions(&self) -> Vec<ApiServiceVersion> {
+        self.groups
+            .iter()
+            .flat_map(ApiGroup::apiservice_versions)
+            .collect()
+    }
+
     /// Uses this backend instead of the one the options name.
     pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = Some(backend);
@@ -359,7 +377,10 @@ impl ApiServer {
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
         if let Some(Command::Manifests(options)) = &self.command {
-            print!("{}", crate::aggregator::manifests(options, &self.groups));
+            print!(
+                "{}",
+                crate::aggregator::manifests(options, &self.apiservice_versions())
+            );
             return Ok(());
         }
         if let Some(max) = self.malloc_arena_max {
@@ -386,7 +407,7 @@ impl ApiServer {
     }
 
     async fn start_with_signal(self, os_signals: bool) -> Result<RunningServer, ServerError> {
-        tls::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let options = self.options.clone();
         let backend = match self.backend.clone() {
             Some(b) => b,
@@ -439,11 +460,7 @@ impl ApiServer {
                 chain: serving.chain(),
                 self_signed_ca: self_signed_ca.clone(),
                 secure_port: addr.port(),
-                versions: self
-                    .groups
-                    .iter()
-                    .flat_map(ApiGroup::apiservice_versions)
-                    .collect(),
+                versions: self.apiservice_versions(),
             };
             let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
                 .await

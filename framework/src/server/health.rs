@@ -11,6 +11,7 @@ use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::json;
 
+pub use crate::lifecycle::ReadyzCheck;
 use crate::storage::Backend;
 
 /// What the health endpoints check.
@@ -22,19 +23,9 @@ pub struct HealthState {
     /// `storage` otherwise.
     pub storage_check: &'static str,
     /// Set when shutdown starts: `/readyz` fails so load balancers stop sending.
-    pub shutdown: crate::server::serve::ShutdownSignal,
+    pub shutdown: crate::lifecycle::ShutdownSignal,
     /// More readiness checks (the aggregator's registration and diagnostics).
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
-}
-
-/// A readiness check of a component: `/readyz` fails while it fails. Unlike the built-in
-/// checks, its reason is shown in `/readyz?verbose` too (it names a deployment mistake and
-/// its fix, never a secret), and at `/readyz/{name}`.
-pub trait ReadyzCheck: Send + Sync {
-    /// The check's name (`/readyz/{name}`, `?exclude={name}`).
-    fn name(&self) -> &str;
-    /// `Ok`, or why not.
-    fn check(&self) -> Result<(), String>;
 }
 
 /// The health and version routes.

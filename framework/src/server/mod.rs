@@ -1,11 +1,8 @@
-//! The server: options, the builder, certificates (reloaded when their files change), TLS,
+//! The server: options, the builder, the serving certificate (reloaded when its files change), TLS,
 //! health, and the accept loop every
 //! request enters through.
 
 pub mod builder;
-pub(crate) mod cert_signature;
-pub mod certs;
-pub mod core_api;
 pub mod health;
 pub mod malloc;
 pub mod options;

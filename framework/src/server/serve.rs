@@ -13,94 +13,15 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use rustls::pki_types::CertificateDer;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::JoinSet;
+
+use crate::lifecycle::ShutdownSignal;
+use crate::tls::PeerCertificates;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
-
-/// The client's certificate chain (leaf first) as presented during the TLS handshake, in the
-/// extensions of every request of a connection that presented one.
-///
-/// The handshake only proves that the client holds the leaf's key (see
-/// [`RequestClientCert`](super::tls::RequestClientCert)): the chain is *not* verified
-/// against any CA. Authenticators must check it against their own CA (see
-/// [`crate::auth::X509Authenticator`]).
-///
-/// It also carries the chain's digest, taken once per connection: the authenticators cache
-/// their verdicts by it, and hashing the chain again for every request of a connection cost
-/// about a microsecond each time.
-#[derive(Debug, Clone)]
-pub struct PeerCertificates(Arc<PeerChain>);
-
-#[derive(Debug)]
-struct PeerChain {
-    chain: Vec<CertificateDer<'static>>,
-    digest: [u8; 32],
-}
-
-impl PeerCertificates {
-    /// The chain a client presented, leaf first.
-    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
-        let digest = crate::auth::x509::chain_digest(&chain);
-        Self(Arc::new(PeerChain { chain, digest }))
-    }
-
-    /// The chain, leaf first.
-    pub fn chain(&self) -> &[CertificateDer<'static>] {
-        &self.0.chain
-    }
-
-    /// SHA-256 over the whole chain (each certificate's length, then its bytes).
-    pub fn digest(&self) -> &[u8; 32] {
-        &self.0.digest
-    }
-}
-
-/// Shutdown notice shared by the server and its long-running handlers.
-///
-/// The server puts a clone in every request's extensions; a watch handler ends its stream
-/// when [`cancelled`](Self::cancelled) resolves, so that in-flight requests can finish
-/// within the grace period. Triggering it also stops the server.
-#[derive(Debug, Clone)]
-pub struct ShutdownSignal {
-    tx: Arc<watch::Sender<bool>>,
-}
-
-impl Default for ShutdownSignal {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ShutdownSignal {
-    /// A signal not yet triggered.
-    pub fn new() -> Self {
-        Self {
-            tx: Arc::new(watch::channel(false).0),
-        }
-    }
-
-    /// Starts shutdown; idempotent.
-    pub fn trigger(&self) {
-        self.tx.send_replace(true);
-    }
-
-    /// Whether shutdown has started.
-    pub fn is_shutting_down(&self) -> bool {
-        *self.tx.borrow()
-    }
-
-    /// Resolves once shutdown has started (at once if it already has).
-    pub async fn cancelled(&self) {
-        let mut rx = self.tx.subscribe();
-        // Err only if the sender is gone, impossible while `self` holds it.
-        let _ = rx.wait_for(|shutting_down| *shutting_down).await;
-    }
-}
 
 /// Tuning of [`serve_tls_with`].
 #[derive(Debug, Clone)]

@@ -22,9 +22,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::certs::CertKey;
-use super::serve::ShutdownSignal;
-use super::tls::TlsError;
+use crate::lifecycle::ShutdownSignal;
+use crate::tls::certs::CertKey;
+use crate::tls::TlsError;
 
 /// How often the certificate files are compared with what is being served.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);

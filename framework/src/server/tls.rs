@@ -9,7 +9,6 @@
 //! own CA (client CA, request-header CA), so those CAs can change at run time without a new
 //! TLS configuration.
 
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -22,79 +21,17 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::ResolvesServerCert;
 use rustls::{
     CertificateError, CipherSuite, DigitallySignedStruct, DistinguishedName, PeerMisbehaved,
-    RootCertStore, ServerConfig, SignatureScheme, SupportedCipherSuite,
+    ServerConfig, SignatureScheme, SupportedCipherSuite,
 };
 
-use super::cert_signature::{spki_of, PublicKey, SignatureError};
-use super::certs::CertKey;
 use super::serving_cert::ServingCertificate;
+use crate::tls::certs::CertKey;
+use crate::tls::signature::{spki_of, PublicKey, SignatureError};
+use crate::tls::{crypto_provider, root_store, TlsError};
 
 /// ALPN protocols offered, preferred first: HTTP/2 multiplexes kubectl's and client-go's
 /// requests and watches over one connection.
 pub const ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];
-
-/// Why certificates or the TLS configuration could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// Generating a key or certificate failed.
-    #[error("generating certificate: {0}")]
-    Generate(#[from] rcgen::Error),
-    /// Certificates, keys or CA bundles are malformed or inconsistent.
-    #[error("{0}")]
-    Invalid(String),
-    /// rustls rejected the configuration (e.g. the key does not match the certificate).
-    #[error("TLS configuration: {0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-impl TlsError {
-    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
-        Self::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-}
-
-/// The crypto provider the framework's TLS configs use: the process default, which is ring
-/// unless the application installed another first.
-///
-/// Configs are built with it explicitly so that a second provider pulled in by some other
-/// crate can never make rustls' `builder()` panic over an ambiguous process default.
-pub fn crypto_provider() -> Arc<CryptoProvider> {
-    install_crypto_provider();
-    CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
-}
-
-/// Installs ring as the process-wide default provider, for TLS clients (kube, reqwest) that
-/// use the default; a no-op when a default is already installed.
-pub fn install_crypto_provider() {
-    // Err only means another default is installed already, which is just as good.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// A root store of the given CA certificates; an empty or unparsable set is an error, since
-/// it would silently reject (or, with anonymous allowed, ignore) every client certificate.
-pub fn root_store(cas: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    let (added, _ignored) = roots.add_parsable_certificates(cas.iter().cloned());
-    if added == 0 {
-        return Err(TlsError::Invalid(
-            "CA bundle holds no usable certificate".into(),
-        ));
-    }
-    Ok(roots)
-}
 
 // ---------------------------------------------------------------------------------------
 // Versions and cipher suites

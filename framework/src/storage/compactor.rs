@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::server::serve::ShutdownSignal;
+use crate::lifecycle::ShutdownSignal;
 use crate::storage::Backend;
 
 /// Starts compacting `backend` every `interval` until `shutdown`.

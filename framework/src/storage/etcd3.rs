@@ -25,8 +25,8 @@ use super::backend::{
     StorageError, WatchItem,
 };
 use super::shared_read::SharedReads;
-use crate::server::certs::{parse_certs_pem, CertKey};
-use crate::server::tls::TlsError;
+use crate::tls::certs::{parse_certs_pem, CertKey};
+use crate::tls::TlsError;
 
 /// The request side of an open watch, through which progress is asked for.
 type ProgressRequester = Arc<tokio::sync::Mutex<WatchRequestSender>>;

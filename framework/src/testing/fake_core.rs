@@ -44,8 +44,9 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch as signal};
 
-use crate::server::certs::SelfSignedCerts;
-use crate::server::serve::{serve_tls_with, ServeOptions, ShutdownSignal};
+use crate::lifecycle::ShutdownSignal;
+use crate::server::serve::{serve_tls_with, ServeOptions};
+use crate::tls::certs::SelfSignedCerts;
 
 /// One request the fake core served.
 #[derive(Debug, Clone)]
@@ -255,7 +256,7 @@ impl FakeCore {
     /// Starts the fake with its certificates in `dir`, with namespaces `default` and
     /// `kube-system` (Active).
     pub async fn start(dir: &Path) -> FakeCore {
-        crate::server::tls::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let certs = SelfSignedCerts::load_or_create(&dir.join("fake-core-certs"), &[])
             .expect("fake core certificates");
         let tls = crate::server::tls::server_config(&certs.serving, None).expect("fake core TLS");

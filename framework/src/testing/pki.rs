@@ -14,7 +14,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use crate::server::certs::{ca_params, set_validity};
+use crate::tls::certs::{ca_params, set_validity};
 
 const DAY: i64 = 24 * 60 * 60;
 

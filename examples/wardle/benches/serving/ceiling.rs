@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use apiserver::server::certs::{parse_certs_pem, CertKey};
 use apiserver::server::tls::server_config;
+use apiserver::tls::certs::{parse_certs_pem, CertKey};
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;

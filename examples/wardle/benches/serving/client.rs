@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::server::certs::{parse_certs_pem, CertKey};
-use apiserver::server::tls::{crypto_provider, root_store};
+use apiserver::tls::certs::{parse_certs_pem, CertKey};
+use apiserver::tls::{crypto_provider, root_store};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};

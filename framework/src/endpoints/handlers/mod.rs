@@ -17,8 +17,8 @@ use crate::endpoints::params::Query;
 use crate::endpoints::request_info::RequestInfo;
 use crate::endpoints::response::add_warnings;
 use crate::error::{Error, Result};
+use crate::lifecycle::ShutdownSignal;
 use crate::registry::context::RequestContext;
-use crate::server::serve::ShutdownSignal;
 
 /// Shared state of the resource handlers.
 #[derive(Debug)]

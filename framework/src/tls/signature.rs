@@ -120,7 +120,7 @@ mod tests {
     fn keys_of_any_certificate_and_their_failures() {
         let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
         // rcgen's CA is a v3 ECDSA P-256 certificate, self-signed.
-        let ca = crate::server::certs::parse_certs_pem(TestCa::new("ca").cert_pem.as_bytes())
+        let ca = crate::tls::certs::parse_certs_pem(TestCa::new("ca").cert_pem.as_bytes())
             .unwrap()
             .remove(0);
         let key = PublicKey::of_certificate(&ca).unwrap();

@@ -1,7 +1,7 @@
 //! Serving certificates, before the first TLS accept: explicit `--tls-cert-file` /
 //! `--tls-private-key-file`, or in standalone mode a self-signed set in `--cert-dir` (serving
 //! CA and cert, client CA and an admin client cert, and a kubeconfig for kubectl). Once
-//! serving, the pair's files are followed by [`super::serving_cert::ServingCertificate`].
+//! serving, the pair's files are followed by `server::serving_cert::ServingCertificate`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,11 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 
-use super::tls::{crypto_provider, root_store, TlsError};
+use super::{crypto_provider, root_store, TlsError};
+
+/// The group of the admin client certificate: kube's superuser group (`auth::user`'s
+/// `SYSTEM_MASTERS`, which the standalone authorizer allows everything).
+const SYSTEM_MASTERS: &str = "system:masters";
 
 /// Serving certificate file in `--cert-dir` (leaf followed by its CA), named as in
 /// k8s.io/apiserver.
@@ -410,7 +414,7 @@ fn leaf_params(kind: &LeafKind<'_>) -> Result<CertificateParams, TlsError> {
             params.distinguished_name.push(DnType::CommonName, ADMIN);
             params
                 .distinguished_name
-                .push(DnType::OrganizationName, crate::auth::user::SYSTEM_MASTERS);
+                .push(DnType::OrganizationName, SYSTEM_MASTERS);
             params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         }
     }

@@ -22,7 +22,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use serde::de::DeserializeOwned;
 
-use crate::server::serve::ShutdownSignal;
+use crate::lifecycle::ShutdownSignal;
 
 /// How long one call to the core kube-apiserver may take before it counts as failed; the
 /// delegating authenticator and authorizer of `k8s.io/apiserver` use 10 s as well.
@@ -62,7 +62,7 @@ pub enum CoreApiSource {
 pub async fn core_client(
     kubeconfig: Option<&Path>,
 ) -> Result<Option<(kube::Client, CoreApiSource)>, CoreApiError> {
-    crate::server::tls::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let (mut config, source) = match kubeconfig {
         Some(path) => {
             let err = |source| CoreApiError::Kubeconfig {
