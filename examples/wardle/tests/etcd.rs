@@ -97,7 +97,10 @@ impl Etcd {
             .args(["--advertise-client-urls", &self.url()])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .arg(format!("--initial-cluster={}", self.initial_cluster));
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            // A member back from a pause asks before it campaigns, instead of deposing a
+            // leader that is doing fine (the default from etcd 3.5 on).
+            .arg("--pre-vote");
         if let Some(tls) = &self.tls {
             command
                 .arg("--cert-file")
@@ -683,6 +686,13 @@ struct Outcome {
     reply: Reply,
 }
 
+impl Outcome {
+    /// Whether it succeeded: 201 for a create (named `r…`), 200 for a read.
+    fn ok(&self) -> bool {
+        self.reply.code == if self.what.starts_with('r') { 201 } else { 200 }
+    }
+}
+
 /// Writers creating flunders and readers getting one and listing, each request after the
 /// last, until told to stop.
 struct Load {
@@ -777,11 +787,10 @@ async fn kill_under_load(
     tokio::time::sleep(GRACE + Duration::from_secs(4)).await;
     let outcomes = load.stop().await;
 
-    let ok = |o: &&Outcome| o.reply.code == if o.what.starts_with('r') { 201 } else { 200 };
     let failed: Vec<String> = outcomes
         .iter()
         .filter(|o| o.ended < killed_at || o.began > killed_at + GRACE)
-        .filter(|o| !ok(o))
+        .filter(|o| !o.ok())
         .map(|o| {
             format!(
                 "{} at {:?} (kill at {killed_at:?}): {} {}",
@@ -789,7 +798,7 @@ async fn kill_under_load(
             )
         })
         .collect();
-    let in_grace = outcomes.iter().filter(|o| !ok(o)).count() - failed.len();
+    let in_grace = outcomes.iter().filter(|o| !o.ok()).count() - failed.len();
     eprintln!(
         "etcd member {victim} killed: {} requests, {in_grace} failed within the grace, {} after it",
         outcomes.len(),
@@ -809,11 +818,61 @@ async fn kill_under_load(
         after_grace >= WRITERS + READERS,
         "only {after_grace} requests after the grace"
     );
+    created(&outcomes)
+}
+
+/// The names of the flunders whose creation was acknowledged.
+fn created(outcomes: &[Outcome]) -> Vec<String> {
     outcomes
         .iter()
         .filter(|o| o.what.starts_with('r') && o.reply.code == 201)
         .map(|o| o.what.clone())
         .collect()
+}
+
+/// Stops member `victim` (SIGSTOP: its connections stay open and nothing answers), waits for
+/// the server's health probe (every second, 2 s timeout) to set it aside, then runs the load
+/// for a few seconds: no request fails, none waits on the member that hangs. Returns the
+/// names of the flunders created.
+async fn hang_under_load(
+    client: &Client,
+    members: &mut [Etcd],
+    victim: usize,
+    round: usize,
+) -> Vec<String> {
+    members[victim].signal("STOP");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let load = Load::start(client, round);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let outcomes = load.stop().await;
+    members[victim].signal("CONT");
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.ok())
+        .map(|o| {
+            format!(
+                "{} at {:?}: {} {}",
+                o.what, o.began, o.reply.code, o.reply.body
+            )
+        })
+        .collect();
+    eprintln!(
+        "etcd member {victim} hangs: {} requests, {} failed",
+        outcomes.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} requests failed while member {victim} hung:\n{}",
+        failed.len(),
+        failed[..failed.len().min(10)].join("\n")
+    );
+    assert!(
+        outcomes.len() >= WRITERS + READERS,
+        "only {} requests",
+        outcomes.len()
+    );
+    created(&outcomes)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -847,6 +906,11 @@ async fn serves_through_the_loss_of_an_etcd_member_and_recovers_from_quorum_loss
     members[follower].start();
     wait_member_serves(&mut members[follower]).await;
     wait_cluster_ready(&client, &mut members).await;
+    // A follower hangs: the probe sets it aside, and then no request fails.
+    let leading = leader(&members).await;
+    let hung = (leading + 1) % members.len();
+    acknowledged.extend(hang_under_load(&client, &mut members, hung, 2).await);
+    wait_member_serves(&mut members[hung]).await;
     let leading = leader(&members).await;
     acknowledged.extend(kill_under_load(&client, &mut members, leading, 1).await);
     // The watch opened before either loss is still open and saw every write: the server's

@@ -50,10 +50,10 @@ pub struct Etcd3Options {
     /// [`StorageError::Unavailable`] (HTTP 503). An established watch is not bounded.
     pub request_timeout: Duration,
     /// How long the readiness check (`/readyz`) waits for etcd. Also how long a health probe
-    /// of a member that is down may take.
+    /// of a member may take.
     pub ready_timeout: Duration,
-    /// With several endpoints, how often a member that failed is probed (a linearizable
-    /// read) to send it requests again once it serves.
+    /// With several endpoints, how often each member is probed (a linearizable read within
+    /// `ready_timeout`): one that fails is set aside, one that answers takes requests again.
     pub probe_interval: Duration,
     /// HTTP/2 keep-alive pings (interval, timeout): a connection whose pings go unanswered is
     /// dropped, so watches on a silently dead etcd end instead of waiting forever.
@@ -189,8 +189,8 @@ impl Etcd3Backend {
     /// client keeps trying. Call [`Backend::ready`] to check that one does.
     ///
     /// Several endpoints are the members of one cluster, as kube-apiserver's
-    /// `--etcd-servers`: a call goes to the members in turn, skipping one that failed until a
-    /// probe finds it serving again; a read (or the start of a watch) that fails for want of
+    /// `--etcd-servers`: a call goes to the members in turn, skipping one that failed a call
+    /// or a health probe until a probe finds it serving again; a read (or the start of a watch) that fails for want of
     /// etcd is tried on the next member, and so is a write that provably never left (no
     /// connection could be made). A write whose answer was lost is not sent again: it fails
     /// with [`StorageError::Unavailable`], since etcd may have applied it. `https://`

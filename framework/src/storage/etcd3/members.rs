@@ -4,8 +4,8 @@
 //! etcd-client balances several endpoints over tonic's balanced channel, which keeps a dead
 //! endpoint in its rotation (its lazy connection reports ready and fails each call with the
 //! connect error), so while one member of three is down a third of the calls would fail.
-//! Here a member that fails is set aside until a health probe finds it serving again, and a
-//! call is tried on the next member when it changes nothing (a read, the start of a watch)
+//! Here a member that fails a call or a health probe (every member is probed each second)
+//! is set aside until a probe finds it serving again, and a call is tried on the next member when it changes nothing (a read, the start of a watch)
 //! or provably never reached etcd (the connection could not be made): what clientv3's
 //! balancer and retry interceptor do for kube-apiserver.
 
@@ -36,11 +36,11 @@ pub(super) struct Members {
 struct Member {
     endpoint: String,
     client: Client,
-    /// Set when a call to it failed for want of etcd; cleared when it answers again.
+    /// Set when a call or a probe failed for want of etcd; cleared when it answers again.
     down: AtomicBool,
 }
 
-/// How often members that are down are probed, and how long a probe may take.
+/// How often the members are probed, and how long a probe may take.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Probe {
     pub interval: Duration,
@@ -48,8 +48,8 @@ pub(super) struct Probe {
 }
 
 impl Members {
-    /// A client for each endpoint; with several, a task probes the members that are down
-    /// for as long as the returned value lives.
+    /// A client for each endpoint; with several, a task probes the members for as long as
+    /// the returned value lives.
     pub(super) async fn connect(
         endpoints: &[String],
         options: ConnectOptions,
@@ -99,7 +99,7 @@ impl Members {
             if !(not_sent || super::is_unavailable(&error)) {
                 return Err(error);
             }
-            member.mark_down(&error);
+            member.set_aside(&error);
             if attempt == last || !(not_sent || retry == Retry::Idempotent) {
                 return Err(error);
             }
@@ -121,7 +121,7 @@ impl Members {
 }
 
 impl Member {
-    fn mark_down(&self, error: &EtcdError) {
+    fn set_aside(&self, error: &dyn std::fmt::Display) {
         if !self.down.swap(true, Ordering::Relaxed) {
             tracing::warn!(endpoint = %self.endpoint, %error, "etcd member unavailable; using the others");
         }
@@ -142,18 +142,23 @@ impl Member {
     }
 }
 
-/// Probes the members that are down until `members` is dropped.
+/// Probes every member, all at once, until `members` is dropped: a member that is down comes
+/// back when it serves, and one that hangs or has lost the quorum (which no call may have
+/// told yet) is set aside.
 async fn probe_members(members: Weak<Members>, probe: Probe) {
     loop {
         tokio::time::sleep(probe.interval).await;
         let Some(members) = members.upgrade() else {
             return;
         };
-        for member in &members.members {
-            if member.down.load(Ordering::Relaxed) && member.serves(probe.timeout).await {
+        let probes = members.members.iter().map(|member| async move {
+            if member.serves(probe.timeout).await {
                 member.up();
+            } else {
+                member.set_aside(&"no answer to a health probe");
             }
-        }
+        });
+        futures::future::join_all(probes).await;
     }
 }
 
