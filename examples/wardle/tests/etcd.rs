@@ -798,9 +798,22 @@ async fn kill_under_load(
             )
         })
         .collect();
-    let in_grace = outcomes.iter().filter(|o| !o.ok()).count() - failed.len();
+    // Each kind once: `r` a create, `g` a get, `l` a list, and the Status message.
+    let in_grace: std::collections::BTreeSet<String> = outcomes
+        .iter()
+        .filter(|o| !o.ok() && o.began <= killed_at + GRACE)
+        .map(|o| {
+            format!(
+                "{} {}",
+                o.what.chars().next().unwrap_or('?'),
+                o.reply.json()["message"]
+            )
+        })
+        .collect();
+    let in_grace_count = outcomes.iter().filter(|o| !o.ok()).count() - failed.len();
     eprintln!(
-        "etcd member {victim} killed: {} requests, {in_grace} failed within the grace, {} after it",
+        "etcd member {victim} killed: {} requests, {in_grace_count} failed within the grace \
+         ({in_grace:?}), {} after it",
         outcomes.len(),
         failed.len()
     );
