@@ -5,9 +5,10 @@
 //! endpoint in its rotation (its lazy connection reports ready and fails each call with the
 //! connect error), so while one member of three is down a third of the calls would fail.
 //! Here a member that fails a call or a health probe (every member is probed each second)
-//! is set aside until a probe finds it serving again, and a call is tried on the next member when it changes nothing (a read, the start of a watch)
-//! or provably never reached etcd (the connection could not be made): what clientv3's
-//! balancer and retry interceptor do for kube-apiserver.
+//! is set aside until a probe finds it serving again, and a call is tried on the next member
+//! when it changes nothing (a read, the start of a watch) or provably never reached etcd
+//! (the connection could not be made): what clientv3's balancer and retry interceptor do
+//! for kube-apiserver.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
