@@ -15,7 +15,9 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use apiserver::server::{ApiServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::TestServer;
@@ -46,6 +48,9 @@ struct EtcdTls {
 
 /// One etcd process on free loopback ports and a data directory that outlives restarts.
 struct Etcd {
+    /// The member's name, and the `--initial-cluster` it starts with (`name=peer-url,...`).
+    name: String,
+    initial_cluster: String,
     data_dir: PathBuf,
     log: PathBuf,
     client_port: u16,
@@ -62,11 +67,14 @@ impl Etcd {
             found.is_ok_and(|out| out.status.success()),
             "the etcd binary is not on PATH: `bash .ci/etcd.sh start` installs Debian's etcd-server"
         );
+        let peer_port = free_port();
         Etcd {
+            name: "wardle-test".into(),
+            initial_cluster: format!("wardle-test=http://127.0.0.1:{peer_port}"),
             data_dir: dir.join("etcd-data"),
             log: dir.join("etcd.log"),
             client_port: free_port(),
-            peer_port: free_port(),
+            peer_port,
             tls,
             child: None,
         }
@@ -83,13 +91,16 @@ impl Etcd {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut command = Command::new("etcd");
         command
-            .args(["--name", "wardle-test", "--data-dir"])
+            .args(["--name", &self.name, "--data-dir"])
             .arg(&self.data_dir)
             .args(["--listen-client-urls", &self.url()])
             .args(["--advertise-client-urls", &self.url()])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .arg(format!("--initial-cluster=wardle-test={peer}"));
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            // A member back from a pause asks before it campaigns, instead of deposing a
+            // leader that is doing fine (the default from etcd 3.5 on).
+            .arg("--pre-vote");
         if let Some(tls) = &self.tls {
             command
                 .arg("--cert-file")
@@ -514,5 +525,450 @@ async fn answers_503_while_etcd_hangs() {
     wait_ready(&client, &mut etcd).await;
     let reply = send(&client, "GET", &format!("{FLUNDERS}/one"), "").await;
     assert_eq!(reply.code, 200, "{}", reply.body);
+    server.stop().await;
+}
+
+/// Three etcd processes that form one cluster (members `m0`..`m2`, data and logs under
+/// `dir/mN`), started.
+fn start_cluster(dir: &Path) -> Vec<Etcd> {
+    let mut members: Vec<Etcd> = (0..3)
+        .map(|i| {
+            let home = dir.join(format!("m{i}"));
+            std::fs::create_dir_all(&home).unwrap();
+            let mut etcd = Etcd::new(&home, None);
+            etcd.name = format!("m{i}");
+            etcd
+        })
+        .collect();
+    let initial: Vec<String> = members
+        .iter()
+        .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+        .collect();
+    for member in &mut members {
+        member.initial_cluster = initial.join(",");
+        member.start();
+    }
+    members
+}
+
+/// The index of the member that leads, as the running members report it (at most 60 tries,
+/// half a second apart: an election may be under way).
+async fn leader(members: &[Etcd]) -> usize {
+    for _ in 0..60 {
+        for (i, member) in members.iter().enumerate() {
+            if member.child.is_none() {
+                continue;
+            }
+            let status = async {
+                let mut client = etcd_client::Client::connect([member.url()], None).await?;
+                client.status().await
+            };
+            let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), status).await else {
+                continue;
+            };
+            let me = status.header().map(|h| h.member_id());
+            if status.leader() != 0 && me == Some(status.leader()) {
+                return i;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("no etcd member leads");
+}
+
+/// Waits until `member` serves a linearizable read (it has joined the cluster, knows the
+/// leader and has caught up), at most 60 tries half a second apart.
+async fn wait_member_serves(member: &mut Etcd) {
+    for _ in 0..60 {
+        member.assert_running();
+        let read = async {
+            let mut client = etcd_client::Client::connect([member.url()], None).await?;
+            client.get("health", None).await
+        };
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(5), read).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("etcd member {} does not serve", member.name);
+}
+
+/// Polls `/readyz` until it is `ok` (at most 120 tries, half a second apart), checking that
+/// the members that should run do.
+async fn wait_cluster_ready(client: &Client, members: &mut [Etcd]) {
+    for _ in 0..120 {
+        members.iter_mut().for_each(Etcd::assert_running);
+        let reply = send(client, "GET", "/readyz", "").await;
+        if reply.code == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the server did not become ready on the etcd cluster");
+}
+
+/// Polls `/readyz` until it fails on etcd (at most 40 tries, half a second apart).
+async fn wait_not_ready(client: &Client) {
+    for _ in 0..40 {
+        let reply = send(client, "GET", "/readyz?verbose", "").await;
+        if reply.code == 500 && reply.body.contains("[-]etcd failed") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("/readyz stayed green without an etcd quorum");
+}
+
+/// Watches flunders from `rv` in the background, collecting the names added, until the watch
+/// ends (the task then says why).
+fn watch_added(
+    client: &Client,
+    rv: &str,
+) -> (
+    Arc<Mutex<std::collections::HashSet<String>>>,
+    tokio::task::JoinHandle<String>,
+) {
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    let seen = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let (names, rv) = (seen.clone(), rv.to_owned());
+    let task = tokio::spawn(async move {
+        let params = WatchParams::default().timeout(290);
+        let mut stream = match api.watch(&params, &rv).await {
+            Ok(stream) => stream.boxed(),
+            Err(error) => return format!("no watch: {error}"),
+        };
+        // Bounded: the server ends the watch after 290 s at the latest.
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Added(f)) => {
+                    names
+                        .lock()
+                        .unwrap()
+                        .insert(f.metadata.name.unwrap_or_default());
+                }
+                Ok(WatchEvent::Error(e)) => return format!("error event: {e:?}"),
+                Ok(_) => {}
+                Err(error) => return format!("stream error: {error}"),
+            }
+        }
+        "the watch ended".to_owned()
+    });
+    (seen, task)
+}
+
+/// Waits (at most 20 s) until the watch has seen every name in `names`.
+async fn wait_seen(seen: &Mutex<std::collections::HashSet<String>>, names: &[String]) {
+    for _ in 0..40 {
+        let missing = {
+            let seen = seen.lock().unwrap();
+            names.iter().filter(|n| !seen.contains(*n)).count()
+        };
+        if missing == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let seen = seen.lock().unwrap();
+    let missing: Vec<&String> = names.iter().filter(|n| !seen.contains(*n)).collect();
+    panic!(
+        "the watch missed {} writes: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+}
+
+/// One request of the load: what it was, when it began and ended (since the load began),
+/// and its answer.
+struct Outcome {
+    what: String,
+    began: Duration,
+    ended: Duration,
+    reply: Reply,
+}
+
+impl Outcome {
+    /// Whether it succeeded: 201 for a create (named `r…`), 200 for a read.
+    fn ok(&self) -> bool {
+        self.reply.code == if self.what.starts_with('r') { 201 } else { 200 }
+    }
+}
+
+/// Writers creating flunders and readers getting one and listing, each request after the
+/// last, until told to stop.
+struct Load {
+    stop: Arc<AtomicBool>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    start: Instant,
+}
+
+const WRITERS: usize = 8;
+const READERS: usize = 4;
+
+impl Load {
+    /// Starts the load; `round` keeps names apart from earlier loads'.
+    fn start(client: &Client, round: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for task in 0..WRITERS + READERS {
+            let (client, stop, outcomes) = (client.clone(), stop.clone(), outcomes.clone());
+            tasks.push(tokio::spawn(async move {
+                // Bounded: a request takes at least a few milliseconds, and stop comes in seconds.
+                for n in 0..100_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let (method, path, body, what) = match task {
+                        t if t < WRITERS => {
+                            let name = format!("r{round}-w{t}-{n}");
+                            ("POST", FLUNDERS.to_owned(), flunder_json(&name), name)
+                        }
+                        _ if n % 2 == 0 => {
+                            let path = format!("{FLUNDERS}/anchor");
+                            ("GET", path, String::new(), "get".into())
+                        }
+                        _ => {
+                            let path = format!("{FLUNDERS}?limit=5");
+                            ("GET", path, String::new(), "list".into())
+                        }
+                    };
+                    let began = start.elapsed();
+                    let reply = send(&client, method, &path, &body).await;
+                    let ended = start.elapsed();
+                    let outcome = Outcome {
+                        what,
+                        began,
+                        ended,
+                        reply,
+                    };
+                    outcomes.lock().unwrap().push(outcome);
+                    // Paced, so that etcd's heartbeats keep some CPU on a small machine.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }));
+        }
+        Load {
+            stop,
+            outcomes,
+            tasks,
+            start,
+        }
+    }
+
+    /// Stops the load and hands back what every request got.
+    async fn stop(self) -> Vec<Outcome> {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        std::mem::take(&mut *self.outcomes.lock().unwrap())
+    }
+}
+
+/// How long after a member dies requests may still fail: the election of a new leader,
+/// requests in flight to the dead member, and those that waited on the old leader.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the load, kills member `victim` with SIGKILL, runs on for `GRACE` and a few seconds
+/// more, and checks that every request that ended before the kill or began after the
+/// grace succeeded. Returns the names of the flunders whose creation was acknowledged.
+async fn kill_under_load(
+    client: &Client,
+    members: &mut [Etcd],
+    victim: usize,
+    round: usize,
+) -> Vec<String> {
+    let load = Load::start(client, round);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed_at = load.start.elapsed();
+    members[victim].kill();
+    tokio::time::sleep(GRACE + Duration::from_secs(4)).await;
+    let outcomes = load.stop().await;
+
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.ended < killed_at || o.began > killed_at + GRACE)
+        .filter(|o| !o.ok())
+        .map(|o| {
+            format!(
+                "{} at {:?} (kill at {killed_at:?}): {} {}",
+                o.what, o.began, o.reply.code, o.reply.body
+            )
+        })
+        .collect();
+    // Each kind once: `r` a create, `g` a get, `l` a list, and the Status message.
+    let in_grace: std::collections::BTreeSet<String> = outcomes
+        .iter()
+        .filter(|o| !o.ok() && o.began <= killed_at + GRACE)
+        .map(|o| {
+            format!(
+                "{} {}",
+                o.what.chars().next().unwrap_or('?'),
+                o.reply.json()["message"]
+            )
+        })
+        .collect();
+    let in_grace_count = outcomes.iter().filter(|o| !o.ok()).count() - failed.len();
+    eprintln!(
+        "etcd member {victim} killed: {} requests, {in_grace_count} failed within the grace \
+         ({in_grace:?}), {} after it",
+        outcomes.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} requests failed outside the grace after member {victim} died:\n{}",
+        failed.len(),
+        failed[..failed.len().min(10)].join("\n")
+    );
+    let after_grace = outcomes
+        .iter()
+        .filter(|o| o.began > killed_at + GRACE)
+        .count();
+    assert!(
+        after_grace >= WRITERS + READERS,
+        "only {after_grace} requests after the grace"
+    );
+    created(&outcomes)
+}
+
+/// The names of the flunders whose creation was acknowledged.
+fn created(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter(|o| o.what.starts_with('r') && o.reply.code == 201)
+        .map(|o| o.what.clone())
+        .collect()
+}
+
+/// Stops member `victim` (SIGSTOP: its connections stay open and nothing answers), waits for
+/// the server's health probe (every second, 2 s timeout) to set it aside, then runs the load
+/// for a few seconds: no request fails, none waits on the member that hangs. Returns the
+/// names of the flunders created.
+async fn hang_under_load(
+    client: &Client,
+    members: &mut [Etcd],
+    victim: usize,
+    round: usize,
+) -> Vec<String> {
+    members[victim].signal("STOP");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let load = Load::start(client, round);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let outcomes = load.stop().await;
+    members[victim].signal("CONT");
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.ok())
+        .map(|o| {
+            format!(
+                "{} at {:?}: {} {}",
+                o.what, o.began, o.reply.code, o.reply.body
+            )
+        })
+        .collect();
+    eprintln!(
+        "etcd member {victim} hangs: {} requests, {} failed",
+        outcomes.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} requests failed while member {victim} hung:\n{}",
+        failed.len(),
+        failed[..failed.len().min(10)].join("\n")
+    );
+    assert!(
+        outcomes.len() >= WRITERS + READERS,
+        "only {} requests",
+        outcomes.len()
+    );
+    created(&outcomes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serves_through_the_loss_of_an_etcd_member_and_recovers_from_quorum_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = start_cluster(dir.path());
+    let options = ServerOptions {
+        storage_backend: StorageBackendKind::Etcd3,
+        etcd_servers: members.iter().map(Etcd::url).collect(),
+        compaction_interval_seconds: 0,
+        ..TestServer::options(&dir.path().join("server"))
+    };
+    for member in &mut members {
+        wait_member_serves(member).await;
+    }
+    let (server, client) = start(options).await;
+    wait_cluster_ready(&client, &mut members).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("anchor")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let rv = reply.json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (seen, watch) = watch_added(&client, &rv);
+
+    // A follower dies, then (once it is back) the leader: after the election no request fails.
+    let first = leader(&members).await;
+    let follower = (first + 1) % members.len();
+    let mut acknowledged = kill_under_load(&client, &mut members, follower, 0).await;
+    // Back in the cluster before the leader goes: else the leader's loss would be quorum's.
+    members[follower].start();
+    wait_member_serves(&mut members[follower]).await;
+    wait_cluster_ready(&client, &mut members).await;
+    // A follower hangs: the probe sets it aside, and then no request fails.
+    let leading = leader(&members).await;
+    let hung = (leading + 1) % members.len();
+    acknowledged.extend(hang_under_load(&client, &mut members, hung, 2).await);
+    wait_member_serves(&mut members[hung]).await;
+    let leading = leader(&members).await;
+    acknowledged.extend(kill_under_load(&client, &mut members, leading, 1).await);
+    // The watch opened before either loss is still open and saw every write: the server's
+    // etcd watch moved to a live member from where it was, instead of ending its watchers.
+    wait_seen(&seen, &acknowledged).await;
+    assert!(!watch.is_finished(), "the watch ended: {:?}", watch.await);
+
+    // A second member dies: no quorum, so not ready, and requests get 503 (within the
+    // request deadline, not the server's 60 s timeout).
+    let second = (0..members.len())
+        .find(|&i| members[i].child.is_some())
+        .unwrap();
+    members[second].kill();
+    wait_not_ready(&client).await;
+    let body = flunder_json("no-quorum");
+    let (write, read) = tokio::join!(
+        send(&client, "POST", FLUNDERS, &body),
+        send(&client, "GET", FLUNDERS, ""),
+    );
+    assert_unavailable(&write);
+    assert_unavailable(&read);
+
+    // Both come back: ready again, and every acknowledged write is there.
+    members[leading].start();
+    members[second].start();
+    wait_cluster_ready(&client, &mut members).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("after")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let list = send(&client, "GET", FLUNDERS, "").await;
+    assert_eq!(list.code, 200, "{}", list.body);
+    let names: std::collections::HashSet<String> = list.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|n| !names.contains(*n))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert!(
+        acknowledged.len() > 50,
+        "only {} writes acknowledged",
+        acknowledged.len()
+    );
     server.stop().await;
 }

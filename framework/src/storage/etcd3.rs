@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Error as EtcdError,
-    GetOptions, Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Certificate, Compare, CompareOp, ConnectOptions, DeleteOptions, Error as EtcdError, GetOptions,
+    GetResponse, Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
     WatchOptions, WatchRequestSender, WatchResponseStream,
 };
 use futures::stream;
@@ -27,6 +27,9 @@ use super::backend::{
 use super::shared_read::SharedReads;
 use crate::tls::certs::{parse_certs_pem, CertKey};
 use crate::tls::TlsError;
+use members::{Members, Probe, Retry};
+
+mod members;
 
 /// The request side of an open watch, through which progress is asked for.
 type ProgressRequester = Arc<tokio::sync::Mutex<WatchRequestSender>>;
@@ -46,8 +49,12 @@ pub struct Etcd3Options {
     /// How long one read or write (or the start of a watch) may take before it fails with
     /// [`StorageError::Unavailable`] (HTTP 503). An established watch is not bounded.
     pub request_timeout: Duration,
-    /// How long the readiness check (`/readyz`) waits for etcd.
+    /// How long the readiness check (`/readyz`) waits for etcd. Also how long a health probe
+    /// of a member may take.
     pub ready_timeout: Duration,
+    /// With several endpoints, how often each member is probed (a linearizable read within
+    /// `ready_timeout`): one that fails is set aside, one that answers takes requests again.
+    pub probe_interval: Duration,
     /// HTTP/2 keep-alive pings (interval, timeout): a connection whose pings go unanswered is
     /// dropped, so watches on a silently dead etcd end instead of waiting forever.
     pub keep_alive: Option<(Duration, Duration)>,
@@ -62,6 +69,7 @@ impl Default for Etcd3Options {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             ready_timeout: Duration::from_secs(2),
+            probe_interval: Duration::from_secs(1),
             keep_alive: Some((Duration::from_secs(10), Duration::from_secs(5))),
             tls: None,
         }
@@ -150,9 +158,12 @@ impl Etcd3Tls {
 }
 
 /// A storage backend on etcd v3.
+///
+/// With several endpoints (the members of one cluster), each call goes to a member that
+/// serves: see [`Etcd3Backend::connect`].
 #[derive(Clone)]
 pub struct Etcd3Backend {
-    client: Client,
+    members: Arc<Members>,
     prefix: String,
     request_timeout: Duration,
     ready_timeout: Duration,
@@ -175,7 +186,14 @@ impl Etcd3Backend {
     /// Creates a client for `endpoints` (`http://127.0.0.1:2379`, `https://…`, …).
     ///
     /// The connection is made lazily: this succeeds even when no endpoint answers, and the
-    /// client keeps trying. Call [`Backend::ready`] to check that one does. `https://`
+    /// client keeps trying. Call [`Backend::ready`] to check that one does.
+    ///
+    /// Several endpoints are the members of one cluster, as kube-apiserver's
+    /// `--etcd-servers`: a call goes to the members in turn, skipping one that failed a call
+    /// or a health probe until a probe finds it serving again; a read (or the start of a watch) that fails for want of
+    /// etcd is tried on the next member, and so is a write that provably never left (no
+    /// connection could be made). A write whose answer was lost is not sent again: it fails
+    /// with [`StorageError::Unavailable`], since etcd may have applied it. `https://`
     /// endpoints need [`Etcd3Options::tls`] with a CA; mixing `http://` and `https://` is an
     /// error; TLS options with only `http://` endpoints are ignored with a warning, as
     /// kube-apiserver does.
@@ -216,11 +234,15 @@ impl Etcd3Backend {
             ),
             (None, false) => {}
         }
-        let client = Client::connect(endpoints, Some(connect))
+        let probe = Probe {
+            interval: options.probe_interval,
+            timeout: options.ready_timeout,
+        };
+        let members = Members::connect(endpoints, connect, probe)
             .await
             .map_err(|e| StorageError::Unavailable(e.to_string()))?;
         Ok(Self {
-            client,
+            members,
             prefix: options.key_prefix,
             request_timeout: options.request_timeout,
             ready_timeout: options.ready_timeout,
@@ -236,13 +258,61 @@ impl Etcd3Backend {
         deadline(self.request_timeout, call).await
     }
 
+    /// A range read on a member that serves, within `limit`.
+    async fn range(
+        &self,
+        limit: Duration,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> Result<Result<GetResponse, EtcdError>, StorageError> {
+        let read = self.members.call(Retry::Idempotent, |client| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { client.kv_client().get(key, options).await }
+        });
+        deadline(limit, read).await
+    }
+
+    /// Opens a watch on a member that serves, within the request deadline.
+    async fn open_watch(
+        &self,
+        key: Vec<u8>,
+        options: WatchOptions,
+    ) -> Result<etcd_client::WatchStream, StorageError> {
+        let watch = self.members.call(Retry::Idempotent, |client| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { client.watch_client().watch(key, Some(options)).await }
+        });
+        self.within(watch).await?.map_err(map_error)
+    }
+
     /// etcd's current revision: any range answers with it in its header; count_only keeps
     /// the answer small.
     async fn read_revision(&self) -> Result<Revision, StorageError> {
         let options = GetOptions::new().with_count_only();
-        let mut kv = self.client.kv_client();
-        let response = self.within(kv.get(self.full("\0"), Some(options))).await?;
+        let key = self.full("\0").into_bytes();
+        let response = self.range(self.request_timeout, key, Some(options)).await?;
         Ok(header_revision(response.map_err(map_error)?.header()))
+    }
+
+    /// Opens an etcd watch of the keys under `prefix` after revision `after`, registered for
+    /// [`Backend::request_progress`].
+    async fn watch_prefix(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<(ProgressRequester, WatchResponseStream), StorageError> {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(after + 1)
+            .with_prev_key();
+        let watch = self.open_watch(self.full(prefix).into_bytes(), options);
+        let (requests, responses) = watch.await?.split();
+        let requests = Arc::new(tokio::sync::Mutex::new(requests));
+        if let Ok(mut watches) = self.watches.lock() {
+            watches.retain(|w| w.strong_count() > 0);
+            watches.push(Arc::downgrade(&requests));
+        }
+        Ok((requests, responses))
     }
 
     fn full(&self, key: &str) -> String {
@@ -260,8 +330,11 @@ impl Etcd3Backend {
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StorageError> {
-        let mut kv = self.client.kv_client();
-        self.within(kv.txn(txn)).await?.map_err(map_error)
+        let write = self.members.call(Retry::IfNotSent, |client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        });
+        self.within(write).await?.map_err(map_error)
     }
 
     /// The key-value a failed transaction read in its `else` branch, if the key exists.
@@ -276,9 +349,9 @@ impl Etcd3Backend {
     /// revision 1 is canceled with it.
     async fn compacted_revision(&self) -> Result<Revision, StorageError> {
         let options = WatchOptions::new().with_start_revision(1);
-        let mut client = self.client.watch_client();
-        let watch = self.within(client.watch(self.full("\0"), Some(options)));
-        let mut stream = watch.await?.map_err(map_error)?;
+        let mut stream = self
+            .open_watch(self.full("\0").into_bytes(), options)
+            .await?;
         let probe = async {
             while let Some(response) = stream.message().await.map_err(map_error)? {
                 if response.compact_revision() > 0 {
@@ -346,6 +419,25 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
 
 fn map_error(error: EtcdError) -> StorageError {
     match &error {
+        EtcdError::GRpcStatus(status) if is_unavailable(&error) => {
+            let source = std::error::Error::source(status);
+            StorageError::Unavailable(describe(status.message(), source))
+        }
+        EtcdError::GRpcStatus(status) => {
+            StorageError::Internal(format!("etcd: {}", status.message()))
+        }
+        EtcdError::TransportError(_) | EtcdError::IoError(_) => {
+            let source = std::error::Error::source(&error);
+            StorageError::Unavailable(describe(&error.to_string(), source))
+        }
+        other => StorageError::Internal(format!("etcd: {other}")),
+    }
+}
+
+/// Whether `error` says etcd could not be reached or did not answer (rather than that it
+/// refused the call): HTTP 503, and a reason to try another member.
+fn is_unavailable(error: &EtcdError) -> bool {
+    match error {
         EtcdError::GRpcStatus(status) => {
             let code = status.code() as i32;
             // A status with a source was made by the client from a failed connection (etcd
@@ -353,18 +445,10 @@ fn map_error(error: EtcdError) -> StorageError {
             // etcd sent has none.
             let lost_connection =
                 std::error::Error::source(status).is_some() && [UNKNOWN, INTERNAL].contains(&code);
-            if lost_connection || [CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE].contains(&code) {
-                let message = status.message();
-                StorageError::Unavailable(describe(message, std::error::Error::source(status)))
-            } else {
-                StorageError::Internal(format!("etcd: {}", status.message()))
-            }
+            lost_connection || [CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE].contains(&code)
         }
-        EtcdError::TransportError(_) | EtcdError::IoError(_) => {
-            let source = std::error::Error::source(&error);
-            StorageError::Unavailable(describe(&error.to_string(), source))
-        }
-        other => StorageError::Internal(format!("etcd: {other}")),
+        EtcdError::TransportError(_) | EtcdError::IoError(_) => true,
+        _ => false,
     }
 }
 
@@ -409,17 +493,19 @@ fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Revision {
 #[async_trait]
 impl Backend for Etcd3Backend {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
-        let mut kv = self.client.kv_client();
-        let response = self.within(kv.get(self.full(key), None)).await?;
+        let key = self.full(key).into_bytes();
+        let response = self.range(self.request_timeout, key, None).await?;
         let response = response.map_err(map_error)?;
         Ok(response.kvs().first().map(|kv| self.convert(kv)))
     }
 
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
         let options = self.list_options(request);
-        let start = self.list_start(request);
-        let mut kv = self.client.kv_client();
-        let response = match self.within(kv.get(start, Some(options))).await? {
+        let start = self.list_start(request).into_bytes();
+        let response = match self
+            .range(self.request_timeout, start, Some(options))
+            .await?
+        {
             Ok(response) => response,
             Err(error) => match out_of_range_message(&error) {
                 Some(message) => return Err(self.out_of_range(request.revision, &message).await),
@@ -538,19 +624,14 @@ impl Backend for Etcd3Backend {
         prefix: &str,
         after: Revision,
     ) -> Result<ProgressStream, StorageError> {
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(after + 1)
-            .with_prev_key();
-        let mut client = self.client.watch_client();
-        let watch = self.within(client.watch(self.full(prefix), Some(options)));
-        let (requests, responses) = watch.await?.map_err(map_error)?.split();
-        let requests = Arc::new(tokio::sync::Mutex::new(requests));
-        if let Ok(mut watches) = self.watches.lock() {
-            watches.retain(|w| w.strong_count() > 0);
-            watches.push(Arc::downgrade(&requests));
-        }
-        Ok(event_stream(self.clone(), requests, responses, after))
+        let (requests, responses) = self.watch_prefix(prefix, after).await?;
+        Ok(event_stream(
+            self.clone(),
+            prefix,
+            requests,
+            responses,
+            after,
+        ))
     }
 
     async fn request_progress(&self) {
@@ -586,8 +667,11 @@ impl Backend for Etcd3Backend {
                 current,
             });
         }
-        let mut kv = self.client.kv_client();
-        match self.within(kv.compact(revision, None)).await? {
+        // Compacting twice is harmless: the second is an `OutOfRange` no-op.
+        let compact = self.members.call(Retry::Idempotent, |client| async move {
+            client.kv_client().compact(revision, None).await
+        });
+        match self.within(compact).await? {
             Ok(_) => Ok(()),
             // Compacting at or below the compacted revision is a no-op for the trait.
             Err(error) if out_of_range_message(&error).is_some() => Ok(()),
@@ -598,9 +682,8 @@ impl Backend for Etcd3Backend {
     /// A count-only read with the (shorter) readiness deadline.
     async fn ready(&self) -> Result<(), StorageError> {
         let options = GetOptions::new().with_count_only();
-        let mut kv = self.client.kv_client();
-        let read = kv.get(self.full("\0"), Some(options));
-        deadline(self.ready_timeout, read)
+        let key = self.full("\0").into_bytes();
+        self.range(self.ready_timeout, key, Some(options))
             .await?
             .map_err(map_error)?;
         Ok(())
@@ -629,26 +712,37 @@ fn write_failure(key: &str, expected: Revision, current: Option<KeyValue>) -> St
 /// What an etcd watch becomes: the watch, items not yet handed out, and whether it ended.
 struct WatchState {
     backend: Etcd3Backend,
+    prefix: String,
     /// Held so that the watch stays open and can be asked for progress.
     _requests: ProgressRequester,
     responses: WatchResponseStream,
     pending: VecDeque<Result<WatchItem, StorageError>>,
+    /// Every change up to this revision has been handed out: where a resumed watch starts.
     after: Revision,
+    /// Watches reopened since the last answer from etcd.
+    resumes: usize,
     done: bool,
 }
 
+/// How many times in a row a broken watch is reopened on another member before its error
+/// is handed out (the caller then starts over, as the watch cache does with a reload).
+const MAX_RESUMES: usize = 3;
+
 fn event_stream(
     backend: Etcd3Backend,
+    prefix: &str,
     requests: ProgressRequester,
     responses: WatchResponseStream,
     after: Revision,
 ) -> ProgressStream {
     let state = WatchState {
         backend,
+        prefix: prefix.to_owned(),
         _requests: requests,
         responses,
         pending: VecDeque::new(),
         after,
+        resumes: 0,
         done: false,
     };
     Box::pin(stream::unfold(state, |mut state| async move {
@@ -669,9 +763,14 @@ impl WatchState {
     async fn receive(&mut self) {
         let response = match self.responses.message().await {
             Ok(Some(response)) => response,
-            Ok(None) => return self.fail(StorageError::Unavailable("watch closed".into())),
-            Err(error) => return self.fail(map_error(error)),
+            Ok(None) => {
+                return self
+                    .resume(StorageError::Unavailable("watch closed".into()))
+                    .await
+            }
+            Err(error) => return self.resume(map_error(error)).await,
         };
+        self.resumes = 0;
         if response.compact_revision() > 0 {
             // etcd 3.4 cancels a watch from a compacted revision with no error, only this.
             return self.fail(StorageError::Compacted {
@@ -687,13 +786,33 @@ impl WatchState {
             // A progress notification: nothing more under the prefix up to this revision.
             let revision = header_revision(response.header());
             if revision > 0 {
+                self.after = self.after.max(revision);
                 self.pending.push_back(Ok(WatchItem::Progress(revision)));
             }
             return;
         }
         for event in response.events() {
-            self.pending
-                .push_back(Ok(WatchItem::Event(self.convert(event))));
+            let event = self.convert(event);
+            self.after = self.after.max(event.kv.mod_revision);
+            self.pending.push_back(Ok(WatchItem::Event(event)));
+        }
+    }
+
+    /// After the watch broke for want of etcd (its member died), reopens it on a member that
+    /// serves from the revision it had reached, as clientv3's watcher does: the watcher sees
+    /// no gap and need not list again. Other errors, and repeated failures, end the stream.
+    async fn resume(&mut self, error: StorageError) {
+        if !matches!(error, StorageError::Unavailable(_)) || self.resumes >= MAX_RESUMES {
+            return self.fail(error);
+        }
+        self.resumes += 1;
+        match self.backend.watch_prefix(&self.prefix, self.after).await {
+            Ok((requests, responses)) => {
+                tracing::info!(prefix = %self.prefix, after = self.after, %error, "etcd watch resumed");
+                self._requests = requests;
+                self.responses = responses;
+            }
+            Err(_) => self.fail(error),
         }
     }
 
