@@ -14,6 +14,7 @@ use rcgen::{
 };
 use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::pem::{self, PemObject as _};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 
@@ -68,9 +69,10 @@ impl CertKey {
     /// Parses a PEM certificate chain (leaf first) and a PEM private key (PKCS#8, PKCS#1 or SEC1).
     pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, TlsError> {
         let cert_chain = parse_certs_pem(cert_pem)?;
-        let key = rustls_pemfile::private_key(&mut &key_pem[..])
-            .map_err(|e| TlsError::Invalid(format!("private key: {e}")))?
-            .ok_or_else(|| TlsError::Invalid("no private key in PEM data".into()))?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| match e {
+            pem::Error::NoItemsFound => TlsError::Invalid("no private key in PEM data".into()),
+            e => TlsError::Invalid(format!("private key: {e}")),
+        })?;
         Ok(Self { cert_chain, key })
     }
 
@@ -83,7 +85,7 @@ impl CertKey {
 
 /// Parses every `CERTIFICATE` block of a PEM bundle; an empty bundle is an error.
 pub fn parse_certs_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = rustls_pemfile::certs(&mut &pem[..])
+    let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Invalid(format!("certificate PEM: {e}")))?;
     if certs.is_empty() {
