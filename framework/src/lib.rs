@@ -59,7 +59,10 @@ pub mod testing;
 
 pub use apiserver_macros::Resource;
 pub use error::{Error, Result};
-pub use runtime::{FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope};
+pub use runtime::{
+    FieldError, FieldErrorType, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo,
+    Scope,
+};
 pub use server::{ApiGroup, ApiServer};
 
 /// Re-exports for generated code and users.

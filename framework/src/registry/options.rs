@@ -66,6 +66,10 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
+    /// The uid the object must have (kube's `UpdatedObjectInfo.Preconditions`): a PUT's
+    /// `metadata.uid`, so that a replace aimed at an earlier incarnation of the name is a 409
+    /// `Conflict`. Patches have none.
+    pub precondition_uid: Option<String>,
 }
 
 /// `DeleteOptions`, from the body and the query.
@@ -79,6 +83,12 @@ pub struct DeleteOptions {
     pub precondition_resource_version: Option<String>,
     /// `gracePeriodSeconds` (accepted; objects of this framework have no grace period).
     pub grace_period_seconds: Option<i64>,
-    /// `propagationPolicy` (accepted; garbage collection is the cluster's).
+    /// `propagationPolicy`: `Foreground`, `Background` or `Orphan`. The store sets the
+    /// `foregroundDeletion` or `orphan` finalizer it asks for; the cluster's garbage collector
+    /// does the rest.
     pub propagation_policy: Option<String>,
+    /// `orphanDependents`, the deprecated form of `propagationPolicy`: `true` is `Orphan`,
+    /// `false` is `Background` (and makes a delete that leaves the object in place answer
+    /// 202 Accepted).
+    pub orphan_dependents: Option<bool>,
 }

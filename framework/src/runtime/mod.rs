@@ -7,4 +7,4 @@ pub mod object;
 pub mod resource;
 
 pub use field_error::{FieldError, FieldErrorType};
-pub use resource::{PrinterColumn, Resource, ResourceInfo, Scope};
+pub use resource::{GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, Scope};
