@@ -361,6 +361,74 @@ async fn create_errors() {
     assert_error(get(&store, "c").await, 404, "NotFound");
 }
 
+#[tokio::test]
+async fn bodies_that_do_not_fit_the_type_are_invalid_per_field() {
+    let (store, backend) = setup();
+    let before = revision(&backend).await;
+    // kube-apiserver validates a custom resource of this shape against its schema: 422, one
+    // cause per field, in kube-openapi's words.
+    let mut wrong = widget("t", json!({}), "red");
+    wrong["spec"] = json!({"color": 5, "size": "big"});
+    let e = assert_error(
+        store.create(&ns(), wrong, &WriteOptions::default()).await,
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        e.message(),
+        r#"Widget.test.example.com "t" is invalid: [spec.color: Invalid value: "integer": spec.color in body must be of type string: "integer", spec.size: Invalid value: "string": spec.size in body must be of type integer: "string"]"#
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str(), details.name.as_str()),
+        ("test.example.com", "Widget", "t")
+    );
+    let causes: Vec<_> = details
+        .causes
+        .iter()
+        .map(|c| (c.field.as_str(), c.reason.as_str(), c.message.as_str()))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (
+                "spec.color",
+                "FieldValueInvalid",
+                r#"Invalid value: "integer": spec.color in body must be of type string: "integer""#
+            ),
+            (
+                "spec.size",
+                "FieldValueInvalid",
+                r#"Invalid value: "string": spec.size in body must be of type integer: "string""#
+            ),
+        ]
+    );
+    // What the schema does not say (an i32 out of range) is named at the field serde stopped.
+    let mut huge = widget("h", json!({}), "red");
+    huge["spec"]["size"] = json!(3_000_000_000u64);
+    let e = assert_error(
+        store.create(&ns(), huge, &WriteOptions::default()).await,
+        422,
+        "Invalid",
+    );
+    let cause = &e.status().details.as_ref().unwrap().causes[0];
+    assert_eq!(cause.field, "spec.size");
+    assert!(cause.message.starts_with("Invalid value: 3000000000: "), "{cause:?}");
+    assert_eq!(revision(&backend).await, before);
+
+    // An update (a patch reaches the store the same way) gets the same answer.
+    create(&store, &ns(), widget("u", json!({}), "red")).await;
+    let e = assert_error(
+        update(&store, "u", edit(|o| o["spec"]["size"] = json!([1]))).await,
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        e.message(),
+        r#"Widget.test.example.com "u" is invalid: spec.size: Invalid value: "array": spec.size in body must be of type integer: "array""#
+    );
+}
+
 // ---------------------------------------------------------------- update
 
 #[tokio::test]
