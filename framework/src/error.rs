@@ -101,6 +101,27 @@ impl Error {
         Self::new(409, "AlreadyExists", message).with_details(Self::details_for(info, name))
     }
 
+    /// 409 `AlreadyExists` when the object holding the name is being deleted (it waits for
+    /// finalizers): kube says so, so that the client knows to wait rather than pick another
+    /// name.
+    pub fn already_exists_being_deleted(info: &ResourceInfo, name: &str) -> Self {
+        let mut error = Self::already_exists(info, name);
+        error.status.message = format!("object is being deleted: {}", error.status.message);
+        error
+    }
+
+    /// 409 `AlreadyExists` when every name generated from `generateName` was taken (kube's
+    /// `NewGenerateNameConflict`): the client may retry after a second.
+    pub fn generate_name_conflict(info: &ResourceInfo, name: &str) -> Self {
+        let message = format!(
+            "{} \"{name}\" already exists, the server was not allowed to generate a unique name",
+            info.group_resource()
+        );
+        Self::new(409, "AlreadyExists", message)
+            .with_details(Self::details_for(info, name))
+            .with_retry_after(1)
+    }
+
     /// 409 `Conflict` for a stale resourceVersion (optimistic concurrency).
     pub fn conflict(info: &ResourceInfo, name: &str) -> Self {
         Self::conflict_because(

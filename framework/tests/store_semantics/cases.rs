@@ -14,7 +14,9 @@ use apiserver::registry::rest::{
 };
 use apiserver::registry::selector::{FieldSelector, LabelSelector};
 use apiserver::registry::store::Store;
-use apiserver::storage::{Backend, MemoryBackend};
+use apiserver::storage::{
+    Backend, KeyValue, ListRequest, ListResult, MemoryBackend, ProgressStream, StorageError,
+};
 use apiserver::{Error, FieldError, Resource};
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -427,6 +429,87 @@ async fn bodies_that_do_not_fit_the_type_are_invalid_per_field() {
         e.message(),
         r#"Widget.test.example.com "u" is invalid: spec.size: Invalid value: "array": spec.size in body must be of type integer: "array""#
     );
+}
+
+/// A backend where every name is taken: creates fail with KeyExists, all else is memory's.
+struct EveryNameTaken(MemoryBackend);
+
+#[async_trait::async_trait]
+impl Backend for EveryNameTaken {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
+        self.0.get(key).await
+    }
+    async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
+        self.0.list(request).await
+    }
+    async fn create(&self, key: &str, _: bytes::Bytes) -> Result<KeyValue, StorageError> {
+        Err(StorageError::KeyExists(key.to_string()))
+    }
+    async fn update(
+        &self,
+        key: &str,
+        value: bytes::Bytes,
+        expected: i64,
+    ) -> Result<KeyValue, StorageError> {
+        self.0.update(key, value, expected).await
+    }
+    async fn delete(&self, key: &str, expected: Option<i64>) -> Result<KeyValue, StorageError> {
+        self.0.delete(key, expected).await
+    }
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: i64,
+    ) -> Result<ProgressStream, StorageError> {
+        self.0.watch_with_progress(prefix, after).await
+    }
+    async fn current_revision(&self) -> Result<i64, StorageError> {
+        self.0.current_revision().await
+    }
+    async fn compact(&self, revision: i64) -> Result<(), StorageError> {
+        self.0.compact(revision).await
+    }
+}
+
+#[tokio::test]
+async fn taken_names_are_already_exists_as_kube_words_them() {
+    // Every generated name taken, eight times over: kube's NewGenerateNameConflict.
+    let store = Store::<Widget>::new(Arc::new(EveryNameTaken(MemoryBackend::new())), "/registry");
+    let mut generated = widget("", json!({}), "red");
+    generated["metadata"] = json!({"generateName": "w-"});
+    let e = assert_error(
+        store.create(&ns(), generated, &WriteOptions::default()).await,
+        409,
+        "AlreadyExists",
+    );
+    assert!(
+        e.message().starts_with("widgets.test.example.com \"w-")
+            && e.message()
+                .ends_with("\" already exists, the server was not allowed to generate a unique name"),
+        "{e}"
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!(details.retry_after_seconds, 1);
+    assert!(details.name.starts_with("w-") && details.name.len() == 7, "{details:?}");
+
+    // A name held by an object that waits for its finalizers: kube says it is being deleted.
+    let (store, _) = setup();
+    let mut held = widget("a", json!({}), "red");
+    held["metadata"]["finalizers"] = json!(["test.example.com/hold"]);
+    create(&store, &ns(), held).await;
+    store.delete(&ns(), "a", &DeleteOptions::default()).await.unwrap();
+    for dry_run in [false, true] {
+        let options = WriteOptions {
+            dry_run,
+            ..WriteOptions::default()
+        };
+        let again = store.create(&ns(), widget("a", json!({}), "red"), &options).await;
+        let e = assert_error(again, 409, "AlreadyExists");
+        assert_eq!(
+            e.message(),
+            "object is being deleted: widgets.test.example.com \"a\" already exists"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- update

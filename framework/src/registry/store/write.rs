@@ -27,6 +27,7 @@ pub(crate) async fn create<T: Resource>(
     prepare_for_create(&inner.info, &mut object);
     let generate =
         object::name(&object).is_none() && object::meta_str(&object, "generateName").is_some();
+    let mut last_name = String::new();
     for _ in 0..MAX_ATTEMPTS {
         let mut candidate = object.clone();
         if generate {
@@ -54,18 +55,27 @@ pub(crate) async fn create<T: Resource>(
                 );
                 return Ok(created);
             }
-            Err(StorageError::KeyExists(_)) if generate => continue,
+            // kube's createWithGenerateNameRetry: another name, up to MAX_ATTEMPTS times.
+            Err(StorageError::KeyExists(_)) if generate => last_name = name,
+            Err(StorageError::KeyExists(_)) => return Err(name_taken(inner, &key, &name).await),
             Err(e) => return Err(inner.storage_error(&name, e)),
         }
     }
-    Err(Error::new(
-        500,
-        "ServerTimeout",
-        format!(
-            "The POST operation against {} could not be completed at this time, please try again.",
-            inner.info.group_resource()
-        ),
-    ))
+    Err(Error::generate_name_conflict(&inner.info, &last_name))
+}
+
+/// kube's answer to a create whose name is taken: `AlreadyExists`, which says so when the
+/// object holding the name is being deleted.
+async fn name_taken(inner: &Inner, key: &str, name: &str) -> Error {
+    let holder = inner.backend.get(key).await.ok().flatten();
+    let deleting = holder
+        .and_then(|kv| decode_stored(&kv).ok())
+        .is_some_and(|o| object::is_being_deleted(&o));
+    if deleting {
+        Error::already_exists_being_deleted(&inner.info, name)
+    } else {
+        Error::already_exists(&inner.info, name)
+    }
 }
 
 /// kube's `DryRunnableStorage.Create`: nothing is written, but a name already taken is still
@@ -73,7 +83,7 @@ pub(crate) async fn create<T: Resource>(
 async fn dry_run_create(inner: &Inner, key: &str, name: &str, stored: Value) -> Result<Value> {
     let existing = inner.backend.get(key).await;
     match existing.map_err(|e| inner.storage_error(name, e))? {
-        Some(_) => Err(Error::already_exists(&inner.info, name)),
+        Some(_) => Err(name_taken(inner, key, name).await),
         None => Ok(stored),
     }
 }
