@@ -554,6 +554,10 @@ async fn update_without_resource_version_is_invalid_unless_the_kind_allows_it() 
         details.causes[0].message,
         "Invalid value: 0x0: must be specified for an update"
     );
+    // "0" is no version either, as kube reads it as a number.
+    let mut zero = widget("a", json!({}), "green");
+    zero["metadata"]["resourceVersion"] = json!("0");
+    assert_error(update(&store, "a", replace(zero)).await, 422, "Invalid");
     // The status subresource too.
     let status = store.status_rest_storage().updater.unwrap();
     let blind_status = status

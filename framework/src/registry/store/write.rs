@@ -265,7 +265,9 @@ fn prepare_update<T: Resource>(
     check_namespace(inner, ctx, &mut new)?;
     check_uid_precondition(inner, ctx, name, old, options)?;
     let old_rv = object::resource_version(old).unwrap_or_default();
-    match object::resource_version(&new).filter(|rv| !rv.is_empty()) {
+    // kube reads the version as a number: "" and "0" both mean none was given.
+    let given = object::resource_version(&new).filter(|rv| rv.parse::<u64>() != Ok(0));
+    match given.filter(|rv| !rv.is_empty()) {
         Some(rv) if rv != old_rv => return Err(Error::conflict(&inner.info, name)),
         Some(_) => {}
         // Unconditional update: it applies to the version just read.
