@@ -163,15 +163,19 @@ fn cluster_scoped_info_has_defaults() {
     assert!(info.printer_columns.is_empty() && info.selectable_fields.is_empty());
 }
 
+fn unconditional<T: Resource>() -> bool {
+    T::ALLOW_UNCONDITIONAL_UPDATE
+}
+
 #[test]
 fn strategy_choices_default_as_in_kube_and_can_be_set() {
     // Off by default, as custom resources and sample-apiserver have it.
-    assert!(!Policy::ALLOW_UNCONDITIONAL_UPDATE);
+    assert!(!unconditional::<Policy>());
     assert_eq!(
         Policy::GARBAGE_COLLECTION_POLICY,
         GarbageCollectionPolicy::DeleteDependents
     );
-    assert!(Class::ALLOW_UNCONDITIONAL_UPDATE);
+    assert!(unconditional::<Class>());
     assert_eq!(
         Class::GARBAGE_COLLECTION_POLICY,
         GarbageCollectionPolicy::OrphanDependents
