@@ -24,6 +24,9 @@ pub(crate) async fn create<T: Resource>(
     options: &WriteOptions,
 ) -> Result<Value> {
     check_namespace(inner, ctx, &mut object)?;
+    let version_given = object::resource_version(&object)
+        .and_then(|rv| rv.parse::<u64>().ok())
+        .is_some_and(|rv| rv != 0);
     prepare_for_create(&inner.info, &mut object);
     let generate =
         object::name(&object).is_none() && object::meta_str(&object, "generateName").is_some();
@@ -39,6 +42,15 @@ pub(crate) async fn create<T: Resource>(
         let key = inner.key(ctx, &name)?;
         if options.dry_run {
             return dry_run_create(inner, &key, &name, stored).await;
+        }
+        if version_given {
+            // kube's storage refuses it with an error that is not a Status: a 500 without a
+            // reason. (Its dry run does not look, nor does it at a version that is no number.)
+            return Err(Error::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         match inner
             .backend
