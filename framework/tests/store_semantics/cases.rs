@@ -574,6 +574,14 @@ async fn update_without_resource_version_is_invalid_unless_the_kind_allows_it() 
     let mut zero = widget("a", json!({}), "green");
     zero["metadata"]["resourceVersion"] = json!("0");
     assert_error(update(&store, "a", replace(zero)).await, 422, "Invalid");
+    // One that is no number fails kube's parse: a 500 without a reason.
+    let mut word = widget("a", json!({}), "green");
+    word["metadata"]["resourceVersion"] = json!("abc");
+    let e = assert_error(update(&store, "a", replace(word)).await, 500, "");
+    assert_eq!(
+        e.message(),
+        r#"strconv.ParseUint: parsing "abc": invalid syntax"#
+    );
     // The status subresource too.
     let status = store.status_rest_storage().updater.unwrap();
     let blind_status = status

@@ -234,6 +234,37 @@ fn check_uid_precondition(
     Err(Error::conflict_because(&inner.info, name, &why))
 }
 
+/// The optimistic-concurrency check of an update: the version sent must be the stored one.
+/// kube reads it as a number: "" and "0" are none (an unconditional update, when the kind
+/// allows it), and one that is no number fails kube's parse with a 500 without a reason.
+fn check_resource_version(inner: &Inner, name: &str, new: &mut Value, stored: &str) -> Result<()> {
+    let given = object::resource_version(new).unwrap_or_default();
+    let number = match given.parse::<u64>() {
+        _ if given.is_empty() => 0,
+        Ok(n) => n,
+        Err(e) => {
+            let why = match e.kind() {
+                std::num::IntErrorKind::PosOverflow => "value out of range",
+                _ => "invalid syntax",
+            };
+            let message = format!("strconv.ParseUint: parsing {given:?}: {why}");
+            return Err(Error::new(500, "", message));
+        }
+    };
+    if number != 0 && stored.parse::<u64>() == Ok(number) {
+        return Ok(());
+    }
+    if number != 0 {
+        return Err(Error::conflict(&inner.info, name));
+    }
+    if !inner.allow_unconditional_update {
+        return Err(resource_version_required(inner, name));
+    }
+    // Unconditional: it applies to the version just read.
+    set_meta(new, "resourceVersion", json!(stored));
+    Ok(())
+}
+
 /// kube's answer to an update without a resourceVersion when the kind does not allow
 /// unconditional updates: a 422 on the resource (kube has no kind at hand there), the
 /// missing version printed as Go prints a `uint64` zero.
@@ -277,17 +308,7 @@ fn prepare_update<T: Resource>(
     check_namespace(inner, ctx, &mut new)?;
     check_uid_precondition(inner, ctx, name, old, options)?;
     let old_rv = object::resource_version(old).unwrap_or_default();
-    // kube reads the version as a number: "" and "0" both mean none was given.
-    let given = object::resource_version(&new).filter(|rv| rv.parse::<u64>() != Ok(0));
-    match given.filter(|rv| !rv.is_empty()) {
-        Some(rv) if rv != old_rv => return Err(Error::conflict(&inner.info, name)),
-        Some(_) => {}
-        // Unconditional update: it applies to the version just read.
-        None if inner.allow_unconditional_update => {
-            set_meta(&mut new, "resourceVersion", json!(old_rv))
-        }
-        None => return Err(resource_version_required(inner, name)),
-    }
+    check_resource_version(inner, name, &mut new, old_rv)?;
     // Defaults first, as kube decodes with defaulting before the strategy runs: a client
     // that leaves out a defaulted field has not changed the spec.
     let mut stored = defaulted::<T>(&new, options, ctx)?;
