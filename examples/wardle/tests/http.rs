@@ -922,6 +922,15 @@ async fn deletes_and_updates_answer_as_kube(backend: Backend) {
         format!("Operation cannot be fulfilled on Flunder.wardle.example.com \"held\": the UID in the precondition (not-it) does not match the UID in record ({uid}). The object might have been deleted and then recreated")
     );
 
+    // A dryRun value kube does not know: 422 on DeleteOptions, the list as Go prints it.
+    let bogus = br#"{"dryRun":["Bogus"]}"#.to_vec();
+    let reply = send(&client, "DELETE", &one, &json_body, bogus).await;
+    assert_status(&reply, 422, "Invalid");
+    assert_eq!(
+        reply.json()["message"],
+        r#"DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Bogus"}: supported values: "All""#
+    );
+
     // A policy kube does not know: 422 on DeleteOptions.
     let reply = send(
         &client,

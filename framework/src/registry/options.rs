@@ -1,7 +1,9 @@
 //! Options of the REST verbs, decoded from query parameters and bodies by `endpoints` and
 //! handed to storage. They mirror `meta.k8s.io/v1` `GetOptions`, `ListOptions`, ... .
 
+use crate::error::{Error, Result};
 use crate::registry::selector::{FieldSelector, LabelSelector};
+use crate::runtime::{FieldError, FieldErrorType};
 
 /// How `resourceVersion` on a list is to be interpreted (`resourceVersionMatch`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,4 +93,33 @@ pub struct DeleteOptions {
     /// `false` is `Background` (and makes a delete that leaves the object in place answer
     /// 202 Accepted).
     pub orphan_dependents: Option<bool>,
+}
+
+/// The `dryRun` list of a `DeleteOptions` body: whether it asks for a dry run. Any value but
+/// `All` is kube's `ValidateDryRun` 422 on `DeleteOptions.meta.k8s.io`, the list printed as
+/// Go prints a `[]string`.
+///
+/// ```
+/// use apiserver::registry::options::delete_dry_run;
+/// assert_eq!(delete_dry_run(&["All".into()]).unwrap(), true);
+/// assert_eq!(delete_dry_run(&[]).unwrap(), false);
+/// assert_eq!(delete_dry_run(&["Nope".into()]).unwrap_err().code(), 422);
+/// ```
+pub fn delete_dry_run(values: &[String]) -> Result<bool> {
+    if values.iter().all(|v| v == "All") {
+        return Ok(!values.is_empty());
+    }
+    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    let error = FieldError {
+        type_: FieldErrorType::NotSupported,
+        field: "dryRun".into(),
+        value: Some(format!("[]string{{{}}}", quoted.join(", "))),
+        detail: r#"supported values: "All""#.into(),
+    };
+    Err(Error::invalid_in(
+        "meta.k8s.io",
+        "DeleteOptions",
+        "",
+        &[error],
+    ))
 }

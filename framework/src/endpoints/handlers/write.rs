@@ -13,7 +13,7 @@ use crate::endpoints::negotiation::{
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
-use crate::registry::options::DeleteOptions;
+use crate::registry::options::{delete_dry_run, DeleteOptions};
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
 use crate::runtime::object;
@@ -183,7 +183,7 @@ async fn delete_options(call: &mut Call) -> Result<DeleteOptions> {
         serde_json::from_value(body)
             .map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))?;
     if let Some(dry_run) = body.dry_run {
-        options.dry_run = dry_run.iter().any(|d| d == "All");
+        options.dry_run = delete_dry_run(&dry_run)?;
     }
     if let Some(p) = body.preconditions {
         options.precondition_uid = p.uid;
