@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
 use crate::registry::rest::UpdateFn;
-use crate::registry::strategy::{prepare_for_create, prepare_for_update, UpdateTarget};
+use crate::registry::strategy::{
+    keep_what_target_may_not_change, prepare_for_create, prepare_for_update, UpdateTarget,
+};
 use crate::registry::validation::{
     validate_object_meta, validate_object_meta_update, validate_object_name,
 };
@@ -309,6 +311,7 @@ fn prepare_update<T: Resource>(
     check_uid_precondition(inner, ctx, name, old, options)?;
     let old_rv = object::resource_version(old).unwrap_or_default();
     check_resource_version(inner, name, &mut new, old_rv)?;
+    keep_what_target_may_not_change(&inner.info, target, &mut new, old);
     // Defaults first, as kube decodes with defaulting before the strategy runs: a client
     // that leaves out a defaulted field has not changed the spec.
     let mut stored = defaulted::<T>(&new, options, ctx)?;
