@@ -101,6 +101,27 @@ impl Error {
         Self::new(409, "AlreadyExists", message).with_details(Self::details_for(info, name))
     }
 
+    /// 409 `AlreadyExists` when the object holding the name is being deleted (it waits for
+    /// finalizers): kube says so, so that the client knows to wait rather than pick another
+    /// name.
+    pub fn already_exists_being_deleted(info: &ResourceInfo, name: &str) -> Self {
+        let mut error = Self::already_exists(info, name);
+        error.status.message = format!("object is being deleted: {}", error.status.message);
+        error
+    }
+
+    /// 409 `AlreadyExists` when every name generated from `generateName` was taken (kube's
+    /// `NewGenerateNameConflict`): the client may retry after a second.
+    pub fn generate_name_conflict(info: &ResourceInfo, name: &str) -> Self {
+        let message = format!(
+            "{} \"{name}\" already exists, the server was not allowed to generate a unique name",
+            info.group_resource()
+        );
+        Self::new(409, "AlreadyExists", message)
+            .with_details(Self::details_for(info, name))
+            .with_retry_after(1)
+    }
+
     /// 409 `Conflict` for a stale resourceVersion (optimistic concurrency).
     pub fn conflict(info: &ResourceInfo, name: &str) -> Self {
         Self::conflict_because(
@@ -112,22 +133,42 @@ impl Error {
 
     /// 409 `Conflict` with a reason of our own (failed precondition, ...).
     pub fn conflict_because(info: &ResourceInfo, name: &str, why: &str) -> Self {
+        Self::conflict_in(info.group, info.plural, name, why)
+    }
+
+    /// 409 `Conflict` on `{resource}.{group}` as kube's `NewConflict` writes it. kube names
+    /// the resource in most conflicts, but the kind in a delete's failed precondition
+    /// (`BeforeDelete`), so both are callers' choice.
+    pub fn conflict_in(group: &str, resource: &str, name: &str, why: &str) -> Self {
         let message = format!(
             "Operation cannot be fulfilled on {} \"{name}\": {why}",
-            info.group_resource()
+            qualified(group, resource)
         );
-        Self::new(409, "Conflict", message).with_details(Self::details_for(info, name))
+        let details = StatusDetails {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: resource.to_string(),
+            ..empty_details()
+        };
+        Self::new(409, "Conflict", message).with_details(details)
     }
 
     /// 422 `Invalid` with one cause per field error.
     pub fn invalid(info: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
+        Self::invalid_in(info.group, info.kind, name, errors)
+    }
+
+    /// 422 `Invalid` for `{kind}.{group}` as kube's `NewInvalid` writes it: kube names a
+    /// kind here, or a resource where it has none at hand (a missing resourceVersion), or
+    /// `DeleteOptions.meta.k8s.io` for bad delete options.
+    pub fn invalid_in(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Self {
         let list = if errors.len() == 1 {
             errors[0].to_string()
         } else {
             let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
             format!("[{}]", all.join(", "))
         };
-        let message = format!("{} \"{name}\" is invalid: {list}", info.group_kind());
+        let message = format!("{} \"{name}\" is invalid: {list}", qualified(group, kind));
         let causes = errors
             .iter()
             .map(|e| StatusCause {
@@ -137,9 +178,11 @@ impl Error {
             })
             .collect();
         let details = StatusDetails {
-            kind: info.kind.to_string(),
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
             causes,
-            ..Self::details_for(info, name)
+            ..empty_details()
         };
         Self::new(422, "Invalid", message).with_details(details)
     }
@@ -460,6 +503,15 @@ pub fn deleted_status(info: &ResourceInfo, name: &str, uid: &str) -> serde_json:
         ..Status::default()
     };
     status_json(&status)
+}
+
+/// `{name}.{group}`, or `{name}` for the core group, as `schema.GroupResource.String()`.
+fn qualified(group: &str, name: &str) -> String {
+    if group.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}.{group}")
+    }
 }
 
 fn empty_details() -> StatusDetails {

@@ -63,7 +63,8 @@ pub mod tls;
 pub use apiserver_macros::Resource;
 pub use error::{Error, Result, StatusReason};
 pub use runtime::{
-    ColumnType, FieldError, FieldErrorType, PrinterColumn, Resource, ResourceInfo, Scope,
+    ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, PrinterColumn, Resource,
+    ResourceInfo, Scope,
 };
 pub use server::{ApiGroup, ApiServer};
 

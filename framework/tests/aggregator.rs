@@ -728,8 +728,14 @@ async fn namespace_lifecycle_refuses_missing_and_terminating_namespaces() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(refused, "creating in a terminating namespace is refused");
+    let one = "/apis/things.example.com/v1/namespaces/default/things/a";
+    let (code, text) = request(&server, "GET", one, None).await;
+    assert_eq!(code, 200, "{text}");
+    // An update names the version it replaces (kube refuses one without, with 422).
+    let rv = serde_json::from_str::<Value>(&text).unwrap()["metadata"]["resourceVersion"].clone();
     let thing = json!({"apiVersion": "things.example.com/v1", "kind": "Thing",
-                       "metadata": {"name": "a", "namespace": "default", "labels": {"x": "y"}}});
+                       "metadata": {"name": "a", "namespace": "default", "labels": {"x": "y"},
+                                    "resourceVersion": rv}});
     let (code, text) = request(
         &server,
         "PUT",

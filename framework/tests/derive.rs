@@ -4,7 +4,9 @@ use std::borrow::Cow;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
-use apiserver::{ColumnType, FieldError, PrinterColumn, Resource, ResourceInfo, Scope};
+use apiserver::{
+    ColumnType, FieldError, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, Scope,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -80,7 +82,9 @@ pub struct Policy {
     kind = "Class",
     status = "ClassStatus",
     singular = "klass",
-    plural = "klasses"
+    plural = "klasses",
+    allow_unconditional_update,
+    garbage_collection = "OrphanDependents"
 )]
 pub struct Class {
     pub metadata: ObjectMeta,
@@ -157,6 +161,25 @@ fn cluster_scoped_info_has_defaults() {
     assert!(!info.status, "a `status` field alone is not a subresource");
     assert!(info.short_names.is_empty() && info.categories.is_empty());
     assert!(info.printer_columns.is_empty() && info.selectable_fields.is_empty());
+}
+
+fn unconditional<T: Resource>() -> bool {
+    T::ALLOW_UNCONDITIONAL_UPDATE
+}
+
+#[test]
+fn strategy_choices_default_as_in_kube_and_can_be_set() {
+    // Off by default, as custom resources and sample-apiserver have it.
+    assert!(!unconditional::<Policy>());
+    assert_eq!(
+        Policy::GARBAGE_COLLECTION_POLICY,
+        GarbageCollectionPolicy::DeleteDependents
+    );
+    assert!(unconditional::<Class>());
+    assert_eq!(
+        Class::GARBAGE_COLLECTION_POLICY,
+        GarbageCollectionPolicy::OrphanDependents
+    );
 }
 
 #[test]

@@ -31,6 +31,8 @@ const KEYS: &[&str] = &[
     "validate",
     "validate_update",
     "defaults",
+    "allow_unconditional_update",
+    "garbage_collection",
     "crate",
 ];
 
@@ -69,6 +71,10 @@ pub struct ResourceAttrs {
     pub validate_update: Option<Path>,
     /// `defaults = path`.
     pub defaults: Option<Path>,
+    /// `allow_unconditional_update`.
+    pub allow_unconditional_update: bool,
+    /// `garbage_collection = "OrphanDependents"`.
+    pub garbage_collection: Option<LitStr>,
     /// `crate = "path"`.
     pub crate_path: Option<Path>,
     /// The keys that appeared, well-formed or not.
@@ -118,6 +124,8 @@ impl ResourceAttrs {
             "validate" => self.validate = value::path(cx, item),
             "validate_update" => self.validate_update = value::path(cx, item),
             "defaults" => self.defaults = value::path(cx, item),
+            "allow_unconditional_update" => self.allow_unconditional_update = value::flag(cx, item),
+            "garbage_collection" => self.garbage_collection = value::string(cx, item),
             "crate" => {
                 self.crate_path =
                     value::parsed(cx, item, "a path such as `my::path`").map(|(_, p)| p)

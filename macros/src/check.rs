@@ -12,6 +12,9 @@ use crate::names;
 /// The values of a printer column's `type`, as in `additionalPrinterColumns`.
 pub const COLUMN_TYPES: &[&str] = &["string", "integer", "number", "boolean", "date"];
 
+/// The values of `garbage_collection`, as kube's `rest.GarbageCollectionPolicy`.
+pub const GC_POLICIES: &[&str] = &["DeleteDependents", "OrphanDependents", "Unsupported"];
+
 /// The values of a printer column's `format`, as in `additionalPrinterColumns`.
 pub const COLUMN_FORMATS: &[&str] = &[
     "int32",
@@ -37,6 +40,9 @@ pub fn check(cx: &Ctxt, cont: &Container) {
     }
     for field in &cont.attrs.selectable_fields {
         check_selectable_field(cx, field);
+    }
+    if let Some(policy) = &cont.attrs.garbage_collection {
+        one_of(cx, policy, "garbage_collection", GC_POLICIES);
     }
 }
 

@@ -196,7 +196,19 @@ fn hooks(attrs: &ResourceAttrs, krate: &Path) -> TokenStream {
         let call = quote_spanned!(f.span()=> #f(self));
         quote!(fn default_fields(&mut self) { #call })
     });
-    quote!(#validate #validate_update #defaults)
+    let unconditional = attrs.allow_unconditional_update.then(|| {
+        quote!(
+            const ALLOW_UNCONDITIONAL_UPDATE: bool = true;
+        )
+    });
+    let gc = attrs.garbage_collection.as_ref().map(|lit| {
+        let policy = syn::Ident::new(&lit.value(), lit.span());
+        quote! {
+            const GARBAGE_COLLECTION_POLICY: #krate::GarbageCollectionPolicy =
+                #krate::GarbageCollectionPolicy::#policy;
+        }
+    });
+    quote!(#unconditional #gc #validate #validate_update #defaults)
 }
 
 /// kube-core's view of the same type, so `kube::Api<T>` works in clients and tests.

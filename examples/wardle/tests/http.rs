@@ -18,6 +18,8 @@ backend_tests! {
         health_version_and_anonymous,
         discovery_and_openapi,
         unknown_fields_warn,
+        deletes_and_updates_answer_as_kube,
+        bodies_that_do_not_fit_are_invalid,
     ],
 }
 
@@ -890,5 +892,170 @@ async fn unknown_fields_warn(backend: Backend) {
         out.stderr.contains("Warning: unknown field \"spec.bogus\""),
         "{out:?}"
     );
+    server.stop().await;
+}
+
+/// The answers kube-apiserver gives a custom resource of the same shape (and sample-apiserver
+/// its Flunder) for deletes with finalizers and propagation policies, preconditions, and
+/// updates without a resourceVersion or with another uid.
+async fn deletes_and_updates_answer_as_kube(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    let json_body = [("content-type", "application/json")];
+    let mut held = flunder("held", "r");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let held = api.create(&PostParams::default(), &held).await.unwrap();
+    let one = format!("{FLUNDERS}/held");
+
+    // A precondition that fails names the kind (kube's BeforeDelete).
+    let wrong = br#"{"preconditions":{"uid":"not-it"}}"#.to_vec();
+    let reply = send(&client, "DELETE", &one, &json_body, wrong).await;
+    assert_status(&reply, 409, "Conflict");
+    let body = reply.json();
+    assert_eq!(body["details"]["kind"], "Flunder", "{body}");
+    assert_eq!(body["details"]["group"], "wardle.example.com", "{body}");
+    let uid = held.metadata.uid.clone().unwrap();
+    assert_eq!(
+        body["message"],
+        format!("Operation cannot be fulfilled on Flunder.wardle.example.com \"held\": the UID in the precondition (not-it) does not match the UID in record ({uid}). The object might have been deleted and then recreated")
+    );
+
+    // A dryRun value kube does not know: 422 on DeleteOptions, the list as Go prints it.
+    let bogus = br#"{"dryRun":["Bogus"]}"#.to_vec();
+    let reply = send(&client, "DELETE", &one, &json_body, bogus).await;
+    assert_status(&reply, 422, "Invalid");
+    assert_eq!(
+        reply.json()["message"],
+        r#"DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Bogus"}: supported values: "All""#
+    );
+
+    // A policy kube does not know: 422 on DeleteOptions.
+    let reply = send(
+        &client,
+        "DELETE",
+        &format!("{one}?propagationPolicy=Sideways"),
+        &[],
+        Vec::new(),
+    )
+    .await;
+    assert_status(&reply, 422, "Invalid");
+    assert_eq!(
+        reply.json()["details"]["causes"][0]["field"],
+        "propagationPolicy"
+    );
+
+    // Finalizers keep it: 200 with the object, now carrying deletionTimestamp.
+    let reply = send(&client, "DELETE", &one, &[], Vec::new()).await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    let body = reply.json();
+    assert_eq!(body["kind"], "Flunder", "{body}");
+    assert!(body["metadata"]["deletionTimestamp"].is_string(), "{body}");
+    // 202 only with the deprecated orphanDependents=false.
+    let legacy = br#"{"orphanDependents":false}"#.to_vec();
+    let reply = send(&client, "DELETE", &one, &json_body, legacy).await;
+    assert_eq!(reply.code, StatusCode::ACCEPTED, "{}", reply.text());
+
+    // Foreground keeps an object without finalizers, with foregroundDeletion.
+    api.create(&PostParams::default(), &flunder("fg", "r"))
+        .await
+        .unwrap();
+    let reply = send(
+        &client,
+        "DELETE",
+        &format!("{FLUNDERS}/fg?propagationPolicy=Foreground"),
+        &[],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    assert_eq!(
+        reply.json()["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    assert!(api
+        .get("fg")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_some());
+
+    // A PUT without resourceVersion: 422, as custom resources and sample-apiserver answer.
+    let mut blind = serde_json::to_value(api.get("fg").await.unwrap()).unwrap();
+    blind["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let body = serde_json::to_vec(&blind).unwrap();
+    let reply = send(&client, "PUT", &format!("{FLUNDERS}/fg"), &json_body, body).await;
+    assert_status(&reply, 422, "Invalid");
+    assert_eq!(
+        reply.json()["message"],
+        "flunders.wardle.example.com \"fg\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    // Another uid: 409, a failed storage precondition.
+    let mut other = serde_json::to_value(api.get("fg").await.unwrap()).unwrap();
+    other["metadata"]["uid"] = json!("6a7d4a62-0000-0000-0000-000000000000");
+    let body = serde_json::to_vec(&other).unwrap();
+    let reply = send(&client, "PUT", &format!("{FLUNDERS}/fg"), &json_body, body).await;
+    assert_status(&reply, 409, "Conflict");
+    assert_eq!(reply.json()["details"]["kind"], "flunders");
+
+    // The write that removes the last finalizer answers the object without it; it is gone.
+    let patch = json!({"metadata": {"finalizers": null}});
+    let last = api
+        .patch("fg", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(last.metadata.finalizers, None);
+    assert!(last.metadata.deletion_timestamp.is_some());
+    assert!(api.get_opt("fg").await.unwrap().is_none());
+    server.stop().await;
+}
+
+/// JSON that does not fit Flunder: 422 with one cause per field, as kube-apiserver's schema
+/// validation answers for a custom resource of the same shape; nothing is stored.
+async fn bodies_that_do_not_fit_are_invalid(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let client = client(&server).await;
+    let body = br#"{"metadata":{"name":"t"},"spec":{"reference":5,"referenceType":["Flunder"]}}"#;
+    let json_body = [("content-type", "application/json")];
+    let reply = send(&client, "POST", FLUNDERS, &json_body, body.to_vec()).await;
+    assert_status(&reply, 422, "Invalid");
+    let status = reply.json();
+    assert_eq!(
+        status["message"],
+        r#"Flunder.wardle.example.com "t" is invalid: [spec.reference: Invalid value: "integer": spec.reference in body must be of type string: "integer", spec.referenceType: Invalid value: "array": spec.referenceType in body must be of type string: "array"]"#
+    );
+    assert_eq!(status["details"]["name"], "t");
+    assert_eq!(status["details"]["kind"], "Flunder");
+    assert_eq!(status["details"]["causes"][0]["field"], "spec.reference");
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "FieldValueInvalid"
+    );
+    // kubectl shows kube's message.
+    let file = write(
+        dir.path(),
+        "bad.yaml",
+        "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: k\n  namespace: default\nspec:\n  reference: [a]\n",
+    );
+    let out = server.kubectl(&["create", "-f", &file]);
+    assert!(!out.success, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("spec.reference in body must be of type string"),
+        "{out:?}"
+    );
+    let api: Api<Flunder> = Api::namespaced(client, "default");
+    assert!(api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
     server.stop().await;
 }

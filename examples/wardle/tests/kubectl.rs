@@ -11,6 +11,7 @@ backend_tests! {
         apply_get_patch_edit_delete,
         selectors_and_chunks,
         watch_sees_changes,
+        cascading_delete_and_replace,
     ],
     // A restart finds the objects again only on a persistent backend.
     persistent: [survives_restart_and_watch_resumes],
@@ -22,6 +23,42 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use apiserver::testing::TestServer;
+
+/// `kubectl delete --cascade` sets the garbage collector's finalizers as on kube-apiserver
+/// (the object stays until the cluster's collector removes them), and `kubectl replace` of a
+/// file without a resourceVersion still works: kubectl reads it first, as the server needs.
+async fn cascading_delete_and_replace(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let file = write(dir.path(), "f.yaml", &flunder_yaml("f", "one", ""));
+    ok(server.kubectl(&["create", "-f", &file]));
+    let replaced = write(dir.path(), "r.yaml", &flunder_yaml("f", "two", "app: x"));
+    ok(server.kubectl(&["replace", "-f", &replaced]));
+    let reference = ok(server.kubectl(&["get", "fl", "f", "-o", "jsonpath={.spec.reference}"]));
+    assert_eq!(reference, "two");
+
+    for (cascade, finalizer) in [("foreground", "foregroundDeletion"), ("orphan", "orphan")] {
+        ok(server.kubectl(&[
+            "delete",
+            "fl",
+            "f",
+            &format!("--cascade={cascade}"),
+            "--wait=false",
+        ]));
+        let finalizers =
+            ok(server.kubectl(&["get", "fl", "f", "-o", "jsonpath={.metadata.finalizers}"]));
+        assert_eq!(
+            finalizers,
+            format!("[\"{finalizer}\"]"),
+            "--cascade={cascade}"
+        );
+    }
+    // Background (kubectl's default) drops them, so the object goes at once.
+    ok(server.kubectl(&["delete", "fl", "f", "--cascade=background"]));
+    let out = server.kubectl(&["get", "fl", "f"]);
+    assert!(!out.success && out.stderr.contains("NotFound"), "{out:?}");
+    server.stop().await;
+}
 
 async fn discovery_and_explain(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();

@@ -186,6 +186,7 @@ impl Query {
             dry_run: self.dry_run()?,
             field_manager: self.get("fieldManager").map(str::to_string),
             field_validation,
+            precondition_uid: None,
         })
     }
 
@@ -195,6 +196,10 @@ impl Query {
             dry_run: self.dry_run()?,
             grace_period_seconds: self.number("gracePeriodSeconds")?,
             propagation_policy: self.get("propagationPolicy").map(str::to_string),
+            orphan_dependents: match self.get("orphanDependents") {
+                None | Some("") => None,
+                Some(_) => Some(self.bool("orphanDependents")?),
+            },
             ..DeleteOptions::default()
         })
     }

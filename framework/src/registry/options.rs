@@ -1,7 +1,9 @@
 //! Options of the REST verbs, decoded from query parameters and bodies by `endpoints` and
 //! handed to storage. They mirror `meta.k8s.io/v1` `GetOptions`, `ListOptions`, ... .
 
+use crate::error::{Error, Result};
 use crate::registry::selector::{FieldSelector, LabelSelector};
+use crate::runtime::{FieldError, FieldErrorType};
 
 /// How `resourceVersion` on a list is to be interpreted (`resourceVersionMatch`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,6 +68,10 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
+    /// The uid the object must have (kube's `UpdatedObjectInfo.Preconditions`): a PUT's
+    /// `metadata.uid`, so that a replace aimed at an earlier incarnation of the name is a 409
+    /// `Conflict`. Patches have none.
+    pub precondition_uid: Option<String>,
 }
 
 /// `DeleteOptions`, from the body and the query.
@@ -79,6 +85,41 @@ pub struct DeleteOptions {
     pub precondition_resource_version: Option<String>,
     /// `gracePeriodSeconds` (accepted; objects of this framework have no grace period).
     pub grace_period_seconds: Option<i64>,
-    /// `propagationPolicy` (accepted; garbage collection is the cluster's).
+    /// `propagationPolicy`: `Foreground`, `Background` or `Orphan`. The store sets the
+    /// `foregroundDeletion` or `orphan` finalizer it asks for; the cluster's garbage collector
+    /// does the rest.
     pub propagation_policy: Option<String>,
+    /// `orphanDependents`, the deprecated form of `propagationPolicy`: `true` is `Orphan`,
+    /// `false` is `Background` (and makes a delete that leaves the object in place answer
+    /// 202 Accepted).
+    pub orphan_dependents: Option<bool>,
+}
+
+/// The `dryRun` list of a `DeleteOptions` body: whether it asks for a dry run. Any value but
+/// `All` is kube's `ValidateDryRun` 422 on `DeleteOptions.meta.k8s.io`, the list printed as
+/// Go prints a `[]string`.
+///
+/// ```
+/// use apiserver::registry::options::delete_dry_run;
+/// assert_eq!(delete_dry_run(&["All".into()]).unwrap(), true);
+/// assert_eq!(delete_dry_run(&[]).unwrap(), false);
+/// assert_eq!(delete_dry_run(&["Nope".into()]).unwrap_err().code(), 422);
+/// ```
+pub fn delete_dry_run(values: &[String]) -> Result<bool> {
+    if values.iter().all(|v| v == "All") {
+        return Ok(!values.is_empty());
+    }
+    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    let error = FieldError {
+        type_: FieldErrorType::NotSupported,
+        field: "dryRun".into(),
+        value: Some(format!("[]string{{{}}}", quoted.join(", "))),
+        detail: r#"supported values: "All""#.into(),
+    };
+    Err(Error::invalid_in(
+        "meta.k8s.io",
+        "DeleteOptions",
+        "",
+        &[error],
+    ))
 }

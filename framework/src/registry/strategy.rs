@@ -47,11 +47,7 @@ pub fn prepare_for_create(info: &ResourceInfo, object: &mut Value) {
 /// change, keeps server-managed metadata, and bumps `generation` when anything but metadata
 /// and status changed.
 pub fn prepare_for_update(info: &ResourceInfo, target: UpdateTarget, new: &mut Value, old: &Value) {
-    match target {
-        UpdateTarget::Main if info.status => copy_field(new, old, "status"),
-        UpdateTarget::Main => {}
-        UpdateTarget::Status => keep_only_status(new, old),
-    }
+    keep_what_target_may_not_change(info, target, new, old);
     let old_meta = metadata(old).cloned().unwrap_or_default();
     keep_server_managed(metadata_mut(new), &old_meta);
     let generation = old_meta
@@ -64,6 +60,23 @@ pub fn prepare_for_update(info: &ResourceInfo, target: UpdateTarget, new: &mut V
         generation
     };
     metadata_mut(new).insert("generation".into(), json!(bumped));
+}
+
+/// Puts back the part of `old` an update through `target` may not change: the status on
+/// the main resource (for types with a status subresource), everything but the status on
+/// `/status`. Done before the object is decoded too, so that a part the update ignores
+/// cannot fail it (kube validates custom resources after its strategy ran).
+pub fn keep_what_target_may_not_change(
+    info: &ResourceInfo,
+    target: UpdateTarget,
+    new: &mut Value,
+    old: &Value,
+) {
+    match target {
+        UpdateTarget::Main if info.status => copy_field(new, old, "status"),
+        UpdateTarget::Main => {}
+        UpdateTarget::Status => keep_only_status(new, old),
+    }
 }
 
 /// kube's `BeforeUpdate`: a client cannot move the generation or creationTimestamp (they are

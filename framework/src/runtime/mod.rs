@@ -7,4 +7,6 @@ pub mod object;
 pub mod resource;
 
 pub use field_error::{FieldError, FieldErrorType};
-pub use resource::{ColumnType, PrinterColumn, Resource, ResourceInfo, Scope};
+pub use resource::{
+    ColumnType, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, Scope,
+};

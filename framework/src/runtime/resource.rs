@@ -83,6 +83,23 @@ pub struct PrinterColumn {
     pub priority: i32,
 }
 
+/// What a delete does about the object's dependents by default: kube's
+/// `rest.GarbageCollectionPolicy`, the strategy's `DefaultGarbageCollectionPolicy`. The
+/// cluster's garbage collector acts on the finalizers a delete sets; the store only sets them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GarbageCollectionPolicy {
+    /// Dependents are deleted in the background unless the request asks otherwise (custom
+    /// resources' and sample-apiserver's behaviour).
+    #[default]
+    DeleteDependents,
+    /// Dependents are orphaned unless the request asks otherwise: a delete without a policy
+    /// sets the `orphan` finalizer.
+    OrphanDependents,
+    /// The kind is never garbage collected: a delete sets neither `orphan` nor
+    /// `foregroundDeletion`, and removes them when present.
+    Unsupported,
+}
+
 /// Everything static about one kind: its names, scope, subresources and presentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResourceInfo {
@@ -169,6 +186,18 @@ pub trait Resource:
 
     /// The object's metadata, mutable.
     fn metadata_mut(&mut self) -> &mut ObjectMeta;
+
+    /// Whether an update without `metadata.resourceVersion` applies to whatever is stored
+    /// (kube's `AllowUnconditionalUpdate`). `false`, as for custom resources and
+    /// sample-apiserver: such an update is refused with 422 (`metadata.resourceVersion: Invalid
+    /// value: 0x0: must be specified for an update`). Patches never need a resourceVersion.
+    /// Set with `#[resource(allow_unconditional_update)]`.
+    const ALLOW_UNCONDITIONAL_UPDATE: bool = false;
+
+    /// What a delete does about dependents when the request does not say
+    /// (kube's `DefaultGarbageCollectionPolicy`).
+    const GARBAGE_COLLECTION_POLICY: GarbageCollectionPolicy =
+        GarbageCollectionPolicy::DeleteDependents;
 
     /// Fills defaults on create and update, before validation.
     fn default_fields(&mut self) {}

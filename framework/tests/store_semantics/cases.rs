@@ -14,7 +14,9 @@ use apiserver::registry::rest::{
 };
 use apiserver::registry::selector::{FieldSelector, LabelSelector};
 use apiserver::registry::store::Store;
-use apiserver::storage::{Backend, MemoryBackend};
+use apiserver::storage::{
+    Backend, KeyValue, ListRequest, ListResult, MemoryBackend, ProgressStream, StorageError,
+};
 use apiserver::{Error, FieldError, Resource};
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -54,6 +56,24 @@ pub struct WidgetSpec {
 pub struct WidgetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+}
+
+/// A kind with kube's other strategy choices: unconditional updates allowed, dependents
+/// orphaned by default.
+#[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "test.example.com",
+    version = "v1",
+    kind = "Gadget",
+    namespaced,
+    allow_unconditional_update,
+    garbage_collection = "OrphanDependents"
+)]
+pub struct Gadget {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: WidgetSpec,
 }
 
 fn default_widget(w: &mut Widget) {
@@ -226,7 +246,6 @@ async fn create_sets_server_fields_and_clears_status() {
     object["status"] = json!({"phase": "Ready"});
     object["metadata"]["uid"] = json!("client-uid");
     object["metadata"]["generation"] = json!(9);
-    object["metadata"]["resourceVersion"] = json!("77");
     let created = create(&store, &ns(), object).await;
     let meta = &created["metadata"];
     assert_ne!(meta["uid"], "client-uid");
@@ -299,6 +318,23 @@ async fn create_errors() {
     let e = assert_error(again, 409, "AlreadyExists");
     assert_eq!(e.message(), "widgets.test.example.com \"a\" already exists");
 
+    // A resourceVersion on a new object: kube's storage refuses it (a 500 without a reason,
+    // which is what kubectl shows for `create -f` of an exported object).
+    let mut versioned = widget("v", json!({}), "red");
+    versioned["metadata"]["resourceVersion"] = json!("5");
+    let e = assert_error(
+        store
+            .create(&ns(), versioned.clone(), &WriteOptions::default())
+            .await,
+        500,
+        "",
+    );
+    assert_eq!(
+        e.message(),
+        "resourceVersion should not be set on objects to be created"
+    );
+    assert_error(get(&store, "v").await, 404, "NotFound");
+
     let mut elsewhere = widget("b", json!({}), "red");
     elsewhere["metadata"]["namespace"] = json!("other");
     let mismatch = store
@@ -343,6 +379,155 @@ async fn create_errors() {
     assert_error(get(&store, "c").await, 404, "NotFound");
 }
 
+#[tokio::test]
+async fn bodies_that_do_not_fit_the_type_are_invalid_per_field() {
+    let (store, backend) = setup();
+    let before = revision(&backend).await;
+    // kube-apiserver validates a custom resource of this shape against its schema: 422, one
+    // cause per field, in kube-openapi's words.
+    let mut wrong = widget("t", json!({}), "red");
+    wrong["spec"] = json!({"color": 5, "size": "big"});
+    let e = assert_error(
+        store.create(&ns(), wrong, &WriteOptions::default()).await,
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        e.message(),
+        r#"Widget.test.example.com "t" is invalid: [spec.color: Invalid value: "integer": spec.color in body must be of type string: "integer", spec.size: Invalid value: "string": spec.size in body must be of type integer: "string"]"#
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str(), details.name.as_str()),
+        ("test.example.com", "Widget", "t")
+    );
+    let causes: Vec<_> = details
+        .causes
+        .iter()
+        .map(|c| (c.field.as_str(), c.reason.as_str(), c.message.as_str()))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (
+                "spec.color",
+                "FieldValueInvalid",
+                r#"Invalid value: "integer": spec.color in body must be of type string: "integer""#
+            ),
+            (
+                "spec.size",
+                "FieldValueInvalid",
+                r#"Invalid value: "string": spec.size in body must be of type integer: "string""#
+            ),
+        ]
+    );
+    // What the schema does not say (an i32 out of range) is named at the field serde stopped.
+    let mut huge = widget("h", json!({}), "red");
+    huge["spec"]["size"] = json!(3_000_000_000u64);
+    let e = assert_error(
+        store.create(&ns(), huge, &WriteOptions::default()).await,
+        422,
+        "Invalid",
+    );
+    let cause = &e.status().details.as_ref().unwrap().causes[0];
+    assert_eq!(cause.field, "spec.size");
+    assert!(cause.message.starts_with("Invalid value: 3000000000: "), "{cause:?}");
+    assert_eq!(revision(&backend).await, before);
+
+    // An update (a patch reaches the store the same way) gets the same answer.
+    create(&store, &ns(), widget("u", json!({}), "red")).await;
+    let e = assert_error(
+        update(&store, "u", edit(|o| o["spec"]["size"] = json!([1]))).await,
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        e.message(),
+        r#"Widget.test.example.com "u" is invalid: spec.size: Invalid value: "array": spec.size in body must be of type integer: "array""#
+    );
+}
+
+/// A backend where every name is taken: creates fail with KeyExists, all else is memory's.
+struct EveryNameTaken(MemoryBackend);
+
+#[async_trait::async_trait]
+impl Backend for EveryNameTaken {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
+        self.0.get(key).await
+    }
+    async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
+        self.0.list(request).await
+    }
+    async fn create(&self, key: &str, _: bytes::Bytes) -> Result<KeyValue, StorageError> {
+        Err(StorageError::KeyExists(key.to_string()))
+    }
+    async fn update(
+        &self,
+        key: &str,
+        value: bytes::Bytes,
+        expected: i64,
+    ) -> Result<KeyValue, StorageError> {
+        self.0.update(key, value, expected).await
+    }
+    async fn delete(&self, key: &str, expected: Option<i64>) -> Result<KeyValue, StorageError> {
+        self.0.delete(key, expected).await
+    }
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: i64,
+    ) -> Result<ProgressStream, StorageError> {
+        self.0.watch_with_progress(prefix, after).await
+    }
+    async fn current_revision(&self) -> Result<i64, StorageError> {
+        self.0.current_revision().await
+    }
+    async fn compact(&self, revision: i64) -> Result<(), StorageError> {
+        self.0.compact(revision).await
+    }
+}
+
+#[tokio::test]
+async fn taken_names_are_already_exists_as_kube_words_them() {
+    // Every generated name taken, eight times over: kube's NewGenerateNameConflict.
+    let store = Store::<Widget>::new(Arc::new(EveryNameTaken(MemoryBackend::new())), "/registry");
+    let mut generated = widget("", json!({}), "red");
+    generated["metadata"] = json!({"generateName": "w-"});
+    let e = assert_error(
+        store.create(&ns(), generated, &WriteOptions::default()).await,
+        409,
+        "AlreadyExists",
+    );
+    assert!(
+        e.message().starts_with("widgets.test.example.com \"w-")
+            && e.message()
+                .ends_with("\" already exists, the server was not allowed to generate a unique name"),
+        "{e}"
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!(details.retry_after_seconds, 1);
+    assert!(details.name.starts_with("w-") && details.name.len() == 7, "{details:?}");
+
+    // A name held by an object that waits for its finalizers: kube says it is being deleted.
+    let (store, _) = setup();
+    let mut held = widget("a", json!({}), "red");
+    held["metadata"]["finalizers"] = json!(["test.example.com/hold"]);
+    create(&store, &ns(), held).await;
+    store.delete(&ns(), "a", &DeleteOptions::default()).await.unwrap();
+    for dry_run in [false, true] {
+        let options = WriteOptions {
+            dry_run,
+            ..WriteOptions::default()
+        };
+        let again = store.create(&ns(), widget("a", json!({}), "red"), &options).await;
+        let e = assert_error(again, 409, "AlreadyExists");
+        assert_eq!(
+            e.message(),
+            "object is being deleted: widgets.test.example.com \"a\" already exists"
+        );
+    }
+}
+
 // ---------------------------------------------------------------- update
 
 #[tokio::test]
@@ -362,16 +547,89 @@ async fn update_with_stale_resource_version_conflicts() {
 }
 
 #[tokio::test]
-async fn update_without_resource_version_is_unconditional() {
-    let (store, _) = setup();
+async fn update_without_resource_version_is_invalid_unless_the_kind_allows_it() {
+    let (store, backend) = setup();
     create(&store, &ns(), widget("a", json!({}), "red")).await;
-    update(&store, "a", edit(|o| o["spec"]["color"] = json!("blue")))
+    let before = revision(&backend).await;
+    // kube's Store.Update for a strategy without AllowUnconditionalUpdate (custom resources,
+    // sample-apiserver): 422 on the resource, the missing version printed as Go's uint64 0.
+    let blind = widget("a", json!({"x": "y"}), "green");
+    let e = assert_error(update(&store, "a", replace(blind.clone())).await, 422, "Invalid");
+    assert_eq!(
+        e.message(),
+        r#"widgets.test.example.com "a" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"#
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str(), details.name.as_str()),
+        ("test.example.com", "widgets", "a")
+    );
+    assert_eq!(details.causes[0].field, "metadata.resourceVersion");
+    assert_eq!(details.causes[0].reason, "FieldValueInvalid");
+    assert_eq!(
+        details.causes[0].message,
+        "Invalid value: 0x0: must be specified for an update"
+    );
+    // "0" is no version either, as kube reads it as a number.
+    let mut zero = widget("a", json!({}), "green");
+    zero["metadata"]["resourceVersion"] = json!("0");
+    assert_error(update(&store, "a", replace(zero)).await, 422, "Invalid");
+    // One that is no number fails kube's parse: a 500 without a reason.
+    let mut word = widget("a", json!({}), "green");
+    word["metadata"]["resourceVersion"] = json!("abc");
+    let e = assert_error(update(&store, "a", replace(word)).await, 500, "");
+    assert_eq!(
+        e.message(),
+        r#"strconv.ParseUint: parsing "abc": invalid syntax"#
+    );
+    // The status subresource too.
+    let status = store.status_rest_storage().updater.unwrap();
+    let blind_status = status
+        .update(&ns(), "a", replace(blind), &WriteOptions::default())
+        .await;
+    assert_error(blind_status, 422, "Invalid");
+    assert_eq!(revision(&backend).await, before);
+
+    // A kind that allows it: the update applies to what is stored.
+    let gadgets = Store::<Gadget>::new(backend.clone(), "/registry");
+    let mut gadget = widget("g", json!({}), "red");
+    gadget["kind"] = json!("Gadget");
+    gadgets
+        .create(&ns(), gadget.clone(), &WriteOptions::default())
         .await
         .unwrap();
-    let blind = widget("a", json!({"x": "y"}), "green");
-    let updated = update(&store, "a", replace(blind)).await.unwrap();
+    gadget["spec"]["color"] = json!("green");
+    let (updated, _) = Updater::update(&gadgets, &ns(), "g", replace(gadget), &WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(updated["spec"]["color"], "green");
-    assert_eq!(updated["metadata"]["labels"]["x"], "y");
+}
+
+#[tokio::test]
+async fn update_with_another_uid_is_a_precondition_conflict() {
+    let (store, backend) = setup();
+    let created = create(&store, &ns(), widget("a", json!({}), "red")).await;
+    let before = revision(&backend).await;
+    let mut other = created.clone();
+    other["metadata"]["uid"] = json!("6a7d4a62-0000-0000-0000-000000000000");
+    // A PUT's body uid is a storage precondition in kube (defaultUpdatedObjectInfo): 409,
+    // with the storage error's text, on the resource.
+    let options = WriteOptions {
+        precondition_uid: Some("6a7d4a62-0000-0000-0000-000000000000".into()),
+        ..WriteOptions::default()
+    };
+    let e = Updater::update(&store, &ns(), "a", replace(other), &options).await;
+    let e = assert_error(e, 409, "Conflict");
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        e.message(),
+        format!(
+            "Operation cannot be fulfilled on widgets.test.example.com \"a\": StorageError: invalid object, Code: 4, Key: /registry/test.example.com/widgets/default/a, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: 6a7d4a62-0000-0000-0000-000000000000, UID in object meta: {uid}"
+        )
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!((details.group.as_str(), details.kind.as_str()), ("test.example.com", "widgets"));
+    assert_eq!(revision(&backend).await, before);
 }
 
 #[tokio::test]
@@ -411,6 +669,12 @@ async fn generation_bumps_only_on_spec_change_and_status_is_kept() {
         changed["status"]["phase"], "Ready",
         "main update keeps status"
     );
+    // A status the main resource ignores cannot fail it, even one of the wrong shape (kube
+    // validates a custom resource after its strategy put the stored status back).
+    let ignored = update(&store, "a", edit(|o| o["status"] = json!({"phase": 5})))
+        .await
+        .unwrap();
+    assert_eq!(ignored, changed);
 }
 
 #[tokio::test]
@@ -537,27 +801,37 @@ async fn update_cannot_change_server_managed_metadata() {
 async fn delete_preconditions() {
     let (store, _) = setup();
     let created = create(&store, &ns(), widget("a", json!({}), "red")).await;
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_string();
     let wrong_uid = DeleteOptions {
         precondition_uid: Some("not-the-uid".into()),
         ..DeleteOptions::default()
     };
+    // kube's BeforeDelete: a Conflict that names the kind, not the resource.
     let e = assert_error(store.delete(&ns(), "a", &wrong_uid).await, 409, "Conflict");
-    assert!(e
-        .message()
-        .contains("Precondition failed: UID in precondition"));
+    assert_eq!(
+        e.message(),
+        format!("Operation cannot be fulfilled on Widget.test.example.com \"a\": the UID in the precondition (not-the-uid) does not match the UID in record ({uid}). The object might have been deleted and then recreated")
+    );
+    let details = e.status().details.clone().unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str(), details.name.as_str()),
+        ("test.example.com", "Widget", "a")
+    );
     let wrong_rv = DeleteOptions {
         precondition_resource_version: Some("1234".into()),
         ..DeleteOptions::default()
     };
     let e = assert_error(store.delete(&ns(), "a", &wrong_rv).await, 409, "Conflict");
-    assert!(e.message().contains("Precondition failed: ResourceVersion"));
+    assert_eq!(
+        e.message(),
+        format!("Operation cannot be fulfilled on Widget.test.example.com \"a\": the ResourceVersion in the precondition (1234) does not match the ResourceVersion in record ({rv}). The object might have been modified")
+    );
     assert_eq!(get(&store, "a").await.unwrap(), created);
 
     let right = DeleteOptions {
-        precondition_uid: created["metadata"]["uid"].as_str().map(String::from),
-        precondition_resource_version: created["metadata"]["resourceVersion"]
-            .as_str()
-            .map(String::from),
+        precondition_uid: Some(uid),
+        precondition_resource_version: Some(rv),
         ..DeleteOptions::default()
     };
     let outcome = store.delete(&ns(), "a", &right).await.unwrap();
@@ -591,18 +865,122 @@ async fn delete_with_finalizers_waits_for_them() {
         ..ListOptions::default()
     };
     let mut events = store.watch(&ns(), &watch_from).await.unwrap();
-    update(
+    let last = update(
         &store,
         "a",
         edit(|o| o["metadata"]["finalizers"] = json!([])),
     )
     .await
     .unwrap();
+    // kube answers the write that removes the last finalizer with the object as that write
+    // made it: no finalizers left.
+    assert_eq!(last["metadata"]["finalizers"], json!([]));
+    assert_eq!(last["metadata"]["deletionTimestamp"], pending["metadata"]["deletionTimestamp"]);
     assert_error(get(&store, "a").await, 404, "NotFound");
     let deleted = next(&mut events).await;
     assert_eq!(deleted.type_, WatchEventType::Deleted);
     assert_eq!(event_name(&deleted), "a");
     assert_eq!(rv(&deleted.object), revision(&backend).await);
+}
+
+fn propagation(policy: &str) -> DeleteOptions {
+    DeleteOptions {
+        propagation_policy: Some(policy.into()),
+        ..DeleteOptions::default()
+    }
+}
+
+async fn pending(store: &Store<Widget>, name: &str, options: &DeleteOptions) -> Value {
+    match store.delete(&ns(), name, options).await {
+        Ok(DeleteOutcome::Pending(o)) => o,
+        other => panic!("expected Pending, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_sets_the_garbage_collectors_finalizers() {
+    let (store, backend) = setup();
+    // Foreground: kept with foregroundDeletion after the object's own finalizers.
+    let mut held = widget("fg", json!({}), "red");
+    held["metadata"]["finalizers"] = json!(["test.example.com/hold"]);
+    create(&store, &ns(), held).await;
+    let fg = pending(&store, "fg", &propagation("Foreground")).await;
+    assert_eq!(
+        fg["metadata"]["finalizers"],
+        json!(["test.example.com/hold", "foregroundDeletion"])
+    );
+    assert!(fg["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(get(&store, "fg").await.unwrap(), fg);
+    // Asked again with Orphan while being deleted: the finalizers follow the new request, the
+    // deletionTimestamp and generation stay.
+    let orphaned = pending(&store, "fg", &propagation("Orphan")).await;
+    assert_eq!(
+        orphaned["metadata"]["finalizers"],
+        json!(["test.example.com/hold", "orphan"])
+    );
+    assert_eq!(orphaned["metadata"]["deletionTimestamp"], fg["metadata"]["deletionTimestamp"]);
+    assert_eq!(orphaned["metadata"]["generation"], fg["metadata"]["generation"]);
+
+    // Orphan on an object without finalizers: it stays, with `orphan`.
+    create(&store, &ns(), widget("o", json!({}), "red")).await;
+    let o = pending(&store, "o", &propagation("Orphan")).await;
+    assert_eq!(o["metadata"]["finalizers"], json!(["orphan"]));
+    // The deprecated orphanDependents=true is the same.
+    create(&store, &ns(), widget("od", json!({}), "red")).await;
+    let legacy = DeleteOptions {
+        orphan_dependents: Some(true),
+        ..DeleteOptions::default()
+    };
+    let od = pending(&store, "od", &legacy).await;
+    assert_eq!(od["metadata"]["finalizers"], json!(["orphan"]));
+    // Background removes the garbage collector's finalizers, so the object goes at once.
+    let gone = store.delete(&ns(), "o", &propagation("Background")).await;
+    assert!(matches!(gone, Ok(DeleteOutcome::Deleted(_))), "{gone:?}");
+    assert_error(get(&store, "o").await, 404, "NotFound");
+    // No policy: deleted at once (the kind's default is DeleteDependents, in the background).
+    create(&store, &ns(), widget("plain", json!({}), "red")).await;
+    let plain = store.delete(&ns(), "plain", &DeleteOptions::default()).await;
+    assert!(matches!(plain, Ok(DeleteOutcome::Deleted(_))));
+
+    // A policy kube does not know: 422 on DeleteOptions, before the object is even read.
+    let before = revision(&backend).await;
+    for name in ["fg", "missing"] {
+        let e = assert_error(store.delete(&ns(), name, &propagation("Sideways")).await, 422, "Invalid");
+        assert_eq!(
+            e.message(),
+            r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "Sideways": supported values: "Foreground", "Background", "Orphan", "nil""#
+        );
+    }
+    assert_eq!(revision(&backend).await, before);
+
+    // A kind whose default is OrphanDependents gets `orphan` without being asked.
+    let gadgets = Store::<Gadget>::new(backend.clone(), "/registry");
+    let mut gadget = widget("g", json!({}), "red");
+    gadget["kind"] = json!("Gadget");
+    gadgets
+        .create(&ns(), gadget, &WriteOptions::default())
+        .await
+        .unwrap();
+    match gadgets.delete(&ns(), "g", &DeleteOptions::default()).await {
+        Ok(DeleteOutcome::Pending(g)) => assert_eq!(g["metadata"]["finalizers"], json!(["orphan"])),
+        other => panic!("expected Pending, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_dry_run_with_finalizers_answers_the_marked_object() {
+    let (store, backend) = setup();
+    let created = create(&store, &ns(), widget("a", json!({}), "red")).await;
+    let before = revision(&backend).await;
+    let dry = DeleteOptions {
+        dry_run: true,
+        ..propagation("Foreground")
+    };
+    let answer = pending(&store, "a", &dry).await;
+    assert_eq!(answer["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    assert!(answer["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(revision(&backend).await, before);
+    assert_eq!(get(&store, "a").await.unwrap(), created);
 }
 
 #[tokio::test]
@@ -634,6 +1012,10 @@ async fn delete_collection_deletes_only_the_selected() {
         .await
         .unwrap();
     assert_eq!(names(&deleted), ["a", "c"]);
+    // kube answers the list as it was read, before the deletes.
+    assert!(items(&deleted)
+        .iter()
+        .all(|o| o["metadata"].get("deletionTimestamp").is_none()));
     assert_eq!(
         names(&list(&store, &ns(), ListOptions::default()).await),
         ["b"]

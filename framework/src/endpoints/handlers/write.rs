@@ -13,7 +13,7 @@ use crate::endpoints::negotiation::{
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
-use crate::registry::options::DeleteOptions;
+use crate::registry::options::{delete_dry_run, DeleteOptions};
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
 use crate::runtime::object;
@@ -118,8 +118,10 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
 pub(crate) async fn update(mut call: Call) -> Result<Response> {
     negotiate(accept_header(&call), Endpoint::Object)?;
     let updater = require(&call.resource.storage.updater, &call)?.clone();
-    let options = call.query.write_options()?;
+    let mut options = call.query.write_options()?;
     let object = Arc::new(read_object(&mut call).await?);
+    // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
+    options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
     let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
     let (stored, created) = updater
         .update(&call.ctx, &call.info.name, update, &options)
@@ -181,7 +183,7 @@ async fn delete_options(call: &mut Call) -> Result<DeleteOptions> {
         serde_json::from_value(body)
             .map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))?;
     if let Some(dry_run) = body.dry_run {
-        options.dry_run = dry_run.iter().any(|d| d == "All");
+        options.dry_run = delete_dry_run(&dry_run)?;
     }
     if let Some(p) = body.preconditions {
         options.precondition_uid = p.uid;
@@ -189,6 +191,7 @@ async fn delete_options(call: &mut Call) -> Result<DeleteOptions> {
     }
     options.grace_period_seconds = body.grace_period_seconds.or(options.grace_period_seconds);
     options.propagation_policy = body.propagation_policy.or(options.propagation_policy);
+    options.orphan_dependents = body.orphan_dependents.or(options.orphan_dependents);
     Ok(options)
 }
 
@@ -197,7 +200,12 @@ pub(crate) async fn delete(mut call: Call) -> Result<Response> {
     let deleter = require(&call.resource.storage.deleter, &call)?.clone();
     let options = delete_options(&mut call).await?;
     match deleter.delete(&call.ctx, &call.info.name, &options).await? {
-        DeleteOutcome::Pending(object) => respond_object(&call, StatusCode::ACCEPTED, object),
+        // kube answers 202 only when the object stays and the (deprecated) orphanDependents
+        // was sent as false; otherwise 200 with the object, now carrying deletionTimestamp.
+        DeleteOutcome::Pending(object) if options.orphan_dependents == Some(false) => {
+            respond_object(&call, StatusCode::ACCEPTED, object)
+        }
+        DeleteOutcome::Pending(object) => respond_object(&call, StatusCode::OK, object),
         DeleteOutcome::Deleted(object) => {
             let uid = object::meta_str(&object, "uid").unwrap_or_default();
             let status = deleted_status(&call.resource.storage.info, &call.info.name, uid);

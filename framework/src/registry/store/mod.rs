@@ -26,7 +26,7 @@ use crate::registry::rest::{
     RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
 use crate::registry::strategy::UpdateTarget;
-use crate::runtime::{Resource, ResourceInfo, Scope};
+use crate::runtime::{GarbageCollectionPolicy, Resource, ResourceInfo, Scope};
 use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
 
@@ -76,6 +76,10 @@ pub(crate) struct Inner {
     pub(crate) bookmark_interval: Duration,
     /// The watch cache of `key_root`, when on.
     pub(crate) cache: Option<Cacher>,
+    /// [`Resource::ALLOW_UNCONDITIONAL_UPDATE`] of the stored type.
+    pub(crate) allow_unconditional_update: bool,
+    /// [`Resource::GARBAGE_COLLECTION_POLICY`] of the stored type.
+    pub(crate) gc_policy: GarbageCollectionPolicy,
 }
 
 impl Inner {
@@ -145,6 +149,8 @@ impl<T: Resource> Store<T> {
             info,
             bookmark_interval: watch::BOOKMARK_INTERVAL,
             cache: None,
+            allow_unconditional_update: T::ALLOW_UNCONDITIONAL_UPDATE,
+            gc_policy: T::GARBAGE_COLLECTION_POLICY,
         });
         Self {
             inner,
