@@ -6,11 +6,9 @@
 //! treat the server like kube-apiserver.
 //!
 //! ```no_run
-//! use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-//! use apiserver::{ApiGroup, ApiServer, Resource};
-//! use serde::{Deserialize, Serialize};
+//! use apiserver::prelude::*;
 //!
-//! #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+//! #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 //! #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced,
 //!            shortnames = ["wd"],
 //!            printcolumn(name = "Color", type = "string", json_path = ".spec.color"))]
@@ -21,13 +19,13 @@
 //!     spec: WidgetSpec,
 //! }
 //!
-//! #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+//! #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 //! struct WidgetSpec {
 //!     color: Option<String>,
 //! }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), apiserver::server::ServerError> {
+//! async fn main() -> Result<(), ServerError> {
 //!     ApiServer::from_args()
 //!         .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
 //!         .run()
@@ -35,12 +33,14 @@
 //! }
 //! ```
 //!
-//! The modules follow a request's path: [`server`] (options, TLS, lifecycle, health) →
+//! [`prelude`] has what the common case needs. The modules follow a request's path:
+//! [`server`] (options, TLS configuration, health) →
 //! [`filters`] → [`endpoints`] (HTTP and encoding) with [`discovery`] and [`openapi`] →
 //! [`admission`] → [`registry`] (API semantics: the generic store and strategies) →
 //! [`storage`] (keys, revisions, watches). [`aggregator`] registers the server with
-//! kube-apiserver's aggregator and prints its deploy manifests. [`testing`] starts a real
-//! server for your own tests.
+//! kube-apiserver's aggregator and prints its deploy manifests. Below every stage: [`tls`]
+//! (certificates and keys), [`lifecycle`] (shutdown, readiness) and [`core_api`] (the client
+//! of the core kube-apiserver). [`testing`] starts a real server for your own tests.
 #![warn(missing_docs)]
 
 pub mod admission;
@@ -53,6 +53,7 @@ pub mod error;
 pub mod filters;
 pub mod lifecycle;
 pub mod openapi;
+pub mod prelude;
 pub mod registry;
 pub mod runtime;
 pub mod server;

@@ -3,10 +3,7 @@
 //!
 //! Clients written for the Go sample-apiserver work with this server unchanged.
 
-use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::{ApiGroup, FieldError, Resource};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use apiserver::prelude::*;
 
 /// The API group.
 pub const GROUP: &str = "wardle.example.com";

@@ -1,7 +1,6 @@
 //! `wardle`: the sample-apiserver's API served by `apiserver`.
 
-use apiserver::server::ServerError;
-use apiserver::ApiServer;
+use apiserver::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {

@@ -1,0 +1,36 @@
+//! What a server needs in one import: `use apiserver::prelude::*;`.
+//!
+//! The types to declare a resource (the [`Resource`](macro@crate::Resource) derive and trait,
+//! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), and to serve it
+//! ([`ApiServer`], [`ApiGroup`]). serde's and schemars' derives expand to paths of those crates,
+//! so a server still lists `serde` and `schemars` among its dependencies.
+//!
+//! ```no_run
+//! use apiserver::prelude::*;
+//!
+//! #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+//! #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+//! pub struct Widget {
+//!     #[serde(default)]
+//!     pub metadata: ObjectMeta,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), ServerError> {
+//!     ApiServer::from_args()
+//!         .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
+//!         .run()
+//!         .await
+//! }
+//! ```
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+pub use schemars::JsonSchema;
+pub use serde::{Deserialize, Serialize};
+
+pub use crate::error::{Error, StatusReason};
+pub use crate::runtime::{
+    ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, Resource, ResourceInfo, Scope,
+};
+pub use crate::server::{ApiGroup, ApiServer, ServerError, ServerOptions, VersionBuilder};
+pub use apiserver_macros::Resource;
