@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::read::accept_header;
 use super::{require, Call};
+use crate::endpoints::body::read_limited;
 use crate::endpoints::negotiation::{
     body_encoding, decode_body, negotiate, Endpoint, Shape, Target,
 };
@@ -22,16 +23,7 @@ use crate::runtime::ResourceInfo;
 /// Reads the body, refusing one larger than the limit with 413.
 async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
     let body = std::mem::take(&mut call.body);
-    let limit = call.state.max_body_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            Error::too_large(limit)
-        } else {
-            Error::bad_request(format!("failed to read the request body: {e}"))
-        }
-    })
+    read_limited(body, call.state.max_body_bytes).await
 }
 
 fn content_type(call: &Call) -> Option<&str> {
