@@ -80,7 +80,9 @@ pub enum Endpoint {
     Plain,
 }
 
-const ACCEPTED: &str = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
+/// The media types this server encodes and decodes, as listed in 406 and 415 answers
+/// (kube-apiserver lists its serializers' types; this server has no protobuf).
+const ACCEPTED: &str = "application/json, application/yaml";
 
 struct MediaRange<'a> {
     essence: String,
@@ -176,17 +178,18 @@ pub enum BodyEncoding {
     Yaml,
 }
 
-/// Reads `Content-Type` of a create or update body.
+/// Reads `Content-Type` of a create or update body. A body without one is JSON, as
+/// kube-apiserver reads it (its first serializer), which is what `kubectl create --raw` sends.
 pub fn body_encoding(content_type: Option<&str>) -> Result<BodyEncoding> {
+    let Some(content_type) = content_type.filter(|c| !c.trim().is_empty()) else {
+        return Ok(BodyEncoding::Json);
+    };
     let essence = content_type
-        .map(|c| {
-            c.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
     match essence.as_str() {
         "application/json" => Ok(BodyEncoding::Json),
         "application/yaml" => Ok(BodyEncoding::Yaml),
@@ -280,6 +283,14 @@ mod tests {
         assert_eq!(
             body_encoding(Some("application/json; charset=utf-8")).unwrap(),
             BodyEncoding::Json
+        );
+        // No Content-Type is JSON; a 415 lists only what is really accepted.
+        assert_eq!(body_encoding(None).unwrap(), BodyEncoding::Json);
+        assert_eq!(body_encoding(Some("")).unwrap(), BodyEncoding::Json);
+        let e = body_encoding(Some("text/plain")).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"
         );
     }
 
