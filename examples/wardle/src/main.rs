@@ -19,7 +19,7 @@ fn main() {
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     apiserver::server::init_logging();
-    ApiServer::from_args()
+    ApiServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("Wardle", env!("CARGO_PKG_VERSION"))
         .group(wardle::api_group())
         .run()

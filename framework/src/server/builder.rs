@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::response::IntoResponse;
 use axum::Router;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::aggregator::{
@@ -32,6 +32,7 @@ use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MA
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions, ShutdownSignal};
 use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
 use crate::server::tls;
+use crate::server::version::VersionInfo;
 use crate::storage::{Backend, MemoryBackend, SqliteBackend};
 
 /// Why a server could not start.
@@ -179,11 +180,11 @@ impl ApiGroup {
     }
 }
 
+/// What `--help` says a server is when its builder names nothing else.
+pub const DEFAULT_ABOUT: &str = "A Kubernetes extension API server, built with apiserver";
+
 #[derive(Parser)]
-#[command(
-    about = "A Kubernetes extension API server",
-    args_conflicts_with_subcommands = true
-)]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -222,6 +223,7 @@ pub struct ApiServer {
     groups: Vec<ApiGroup>,
     backend: Option<Arc<dyn Backend>>,
     openapi: OpenApiInfo,
+    version: VersionInfo,
 }
 
 /// A started server.
@@ -277,12 +279,22 @@ impl RunningServer {
 }
 
 impl ApiServer {
-    /// A server with options from the command line.
+    /// A server with options from the command line; `--help` starts with [`DEFAULT_ABOUT`]
+    /// (see [`from_args_about`](Self::from_args_about) to describe your own server).
     ///
     /// Besides the server's flags this understands the `manifests` subcommand
     /// ([`Command`]); [`run`](Self::run) then prints the manifests instead of serving.
     pub fn from_args() -> Self {
-        let cli = Cli::parse();
+        Self::from_args_about(DEFAULT_ABOUT)
+    }
+
+    /// [`from_args`](Self::from_args) with `about` as the first paragraph of `--help`, e.g.
+    /// your crate's description: `ApiServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))`.
+    pub fn from_args_about(about: &str) -> Self {
+        Self::from_cli(parse_cli(about, std::env::args_os()))
+    }
+
+    fn from_cli(cli: Cli) -> Self {
         let mut server = Self::new(cli.options).aggregator_options(cli.aggregator);
         server.command = cli.command;
         server
@@ -297,6 +309,7 @@ impl ApiServer {
             groups: Vec::new(),
             backend: None,
             openapi: OpenApiInfo::default(),
+            version: VersionInfo::default(),
         }
     }
 
@@ -335,6 +348,13 @@ impl ApiServer {
             title: title.into(),
             version: version.into(),
         };
+        self
+    }
+
+    /// What `/version` answers (`kubectl version` prints it); by default the Kubernetes
+    /// release the framework follows ([`VersionInfo::default`]).
+    pub fn version_info(mut self, version: VersionInfo) -> Self {
+        self.version = version;
         self
     }
 
@@ -454,6 +474,7 @@ impl ApiServer {
             &self.openapi,
             auth,
             &wiring,
+            Arc::new(self.version.clone()),
         );
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
@@ -492,6 +513,17 @@ impl ApiServer {
             aggregator: wiring.handle.clone(),
         })
     }
+}
+
+/// Parses `args` with `about` as the description. Set after clap's derive has run: a
+/// flattened option group's doc comment would otherwise stand as the server's description.
+fn parse_cli(about: &str, args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
+    let matches = cli_command(about).get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn cli_command(about: &str) -> clap::Command {
+    Cli::command().about(about.to_string()).long_about(None)
 }
 
 async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
@@ -558,6 +590,7 @@ fn build_router(
     openapi: &OpenApiInfo,
     auth: AuthSetup,
     aggregator: &crate::aggregator::Wiring,
+    version: Arc<VersionInfo>,
 ) -> Router {
     let state = Arc::new(ApiState {
         resources: InstalledResources::new(groups),
@@ -576,6 +609,7 @@ fn build_router(
             storage_check,
             shutdown,
             readyz: aggregator.readyz.clone(),
+            version,
         }))
         .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
         .merge(OpenApiDocuments::build(&served, openapi).router())
@@ -619,4 +653,24 @@ fn follow_serving_certificate(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_starts_with_what_the_server_is() {
+        for help in [
+            cli_command("The wardle server").render_help(),
+            cli_command("The wardle server").render_long_help(),
+        ] {
+            let help = help.to_string();
+            assert!(help.starts_with("The wardle server\n"), "{help}");
+            assert!(!help.contains("How the server finds"), "{help}");
+            assert!(help.contains("--kubeconfig"), "{help}");
+        }
+        let default = cli_command(DEFAULT_ABOUT).render_long_help().to_string();
+        assert!(default.starts_with(DEFAULT_ABOUT), "{default}");
+    }
 }

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
-use serde_json::json;
 
+use crate::server::version::VersionInfo;
 use crate::storage::Backend;
 
 /// What the health endpoints check.
@@ -25,6 +25,8 @@ pub struct HealthState {
     pub shutdown: crate::server::serve::ShutdownSignal,
     /// More readiness checks (the aggregator's registration and diagnostics).
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
+    /// What `/version` answers.
+    pub version: Arc<VersionInfo>,
 }
 
 /// A readiness check of a component: `/readyz` fails while it fails. Unlike the built-in
@@ -174,17 +176,6 @@ fn plain(code: StatusCode, body: String) -> Response {
     response
 }
 
-async fn version() -> Response {
-    axum::Json(json!({
-        "major": "0",
-        "minor": "1",
-        "gitVersion": concat!("v", env!("CARGO_PKG_VERSION")),
-        "gitCommit": "",
-        "gitTreeState": "",
-        "buildDate": "",
-        "goVersion": "",
-        "compiler": "rustc",
-        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
-    }))
-    .into_response()
+async fn version(State(state): State<HealthState>) -> Response {
+    axum::Json(&*state.version).into_response()
 }
