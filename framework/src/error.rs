@@ -121,13 +121,32 @@ impl Error {
 
     /// 422 `Invalid` with one cause per field error.
     pub fn invalid(info: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
+        let details = StatusDetails {
+            kind: info.kind.to_string(),
+            ..Self::details_for(info, name)
+        };
+        Self::invalid_with(&info.group_kind(), details, errors)
+    }
+
+    /// 422 `Invalid` of request options (`ListOptions`, `CreateOptions`, ...): the kind in
+    /// `meta.k8s.io`, no name, one cause per field error, as kube-apiserver's handlers answer.
+    pub fn invalid_options(kind: &str, errors: &[FieldError]) -> Self {
+        let details = StatusDetails {
+            group: "meta.k8s.io".into(),
+            kind: kind.to_string(),
+            ..empty_details()
+        };
+        Self::invalid_with(&format!("{kind}.meta.k8s.io"), details, errors)
+    }
+
+    fn invalid_with(group_kind: &str, details: StatusDetails, errors: &[FieldError]) -> Self {
         let list = if errors.len() == 1 {
             errors[0].to_string()
         } else {
             let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
             format!("[{}]", all.join(", "))
         };
-        let message = format!("{} \"{name}\" is invalid: {list}", info.group_kind());
+        let message = format!("{group_kind} {:?} is invalid: {list}", details.name);
         let causes = errors
             .iter()
             .map(|e| StatusCause {
@@ -136,12 +155,7 @@ impl Error {
                 field: e.field.clone(),
             })
             .collect();
-        let details = StatusDetails {
-            kind: info.kind.to_string(),
-            causes,
-            ..Self::details_for(info, name)
-        };
-        Self::new(422, "Invalid", message).with_details(details)
+        Self::new(422, "Invalid", message).with_details(StatusDetails { causes, ..details })
     }
 
     /// 400 `BadRequest`.

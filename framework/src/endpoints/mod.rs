@@ -2,6 +2,7 @@
 //! handlers and tables. Handlers call `registry` storage; they never touch a backend.
 
 pub mod body;
+pub mod duplicates;
 pub mod handlers;
 pub mod installer;
 pub mod negotiation;

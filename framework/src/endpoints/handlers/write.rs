@@ -10,11 +10,11 @@ use super::read::accept_header;
 use super::{require, Call};
 use crate::endpoints::body::read_limited;
 use crate::endpoints::negotiation::{
-    body_encoding, decode_body, negotiate, Endpoint, Shape, Target,
+    body_encoding, decode_body, decode_object, negotiate, Endpoint, Shape, Target,
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
-use crate::registry::options::DeleteOptions;
+use crate::registry::options::{DeleteOptions, FieldValidation};
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
 use crate::runtime::object;
@@ -35,12 +35,42 @@ fn content_type(call: &Call) -> Option<&str> {
 
 /// Decodes an object body and checks its `apiVersion` and `kind` against the URL, filling
 /// them in when absent as kube-apiserver does.
-async fn read_object(call: &mut Call) -> Result<Value> {
+async fn read_object(call: &mut Call, validation: FieldValidation) -> Result<Value> {
     let encoding = body_encoding(content_type(call))?;
     let bytes = read_body(call).await?;
-    let mut object = decode_body(&bytes, encoding)?;
+    let (mut object, duplicates) = decode_object(&bytes, encoding)?;
+    report_duplicates(call, &duplicates, validation)?;
     check_type(&call.resource.storage.info, &mut object)?;
     Ok(object)
+}
+
+/// Duplicate fields of a body, as `fieldValidation` asks: 400 with `Strict` (kube-apiserver's
+/// strict decoding error), a `Warning` each with `Warn`, nothing with `Ignore`.
+fn report_duplicates(
+    call: &Call,
+    duplicates: &[String],
+    validation: FieldValidation,
+) -> Result<()> {
+    let messages = duplicates.iter().map(|p| format!("duplicate field {p:?}"));
+    match validation {
+        FieldValidation::Ignore => Ok(()),
+        _ if duplicates.is_empty() => Ok(()),
+        FieldValidation::Warn => {
+            messages.for_each(|m| call.ctx.warn(m));
+            Ok(())
+        }
+        FieldValidation::Strict => {
+            let info = &call.resource.storage.info;
+            let all: Vec<String> = messages.collect();
+            Err(Error::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+                info.kind,
+                info.version,
+                info.kind,
+                all.join(", ")
+            )))
+        }
+    }
 }
 
 fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
@@ -92,7 +122,7 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
     if !call.info.name.is_empty() {
         return Err(Error::method_not_allowed());
     }
-    let object = read_object(&mut call).await?;
+    let object = read_object(&mut call, options.field_validation).await?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
     let request = crate::admission::AdmissionRequest {
         operation: crate::admission::Operation::Create,
@@ -111,7 +141,7 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     negotiate(accept_header(&call), Endpoint::Object)?;
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     let options = call.query.write_options()?;
-    let object = Arc::new(read_object(&mut call).await?);
+    let object = Arc::new(read_object(&mut call, options.field_validation).await?);
     let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
     let (stored, created) = updater
         .update(&call.ctx, &call.info.name, update, &options)
