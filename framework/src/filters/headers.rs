@@ -1,7 +1,8 @@
 //! Headers kube-apiserver puts on every response, errors and health included: `Audit-Id`
-//! (the client's own `Audit-ID`, or a new UUID; `WithAuditInit`) and
+//! (the client's own `Audit-ID`, or a new UUID; `WithAuditInit`),
 //! `Cache-Control: no-cache, private` unless the handler chose another (`WithCacheControl`:
-//! every answer is behind authentication, so no shared cache may keep it).
+//! every answer is behind authentication, so no shared cache may keep it), and
+//! `X-Content-Type-Options: nosniff` (its response writers set it on every object they write).
 
 use axum::extract::Request;
 use axum::response::Response;
@@ -11,6 +12,7 @@ use http::{header, HeaderName, HeaderValue};
 pub static AUDIT_ID: HeaderName = HeaderName::from_static("audit-id");
 
 const NO_CACHE_PRIVATE: HeaderValue = HeaderValue::from_static("no-cache, private");
+const NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
 
 /// The request's audit ID: the one the client (or the aggregator in front) sent, else new.
 pub fn audit_id(request: &Request) -> HeaderValue {
@@ -25,11 +27,14 @@ pub fn audit_id(request: &Request) -> HeaderValue {
     }
 }
 
-/// Adds `Audit-Id` and `Cache-Control` where the response has none.
+/// Adds `Audit-Id`, `Cache-Control` and `X-Content-Type-Options` where the response has none.
 pub fn finish(response: &mut Response, audit_id: HeaderValue) {
     let headers = response.headers_mut();
     headers.entry(&AUDIT_ID).or_insert(audit_id);
     headers
         .entry(header::CACHE_CONTROL)
         .or_insert(NO_CACHE_PRIVATE);
+    headers
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(NOSNIFF);
 }

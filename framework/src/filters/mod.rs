@@ -231,6 +231,7 @@ mod tests {
             assert_eq!(response.status(), code, "{path}");
             let headers = response.headers();
             assert_eq!(headers["cache-control"], "no-cache, private", "{path}");
+            assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
             let id = headers["audit-id"].to_str().unwrap().to_string();
             assert!(uuid::Uuid::parse_str(&id).is_ok(), "{path}: {id}");
             ids.push(id);
