@@ -466,16 +466,7 @@ impl ApiServer {
         if let Some(handle) = wiring.handle.clone() {
             follow_serving_certificate(&serving, handle, self_signed_ca, shutdown.clone());
         }
-        let router = build_router(
-            &groups,
-            backend.clone(),
-            shutdown.clone(),
-            &options,
-            &self.openapi,
-            auth,
-            &wiring,
-            Arc::new(self.version.clone()),
-        );
+        let router = self.build_router(&groups, backend.clone(), shutdown.clone(), auth, &wiring);
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
                 backend.clone(),
@@ -512,6 +503,49 @@ impl ApiServer {
             task,
             aggregator: wiring.handle.clone(),
         })
+    }
+
+    /// Health, discovery, OpenAPI and the resources, behind the filters.
+    fn build_router(
+        &self,
+        groups: &[APIGroupInfo],
+        backend: Arc<dyn Backend>,
+        shutdown: ShutdownSignal,
+        auth: AuthSetup,
+        aggregator: &crate::aggregator::Wiring,
+    ) -> Router {
+        let options = &self.options;
+        let state = Arc::new(ApiState {
+            resources: InstalledResources::new(groups),
+            max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
+            shutdown: shutdown.clone(),
+            admission: aggregator.admission.clone(),
+        });
+        let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
+        let storage_check = match options.storage_backend {
+            StorageBackendKind::Etcd3 => "etcd",
+            _ => "storage",
+        };
+        let router = Router::new()
+            .merge(health::router(HealthState {
+                backend,
+                storage_check,
+                shutdown,
+                readyz: aggregator.readyz.clone(),
+                version: Arc::new(self.version.clone()),
+            }))
+            .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
+            .merge(OpenApiDocuments::build(&served, &self.openapi).router())
+            .merge(endpoints::resource_router(state))
+            .fallback(|| async { Error::path_not_found().into_response() });
+        let config = FilterConfig {
+            authenticator: auth.authenticator,
+            authorizer: auth.authorizer,
+            always_allow_paths: auth.always_allow_paths,
+            anonymous: auth.anonymous,
+            request_timeout: Duration::from_secs(options.request_timeout_seconds),
+        };
+        filters::apply(router, config)
     }
 }
 
@@ -580,49 +614,6 @@ async fn open_etcd3(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerE
 async fn open_etcd3(_options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
     let message = "--storage-backend=etcd3: apiserver was built without the etcd feature";
     Err(crate::storage::StorageError::Unavailable(message.into()).into())
-}
-
-fn build_router(
-    groups: &[APIGroupInfo],
-    backend: Arc<dyn Backend>,
-    shutdown: ShutdownSignal,
-    options: &ServerOptions,
-    openapi: &OpenApiInfo,
-    auth: AuthSetup,
-    aggregator: &crate::aggregator::Wiring,
-    version: Arc<VersionInfo>,
-) -> Router {
-    let state = Arc::new(ApiState {
-        resources: InstalledResources::new(groups),
-        max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
-        shutdown: shutdown.clone(),
-        admission: aggregator.admission.clone(),
-    });
-    let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
-    let storage_check = match options.storage_backend {
-        StorageBackendKind::Etcd3 => "etcd",
-        _ => "storage",
-    };
-    let router = Router::new()
-        .merge(health::router(HealthState {
-            backend,
-            storage_check,
-            shutdown,
-            readyz: aggregator.readyz.clone(),
-            version,
-        }))
-        .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
-        .merge(OpenApiDocuments::build(&served, openapi).router())
-        .merge(endpoints::resource_router(state))
-        .fallback(|| async { Error::path_not_found().into_response() });
-    let config = FilterConfig {
-        authenticator: auth.authenticator,
-        authorizer: auth.authorizer,
-        always_allow_paths: auth.always_allow_paths,
-        anonymous: auth.anonymous,
-        request_timeout: Duration::from_secs(options.request_timeout_seconds),
-    };
-    filters::apply(router, config)
 }
 
 /// Re-registers the APIServices (new caBundle) and re-runs the deployment checks whenever the
