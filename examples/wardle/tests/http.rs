@@ -1180,6 +1180,31 @@ async fn parameters_and_bodies_are_judged_as_kube_apiserver() {
     .await;
     assert_eq!(reply.code, StatusCode::CREATED, "{}", reply.text());
 
+    // Flags decode as kube's: anything but 0, f or false is true; includeObject is read only
+    // for a Table.
+    let reply = get(
+        &client,
+        &format!("{FLUNDERS}?watch=yes&timeoutSeconds=1"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    let event: Value = serde_json::from_str(reply.text().lines().next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ADDED", "{event}");
+    let reply = get(
+        &client,
+        &format!("{FLUNDERS}/p?includeObject=All"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    let reply = get(&client, &format!("{FLUNDERS}/p?includeObject=All"), TABLE).await;
+    assert_status(&reply, 400, "BadRequest");
+    assert_eq!(
+        reply.json()["message"],
+        r#"unrecognized includeObject value: "All""#
+    );
+
     // Duplicate fields: 400 with Strict, a warning with Warn, nothing with Ignore.
     let dup = |name: &str| {
         format!(r#"{{"metadata":{{"name":"{name}"}},"spec":{{"reference":"a","reference":"b"}}}}"#)

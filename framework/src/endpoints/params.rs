@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use crate::endpoints::negotiation::Shape;
 use crate::error::{Error, Result};
 use crate::registry::options::{
     DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch, WriteOptions,
@@ -58,14 +59,9 @@ impl Query {
         self.values.get(name).map(String::as_str)
     }
 
+    /// A flag parameter (see [`flag`]); absent is false.
     fn bool(&self, name: &str) -> Result<bool> {
-        match self.get(name) {
-            None | Some("" | "false" | "0") => Ok(false),
-            Some("true" | "1") => Ok(true),
-            Some(v) => Err(Error::bad_request(format!(
-                "invalid value {v:?} for {name}: must be true or false"
-            ))),
-        }
+        Ok(self.get(name).is_some_and(flag))
     }
 
     fn number<N: std::str::FromStr>(&self, name: &str) -> Result<Option<N>> {
@@ -84,14 +80,16 @@ impl Query {
         self.bool("watch")
     }
 
-    /// `includeObject` of a Table request: `None`, `Metadata` (default) or `Object`.
-    pub fn include_object(&self) -> Result<IncludeObject> {
+    /// `includeObject` of a `Table` answer: `None`, `Metadata` (default) or `Object`. Only a
+    /// `Table` reads it, so only a `Table` answer fails on a value it does not know.
+    pub fn include_object(&self, shape: Shape) -> Result<IncludeObject> {
         match self.get("includeObject") {
+            _ if shape != Shape::Table => Ok(IncludeObject::Metadata),
             None | Some("" | "Metadata") => Ok(IncludeObject::Metadata),
             Some("None") => Ok(IncludeObject::None),
             Some("Object") => Ok(IncludeObject::Object),
             Some(v) => Err(Error::bad_request(format!(
-                "includeObject: Unsupported value: {v:?}: supported values: \"Metadata\", \"None\", \"Object\""
+                "unrecognized includeObject value: {v:?}"
             ))),
         }
     }
@@ -263,6 +261,12 @@ impl Query {
             ..DeleteOptions::default()
         })
     }
+}
+
+/// A flag's value as kube-apiserver decodes it: false only for `0`, `f` and `false` (any
+/// case); any other value, even an empty one (`?watch`), is true, never an error.
+pub(crate) fn flag(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("f") || value.eq_ignore_ascii_case("false"))
 }
 
 /// A query value as Go prints the `[]string` it decodes to: `[]string{"x"}`.

@@ -110,7 +110,7 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
 
 fn respond_object(call: &Call, code: StatusCode, object: Value) -> Result<Response> {
     let target = negotiate(accept_header(call), Endpoint::Object)?;
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let body = shape_object(target, object, &call.resource.table, include);
     respond(code, target, &body)
 }
@@ -244,7 +244,7 @@ pub(crate) async fn delete_collection(mut call: Call) -> Result<Response> {
     let deleted = deleter
         .delete_collection(&call.ctx, &options, &list_options)
         .await?;
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let info = &call.resource.storage.info;
     respond_list(
         StatusCode::OK,
