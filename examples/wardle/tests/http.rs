@@ -1255,6 +1255,18 @@ async fn parameters_and_bodies_are_judged_as_kube_apiserver() {
     let reply = send(&client, "POST", &path, &json_body, dup("d")).await;
     assert_status(&reply, 422, "Invalid");
 
+    let merge = [("content-type", "application/merge-patch+json")];
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{FLUNDERS}/p?force=true"),
+        &merge,
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_status(&reply, 422, "Invalid");
+    assert_eq!(reply.json()["details"]["kind"], "PatchOptions");
+
     // PUT and PATCH on a collection: 405.
     for (method, content_type) in [
         ("PUT", "application/json"),

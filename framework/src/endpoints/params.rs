@@ -241,6 +241,15 @@ impl Query {
             }
         };
         let dry_run = self.dry_run(&mut errors);
+        let field_manager = self.get("fieldManager").unwrap_or_default();
+        errors.extend(field_manager_errors(field_manager));
+        if self.verb == "patch" && self.get("force").is_some() {
+            // Only server-side apply takes `force`, and this server has none.
+            errors.push(FieldError::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            ));
+        }
         self.invalid(self.options_kind(), errors)?;
         Ok(WriteOptions {
             dry_run,
@@ -261,6 +270,22 @@ impl Query {
             ..DeleteOptions::default()
         })
     }
+}
+
+/// kube-apiserver's `ValidateFieldManager`: at most 128 bytes, every character printable.
+fn field_manager_errors(manager: &str) -> Vec<FieldError> {
+    const FIELD: &str = "fieldManager";
+    let mut errors = Vec::new();
+    if manager.len() > 128 {
+        errors.push(FieldError::too_long(FIELD, 128));
+    }
+    for (i, c) in manager.char_indices() {
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            let detail = format!("invalid character U+{:04X} (at position {i})", c as u32);
+            errors.push(FieldError::invalid(FIELD, manager, &detail));
+        }
+    }
+    errors
 }
 
 /// A flag's value as kube-apiserver decodes it: false only for `0`, `f` and `false` (any
@@ -321,6 +346,28 @@ mod tests {
             .unwrap();
         let e = q.write_options().unwrap_err();
         assert!(e.message().starts_with("PatchOptions.meta.k8s.io"), "{e}");
+        let q = Query::parse(Some("force=false"), "patch").ok().unwrap();
+        assert_eq!(
+            q.write_options().unwrap_err().message(),
+            r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#
+        );
+        let long = format!("fieldManager={}", "m".repeat(129));
+        let q = Query::parse(Some(&long), "update").ok().unwrap();
+        assert_eq!(
+            q.write_options().unwrap_err().message(),
+            r#"UpdateOptions.meta.k8s.io "" is invalid: fieldManager: Too long: may not be more than 128 bytes"#
+        );
+        let q = Query::parse(Some("fieldManager=a%07b"), "create")
+            .ok()
+            .unwrap();
+        assert_eq!(
+            q.write_options().unwrap_err().message(),
+            r#"CreateOptions.meta.k8s.io "" is invalid: fieldManager: Invalid value: "a\u{7}b": invalid character U+0007 (at position 1)"#
+        );
+        let q = Query::parse(Some("fieldManager=kubectl-edit"), "create")
+            .ok()
+            .unwrap();
+        assert!(q.write_options().is_ok());
         let q = Query::parse(Some("dryRun=x"), "delete").ok().unwrap();
         assert_eq!(q.delete_options().unwrap_err().code(), 422);
     }
