@@ -163,8 +163,9 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
         ));
     }
     let updater = require(&call.resource.storage.updater, &call)?.clone();
-    let options = call.query.write_options()?;
+    // The media type is judged before the options, as kube-apiserver does.
     let patch_type = patch_type(content_type(&call))?;
+    let options = call.query.write_options()?;
     let body = read_body(&mut call).await?;
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
