@@ -1114,6 +1114,36 @@ async fn headers_yaml_errors_and_discovery_hashes() {
     .await;
     assert_eq!(reply.header("audit-id"), "given");
 
+    // Indented JSON for curl and browsers, or with ?pretty=true; compact for the rest.
+    let by_curl = send(
+        &client,
+        "GET",
+        FLUNDERS,
+        &[("user-agent", "curl/8.0")],
+        Vec::new(),
+    )
+    .await;
+    assert!(
+        by_curl.text().starts_with("{\n  \"apiVersion\": "),
+        "{}",
+        by_curl.text()
+    );
+    let asked = get(
+        &client,
+        &format!("{FLUNDERS}?pretty=true"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(asked.text(), by_curl.text());
+    assert!(!get(&client, FLUNDERS, "application/json")
+        .await
+        .text()
+        .contains('\n'));
+    assert_eq!(
+        asked.json(),
+        get(&client, FLUNDERS, "application/json").await.json()
+    );
+
     // An error asked for as YAML is YAML.
     let reply = get(&client, &format!("{FLUNDERS}/nope"), "application/yaml").await;
     assert_eq!(reply.code, StatusCode::NOT_FOUND);

@@ -1,5 +1,6 @@
 //! Filters: what every request passes before the router, outermost first — the headers of
-//! every response (`Audit-Id`, `Cache-Control`) and the encoding of errors, panic recovery,
+//! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
+//! people, panic recovery,
 //! request info, timeout (not for watches), authentication, authorization.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
@@ -10,6 +11,7 @@ pub mod authorization;
 pub mod error_encoding;
 pub mod headers;
 pub mod panic_recovery;
+pub mod pretty;
 pub mod request_info;
 pub mod timeout;
 
@@ -66,6 +68,7 @@ async fn chain(
 ) -> Response {
     let audit_id = headers::audit_id(&request);
     let yaml_errors = error_encoding::wants_yaml(&request);
+    let pretty = pretty::wanted(&request);
     let uri = request.uri().clone();
     let mut response = panic_recovery::recover(uri, async move {
         request_info::annotate(&mut request);
@@ -90,6 +93,9 @@ async fn chain(
     .await;
     if yaml_errors {
         response = error_encoding::as_yaml(response).await;
+    }
+    if pretty {
+        response = pretty::indent_response(response).await;
     }
     headers::finish(&mut response, audit_id);
     response
