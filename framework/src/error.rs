@@ -158,6 +158,12 @@ impl Error {
         Self::invalid_in(info.group, info.kind, name, errors)
     }
 
+    /// 422 `Invalid` of request options (`ListOptions`, `CreateOptions`, ...): the kind in
+    /// `meta.k8s.io`, no name, one cause per field error, as kube-apiserver's handlers answer.
+    pub fn invalid_options(kind: &str, errors: &[FieldError]) -> Self {
+        Self::invalid_in("meta.k8s.io", kind, "", errors)
+    }
+
     /// 422 `Invalid` for `{kind}.{group}` as kube's `NewInvalid` writes it: kube names a
     /// kind here, or a resource where it has none at hand (a missing resourceVersion), or
     /// `DeleteOptions.meta.k8s.io` for bad delete options.

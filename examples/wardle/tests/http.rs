@@ -166,7 +166,8 @@ async fn tables_metadata_yaml_and_not_acceptable(backend: Backend) {
     // A Table of one object: one row, cells in column order, the object as metadata only.
     let reply = get(&client, &one, TABLE).await;
     assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
-    assert!(reply.header("content-type").contains("as=Table"));
+    // kube-apiserver names only the encoding, not the `as=Table` asked for.
+    assert_eq!(reply.header("content-type"), "application/json");
     let table = reply.json();
     assert_columns(&table);
     let rows = table["rows"].as_array().unwrap();
@@ -196,16 +197,15 @@ async fn tables_metadata_yaml_and_not_acceptable(backend: Backend) {
         .await
         .json();
     for row in table["rows"].as_array().unwrap() {
-        assert!(row.get("object").is_none_or(Value::is_null), "{row}");
+        // Go encodes the row's empty RawExtension as null.
+        assert_eq!(row.get("object"), Some(&Value::Null), "{row}");
     }
     let bad = get(&client, &format!("{FLUNDERS}?includeObject=All"), TABLE).await;
     assert_status(&bad, 400, "BadRequest");
 
     // Metadata only.
     let reply = get(&client, &one, POM).await;
-    assert!(reply
-        .header("content-type")
-        .contains("as=PartialObjectMetadata"));
+    assert_eq!(reply.header("content-type"), "application/json");
     assert_partial_metadata(&reply.json(), "a");
     let list = get(&client, FLUNDERS, POM_LIST).await.json();
     assert_eq!(list["kind"], "PartialObjectMetadataList", "{list}");
@@ -329,11 +329,12 @@ async fn watch_as_table(backend: Backend) {
     // encoder).
     let path = format!("{FLUNDERS}?watch=1&timeoutSeconds=1");
     assert_status(&get(&client, &path, POM_LIST).await, 406, "NotAcceptable");
-    assert_status(
-        &get(&client, &path, "application/yaml").await,
-        406,
-        "NotAcceptable",
-    );
+    // kube-apiserver negotiates the error as any object: YAML asked for, a YAML Status.
+    let reply = get(&client, &path, "application/yaml").await;
+    assert_eq!(reply.code, StatusCode::NOT_ACCEPTABLE, "{}", reply.text());
+    assert_eq!(reply.header("content-type"), "application/yaml");
+    let status: Value = serde_yaml::from_slice(&reply.body).unwrap();
+    assert_eq!(status["reason"], "NotAcceptable", "{status}");
     server.stop().await;
 }
 
@@ -1057,5 +1058,426 @@ async fn bodies_that_do_not_fit_are_invalid(backend: Backend) {
         .unwrap()
         .items
         .is_empty());
+    server.stop().await;
+}
+
+// What kube-apiserver answers at the HTTP edge, beyond the verbs: body limit on both
+// protocols, bodies without Content-Type, version and help, the headers of every response,
+// errors in YAML, storageVersionHash, and how query parameters and bodies are judged. One
+// server (in memory): none of this depends on the backend.
+
+const BIG_BODY: usize = 4 * 1024 * 1024;
+
+/// TLS to `server` as its admin (client certificate), offering `alpn`.
+async fn admin_tls(
+    server: &TestServer,
+    dir: &std::path::Path,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let certs = dir.join("certs");
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(certs.join("serving-ca.crt")).unwrap() {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(certs.join("admin.crt"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_file(certs.join("admin.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+use std::sync::Arc;
+
+/// POSTs a 4 MiB flunder over a new connection (HTTP/2 or HTTP/1.1, by hyper) and returns
+/// the code and the body of the answer.
+async fn post_big(server: &TestServer, dir: &std::path::Path, http2: bool) -> (u16, Value) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let body = format!(
+        r#"{{"metadata":{{"name":"big"}},"spec":{{"reference":"{}"}}}}"#,
+        "x".repeat(BIG_BODY)
+    );
+    let request = http::Request::post(FLUNDERS)
+        .header("content-type", "application/json")
+        .header("host", "127.0.0.1")
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let alpn: &[u8] = if http2 { b"h2" } else { b"http/1.1" };
+    let io = TokioIo::new(admin_tls(server, dir, alpn).await);
+    let response = if http2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender.send_request(request).await
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        sender.send_request(request).await
+    };
+    let response = response.expect("an answer, not a reset");
+    let code = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (code, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// curl's answer (code, body) to a 4 MiB POST over `protocol` (`--http2` or `--http1.1`).
+fn curl_big(dir: &std::path::Path, server: &TestServer, protocol: &str) -> (String, String) {
+    let certs = dir.join("certs");
+    let out = std::process::Command::new("curl")
+        .args(["-sS", protocol, "-o", "-", "-w", "\n%{http_code}"])
+        .arg("--cacert")
+        .arg(certs.join("serving-ca.crt"))
+        .arg("--cert")
+        .arg(certs.join("admin.crt"))
+        .arg("--key")
+        .arg(certs.join("admin.key"))
+        .args(["-H", "content-type: application/json", "--data-binary"])
+        .arg(format!("@{}", dir.join("big.json").display()))
+        .arg(format!("https://{}{FLUNDERS}", server.addr))
+        .output()
+        .expect("curl runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "curl {protocol}: {stderr}");
+    let (body, code) = stdout.rsplit_once('\n').unwrap();
+    (code.to_string(), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn too_large_bodies_get_the_whole_413_on_both_protocols() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(Backend::Memory, dir.path()).await;
+    let assert_413 = |code: u16, status: &Value| {
+        assert_eq!(code, 413, "{status}");
+        assert_eq!(status["reason"], "RequestEntityTooLarge", "{status}");
+        assert_eq!(
+            status["message"], "Request entity too large: limit is 3145728",
+            "{status}"
+        );
+    };
+    for http2 in [true, false] {
+        for _ in 0..20 {
+            let (code, status) = post_big(&server, dir.path(), http2).await;
+            assert_413(code, &status);
+        }
+    }
+    // curl, which lost the answer to a stream error over HTTP/2 before.
+    let big = format!(
+        r#"{{"metadata":{{"name":"big"}},"spec":{{"reference":"{}"}}}}"#,
+        "x".repeat(BIG_BODY)
+    );
+    write(dir.path(), "big.json", &big);
+    for protocol in ["--http2", "--http1.1"] {
+        for _ in 0..20 {
+            let (code, body) = curl_big(dir.path(), &server, protocol);
+            let status: Value = serde_json::from_str(&body).unwrap();
+            assert_413(code.parse().unwrap(), &status);
+        }
+    }
+    let client = client(&server).await;
+    let api: Api<Flunder> = Api::namespaced(client, "default");
+    assert!(api.get_opt("big").await.unwrap().is_none());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bodies_without_content_type_version_and_help() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(Backend::Memory, dir.path()).await;
+    let client = client(&server).await;
+
+    // kubectl create --raw sends no Content-Type: read as JSON.
+    let file = write(
+        dir.path(),
+        "raw.json",
+        r#"{"apiVersion":"wardle.example.com/v1alpha1","kind":"Flunder","metadata":{"name":"raw"},"spec":{"reference":"r"}}"#,
+    );
+    let created: Value = serde_json::from_str(&ok(
+        server.kubectl(&["create", "--raw", FLUNDERS, "-f", &file])
+    ))
+    .unwrap();
+    assert_eq!(created["metadata"]["name"], "raw", "{created}");
+    let reply = send(
+        &client,
+        "POST",
+        FLUNDERS,
+        &[("content-type", "text/plain")],
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_status(&reply, 415, "UnsupportedMediaType");
+    assert_eq!(
+        reply.json()["message"],
+        "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"
+    );
+
+    // /version as Kubernetes': kubectl version sees no skew.
+    let out = server.kubectl(&["version"]);
+    assert!(out.success, "{out:?}");
+    assert!(out.stdout.contains("Server Version: v1.33.0"), "{out:?}");
+    assert!(!out.stderr.to_lowercase().contains("warning"), "{out:?}");
+
+    // --help describes the server first.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_wardle"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let description = "The sample-apiserver's wardle.example.com API, built with apiserver";
+    assert!(help.starts_with(&format!("{description}\n")), "{help}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn headers_yaml_errors_and_discovery_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(Backend::Memory, dir.path()).await;
+    let client = client(&server).await;
+    let anonymous = anonymous_client(&server).await;
+
+    // Audit-Id on every answer, a new one each time; Cache-Control on API answers.
+    let mut ids = Vec::new();
+    for (c, path, code) in [
+        (&client, FLUNDERS, 200),
+        (&client, "/healthz", 200),
+        (&client, "/version", 200),
+        (&client, &*format!("{FLUNDERS}/nope"), 404),
+        (&anonymous, FLUNDERS, 401),
+    ] {
+        let reply = get(c, path, "application/json").await;
+        assert_eq!(reply.code.as_u16(), code, "{path}: {}", reply.text());
+        let id = reply.header("audit-id");
+        assert_eq!(id.len(), 36, "{path}: {:?}", reply.headers);
+        ids.push(id.to_string());
+        assert_eq!(reply.header("cache-control"), "no-cache, private", "{path}");
+        assert_eq!(reply.header("x-content-type-options"), "nosniff", "{path}");
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5);
+    let reply = send(
+        &client,
+        "GET",
+        "/healthz",
+        &[("audit-id", "given")],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(reply.header("audit-id"), "given");
+
+    // Indented JSON for curl and browsers, or with ?pretty=true; compact for the rest.
+    let by_curl = send(
+        &client,
+        "GET",
+        FLUNDERS,
+        &[("user-agent", "curl/8.0")],
+        Vec::new(),
+    )
+    .await;
+    assert!(
+        by_curl.text().starts_with("{\n  \"apiVersion\": "),
+        "{}",
+        by_curl.text()
+    );
+    let asked = get(
+        &client,
+        &format!("{FLUNDERS}?pretty=true"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(asked.text(), by_curl.text());
+    assert!(!get(&client, FLUNDERS, "application/json")
+        .await
+        .text()
+        .contains('\n'));
+    assert_eq!(
+        asked.json(),
+        get(&client, FLUNDERS, "application/json").await.json()
+    );
+
+    // An error asked for as YAML is YAML.
+    let reply = get(&client, &format!("{FLUNDERS}/nope"), "application/yaml").await;
+    assert_eq!(reply.code, StatusCode::NOT_FOUND);
+    assert_eq!(reply.header("content-type"), "application/yaml");
+    let status: Value = serde_yaml::from_slice(&reply.body).unwrap();
+    assert_eq!(
+        (&status["kind"], &status["reason"]),
+        (&json!("Status"), &json!("NotFound"))
+    );
+
+    // storageVersionHash: base64 of sha256("wardle.example.com/v1alpha1/Flunder")[..8].
+    let list = get(
+        &client,
+        "/apis/wardle.example.com/v1alpha1",
+        "application/json",
+    )
+    .await
+    .json();
+    let hashes: Vec<(&str, Option<&str>)> = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["storageVersionHash"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hashes,
+        [
+            ("fischers", Some("YS5qRiSxzNM=")),
+            ("flunders", Some("UHqNx5H3K7A=")),
+            ("flunders/status", None),
+        ]
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parameters_and_bodies_are_judged_as_kube_apiserver() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(Backend::Memory, dir.path()).await;
+    let client = client(&server).await;
+    let json_body = [("content-type", "application/json")];
+
+    // Unknown parameters are ignored.
+    let reply = get(
+        &client,
+        &format!("{FLUNDERS}?bogus=1&limit=5"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    let body = br#"{"metadata":{"name":"p"},"spec":{"reference":"r"}}"#.to_vec();
+    let reply = send(
+        &client,
+        "POST",
+        &format!("{FLUNDERS}?bogus=1"),
+        &json_body,
+        body,
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::CREATED, "{}", reply.text());
+
+    // Flags decode as kube's: anything but 0, f or false is true; includeObject is read only
+    // for a Table.
+    let reply = get(
+        &client,
+        &format!("{FLUNDERS}?watch=yes&timeoutSeconds=1"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    let event: Value = serde_json::from_str(reply.text().lines().next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ADDED", "{event}");
+    let reply = get(
+        &client,
+        &format!("{FLUNDERS}/p?includeObject=All"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(reply.code, StatusCode::OK, "{}", reply.text());
+    let reply = get(&client, &format!("{FLUNDERS}/p?includeObject=All"), TABLE).await;
+    assert_status(&reply, 400, "BadRequest");
+    assert_eq!(
+        reply.json()["message"],
+        r#"unrecognized includeObject value: "All""#
+    );
+
+    // Duplicate fields: 400 with Strict, a warning with Warn, nothing with Ignore.
+    let dup = |name: &str| {
+        format!(r#"{{"metadata":{{"name":"{name}"}},"spec":{{"reference":"a","reference":"b"}}}}"#)
+            .into_bytes()
+    };
+    let path = format!("{FLUNDERS}?fieldValidation=Strict");
+    let reply = send(&client, "POST", &path, &json_body, dup("s")).await;
+    assert_status(&reply, 400, "BadRequest");
+    assert_eq!(
+        reply.json()["message"],
+        r#"Flunder in version "v1alpha1" cannot be handled as a Flunder: strict decoding error: duplicate field "spec.reference""#
+    );
+    let reply = send(&client, "POST", FLUNDERS, &json_body, dup("w")).await;
+    assert_eq!(reply.code, StatusCode::CREATED, "{}", reply.text());
+    assert_eq!(
+        reply.header("warning"),
+        r#"299 - "duplicate field \"spec.reference\"""#
+    );
+    assert_eq!(reply.json()["spec"]["reference"], "b", "the last one wins");
+    let path = format!("{FLUNDERS}?fieldValidation=Ignore");
+    let reply = send(&client, "POST", &path, &json_body, dup("i")).await;
+    assert_eq!(reply.code, StatusCode::CREATED, "{}", reply.text());
+    assert!(
+        reply.headers.get("warning").is_none(),
+        "{:?}",
+        reply.headers
+    );
+
+    // Bad options: 422 Invalid naming the options kind, with field causes.
+    let reply = get(
+        &client,
+        &format!("{FLUNDERS}?resourceVersionMatch=Exact"),
+        "application/json",
+    )
+    .await;
+    assert_status(&reply, 422, "Invalid");
+    let status = reply.json();
+    assert_eq!(
+        status["message"],
+        r#"ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"#
+    );
+    assert_eq!(status["details"]["kind"], "ListOptions");
+    assert_eq!(
+        status["details"]["causes"][0]["field"],
+        "resourceVersionMatch"
+    );
+    let path = format!("{FLUNDERS}?dryRun=Sometimes");
+    let reply = send(&client, "POST", &path, &json_body, dup("d")).await;
+    assert_status(&reply, 422, "Invalid");
+
+    let merge = [("content-type", "application/merge-patch+json")];
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{FLUNDERS}/p?force=true"),
+        &merge,
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_status(&reply, 422, "Invalid");
+    assert_eq!(reply.json()["details"]["kind"], "PatchOptions");
+
+    // PUT and PATCH on a collection: 405.
+    for (method, content_type) in [
+        ("PUT", "application/json"),
+        ("PATCH", "application/merge-patch+json"),
+    ] {
+        let reply = send(
+            &client,
+            method,
+            FLUNDERS,
+            &[("content-type", content_type)],
+            b"{}".to_vec(),
+        )
+        .await;
+        assert_status(&reply, 405, "MethodNotAllowed");
+    }
     server.stop().await;
 }

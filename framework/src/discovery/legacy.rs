@@ -70,6 +70,8 @@ fn resource_entries(resource: &ServedResource) -> Vec<APIResource> {
         verbs: sorted_verbs(&resource.verbs),
         short_names: non_empty(info.short_names),
         categories: non_empty(info.categories),
+        // A resource is stored in the version it is served in (one version per type).
+        storage_version_hash: Some(storage_version_hash(info.group, info.version, info.kind)),
         ..APIResource::default()
     };
     // Subresources report the parent's kind and, like kube's status storages, no singular name.
@@ -83,6 +85,22 @@ fn resource_entries(resource: &ServedResource) -> Vec<APIResource> {
     std::iter::once(main).chain(subresources).collect()
 }
 
+/// `storageVersionHash` of a resource stored as `group/version, Kind=kind`: base64 of the
+/// first 8 bytes of SHA-256 over `group/version/kind`, as kube-apiserver's
+/// `discovery.StorageVersionHash` (the storage-version migrator and garbage collector compare
+/// it across servers). Subresources carry none.
+pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let digest = sha2::Sha256::digest(format!("{group_version}/{kind}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+}
+
 /// Verbs sorted, as kube-apiserver lists them (it collects them in a set).
 pub(super) fn sorted_verbs(verbs: &[&str]) -> Vec<String> {
     let mut verbs: Vec<String> = verbs.iter().map(|v| v.to_string()).collect();
@@ -94,4 +112,20 @@ pub(super) fn sorted_verbs(verbs: &[&str]) -> Vec<String> {
 /// `None` for an empty list, so the field is omitted as Go's `omitempty` does.
 pub(super) fn non_empty(items: &[&str]) -> Option<Vec<String>> {
     (!items.is_empty()).then(|| items.iter().map(|s| s.to_string()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_version_hash_is_kubes() {
+        // What kube-apiserver serves for deployments in /apis/apps/v1.
+        assert_eq!(
+            storage_version_hash("apps", "v1", "Deployment"),
+            "8aSe+NMegvE="
+        );
+        // The core group's version is `v1` alone: sha256("v1/Pod").
+        assert_eq!(storage_version_hash("", "v1", "Pod"), "ysOUHjFAK4o=");
+    }
 }

@@ -74,9 +74,10 @@ async fn resource_list_has_resources_and_subresources() {
         body["resources"],
         json!([
             {"name": "fischers", "singularName": "fischer", "namespaced": false, "kind": "Fischer",
-             "verbs": all},
+             "verbs": all, "storageVersionHash": "YS5qRiSxzNM="},
             {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
-             "verbs": all, "shortNames": ["fl"], "categories": ["all"]},
+             "verbs": all, "shortNames": ["fl"], "categories": ["all"],
+             "storageVersionHash": "UHqNx5H3K7A="},
             {"name": "flunders/status", "singularName": "", "namespaced": true, "kind": "Flunder",
              "verbs": ["get", "patch", "update"]},
         ])

@@ -1,6 +1,8 @@
 //! HTTP and encoding: request info, query parameters, content negotiation, the resource
 //! handlers and tables. Handlers call `registry` storage; they never touch a backend.
 
+pub mod body;
+pub mod duplicates;
 pub mod handlers;
 pub mod installer;
 pub mod negotiation;

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::endpoints::duplicates::decode_noting_duplicates;
 use crate::error::{Error, Result};
 
 /// The wire encoding of a response.
@@ -44,25 +45,12 @@ impl Target {
         shape: Shape::Object,
     };
 
-    /// The `Content-Type` of a response in this target.
+    /// The `Content-Type` of a response in this target: the encoding's media type alone,
+    /// as kube-apiserver sends it for a `Table` or `PartialObjectMetadata` too.
     pub fn content_type(&self) -> &'static str {
-        match (self.encoding, self.shape) {
-            (Encoding::Json, Shape::Object) => "application/json",
-            (Encoding::Yaml, Shape::Object) => "application/yaml",
-            (Encoding::Json, Shape::Table) => "application/json;as=Table;v=v1;g=meta.k8s.io",
-            (Encoding::Yaml, Shape::Table) => "application/yaml;as=Table;v=v1;g=meta.k8s.io",
-            (Encoding::Json, Shape::PartialObjectMetadata) => {
-                "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
-            }
-            (Encoding::Yaml, Shape::PartialObjectMetadata) => {
-                "application/yaml;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
-            }
-            (Encoding::Json, Shape::PartialObjectMetadataList) => {
-                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-            }
-            (Encoding::Yaml, Shape::PartialObjectMetadataList) => {
-                "application/yaml;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-            }
+        match self.encoding {
+            Encoding::Json => "application/json",
+            Encoding::Yaml => "application/yaml",
         }
     }
 }
@@ -80,7 +68,9 @@ pub enum Endpoint {
     Plain,
 }
 
-const ACCEPTED: &str = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
+/// The media types this server encodes and decodes, as listed in 406 and 415 answers
+/// (kube-apiserver lists its serializers' types; this server has no protobuf).
+const ACCEPTED: &str = "application/json, application/yaml";
 
 struct MediaRange<'a> {
     essence: String,
@@ -176,17 +166,18 @@ pub enum BodyEncoding {
     Yaml,
 }
 
-/// Reads `Content-Type` of a create or update body.
+/// Reads `Content-Type` of a create or update body. A body without one is JSON, as
+/// kube-apiserver reads it (its first serializer), which is what `kubectl create --raw` sends.
 pub fn body_encoding(content_type: Option<&str>) -> Result<BodyEncoding> {
+    let Some(content_type) = content_type.filter(|c| !c.trim().is_empty()) else {
+        return Ok(BodyEncoding::Json);
+    };
     let essence = content_type
-        .map(|c| {
-            c.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
     match essence.as_str() {
         "application/json" => Ok(BodyEncoding::Json),
         "application/yaml" => Ok(BodyEncoding::Yaml),
@@ -198,16 +189,28 @@ pub fn body_encoding(content_type: Option<&str>) -> Result<BodyEncoding> {
 
 /// Decodes a body into JSON. Malformed input is a 400 that says where it broke.
 pub fn decode_body(bytes: &[u8], encoding: BodyEncoding) -> Result<Value> {
-    let value: Value = match encoding {
-        BodyEncoding::Json => serde_json::from_slice(bytes)
-            .map_err(|e| Error::bad_request(format!("json: cannot unmarshal request body: {e}")))?,
-        BodyEncoding::Yaml => serde_yaml::from_slice(bytes)
+    decode_object(bytes, encoding).map(|(value, _)| value)
+}
+
+/// Decodes a body into a JSON object, with the paths of fields given more than once (the
+/// last value is kept, as Go's decoder keeps it; see [`crate::endpoints::duplicates`]).
+pub fn decode_object(bytes: &[u8], encoding: BodyEncoding) -> Result<(Value, Vec<String>)> {
+    let (value, duplicates) = match encoding {
+        BodyEncoding::Json => {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            decode_noting_duplicates(&mut de)
+                .and_then(|decoded| de.end().map(|()| decoded))
+                .map_err(|e| {
+                    Error::bad_request(format!("json: cannot unmarshal request body: {e}"))
+                })?
+        }
+        BodyEncoding::Yaml => decode_noting_duplicates(serde_yaml::Deserializer::from_slice(bytes))
             .map_err(|e| Error::bad_request(format!("yaml: cannot unmarshal request body: {e}")))?,
     };
     if !value.is_object() {
         return Err(Error::bad_request("the request body must be an object"));
     }
-    Ok(value)
+    Ok((value, duplicates))
 }
 
 #[cfg(test)]
@@ -280,6 +283,14 @@ mod tests {
         assert_eq!(
             body_encoding(Some("application/json; charset=utf-8")).unwrap(),
             BodyEncoding::Json
+        );
+        // No Content-Type is JSON; a 415 lists only what is really accepted.
+        assert_eq!(body_encoding(None).unwrap(), BodyEncoding::Json);
+        assert_eq!(body_encoding(Some("")).unwrap(), BodyEncoding::Json);
+        let e = body_encoding(Some("text/plain")).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"
         );
     }
 

@@ -1,83 +1,67 @@
 //! Query parameters of resource requests, decoded into the options of `registry`.
-//! A parameter no verb knows is refused with 400, and so is a known one with a bad value.
+//! As in kube-apiserver, a parameter nobody reads is ignored; a known one with a value that
+//! does not decode is 400 `BadRequest`, and options that decode but break a rule (an
+//! unsupported `dryRun`, `resourceVersionMatch` without `resourceVersion`, ...) are 422
+//! `Invalid` naming the options kind (`ListOptions.meta.k8s.io "" is invalid: ...`).
 
 use std::collections::HashMap;
 
+use crate::endpoints::negotiation::Shape;
 use crate::error::{Error, Result};
 use crate::registry::options::{
     DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch, WriteOptions,
 };
 use crate::registry::selector::{FieldSelector, LabelSelector};
+use crate::runtime::FieldError;
 
-/// The decoded query string, with the names each verb accepts.
+/// The decoded query string of one request.
 pub struct Query {
     values: HashMap<String, String>,
+    verb: String,
 }
 
-/// Parameters every verb accepts.
-const COMMON: &[&str] = &["pretty", "timeout"];
-const GET: &[&str] = &["resourceVersion", "includeObject", "export", "exact"];
-const LIST: &[&str] = &[
-    "labelSelector",
-    "fieldSelector",
-    "limit",
-    "continue",
-    "resourceVersion",
-    "resourceVersionMatch",
-    "timeoutSeconds",
-    "allowWatchBookmarks",
-    "watch",
-    "sendInitialEvents",
-    "includeObject",
-];
-const WRITE: &[&str] = &["dryRun", "fieldManager", "fieldValidation"];
-const PATCH: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "force"];
-const DELETE: &[&str] = &[
-    "dryRun",
-    "gracePeriodSeconds",
-    "propagationPolicy",
-    "orphanDependents",
-    "ignoreStoreReadErrorWithClusterBreakingPotential",
-];
-
 impl Query {
-    /// Decodes `query` (percent-encoded) for `verb`, refusing unknown parameters.
+    /// Decodes `query` (percent-encoded) of a request for `verb`. Of a repeated parameter the
+    /// first value counts, as Go's `url.Values.Get`.
     pub fn parse(query: Option<&str>, verb: &str) -> Result<Query> {
-        let allowed: Vec<&[&str]> = match verb {
-            "get" => vec![GET],
-            "list" | "watch" => vec![LIST],
-            "create" | "update" => vec![WRITE],
-            "patch" => vec![PATCH],
-            "delete" => vec![DELETE],
-            "deletecollection" => vec![DELETE, LIST],
-            _ => vec![],
-        };
         let mut values = HashMap::new();
         for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-            let known =
-                COMMON.contains(&k.as_ref()) || allowed.iter().any(|a| a.contains(&k.as_ref()));
-            if !known {
-                return Err(Error::bad_request(format!(
-                    "unknown query parameter {k:?} for {verb}"
-                )));
-            }
-            values.insert(k.into_owned(), v.into_owned());
+            values
+                .entry(k.into_owned())
+                .or_insert_with(|| v.into_owned());
         }
-        Ok(Query { values })
+        Ok(Query {
+            values,
+            verb: verb.to_string(),
+        })
+    }
+
+    /// The `meta.k8s.io` kind of this verb's options, named in its 422 answers.
+    fn options_kind(&self) -> &'static str {
+        match self.verb.as_str() {
+            "create" => "CreateOptions",
+            "update" => "UpdateOptions",
+            "patch" => "PatchOptions",
+            "delete" | "deletecollection" => "DeleteOptions",
+            "get" => "GetOptions",
+            _ => "ListOptions",
+        }
+    }
+
+    fn invalid(&self, kind: &str, errors: Vec<FieldError>) -> Result<()> {
+        if errors.is_empty() {
+            return Ok(());
+        }
+        Err(Error::invalid_options(kind, &errors))
     }
 
     fn get(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
     }
 
+    /// A flag parameter (see [`flag`]); absent is false.
     fn bool(&self, name: &str) -> Result<bool> {
-        match self.get(name) {
-            None | Some("" | "false" | "0") => Ok(false),
-            Some("true" | "1") => Ok(true),
-            Some(v) => Err(Error::bad_request(format!(
-                "invalid value {v:?} for {name}: must be true or false"
-            ))),
-        }
+        Ok(self.get(name).is_some_and(flag))
     }
 
     fn number<N: std::str::FromStr>(&self, name: &str) -> Result<Option<N>> {
@@ -96,14 +80,16 @@ impl Query {
         self.bool("watch")
     }
 
-    /// `includeObject` of a Table request: `None`, `Metadata` (default) or `Object`.
-    pub fn include_object(&self) -> Result<IncludeObject> {
+    /// `includeObject` of a `Table` answer: `None`, `Metadata` (default) or `Object`. Only a
+    /// `Table` reads it, so only a `Table` answer fails on a value it does not know.
+    pub fn include_object(&self, shape: Shape) -> Result<IncludeObject> {
         match self.get("includeObject") {
+            _ if shape != Shape::Table => Ok(IncludeObject::Metadata),
             None | Some("" | "Metadata") => Ok(IncludeObject::Metadata),
             Some("None") => Ok(IncludeObject::None),
             Some("Object") => Ok(IncludeObject::Object),
             Some(v) => Err(Error::bad_request(format!(
-                "includeObject: Unsupported value: {v:?}: supported values: \"Metadata\", \"None\", \"Object\""
+                "unrecognized includeObject value: {v:?}"
             ))),
         }
     }
@@ -130,19 +116,15 @@ impl Query {
             None => None,
         };
         let limit: i64 = self.number("limit")?.unwrap_or(0);
-        let resource_version_match = match self.get("resourceVersionMatch") {
-            None | Some("") => ResourceVersionMatch::Unset,
-            Some("NotOlderThan") => ResourceVersionMatch::NotOlderThan,
-            Some("Exact") => ResourceVersionMatch::Exact,
-            Some(v) => {
-                return Err(Error::bad_request(format!(
-                    "resourceVersionMatch: Unsupported value: {v:?}: supported values: \"Exact\", \"NotOlderThan\""
-                )))
-            }
-        };
         let send_initial_events = match self.get("sendInitialEvents") {
             None => None,
             Some(_) => Some(self.bool("sendInitialEvents")?),
+        };
+        self.invalid("ListOptions", self.list_option_errors(send_initial_events)?)?;
+        let resource_version_match = match self.get("resourceVersionMatch") {
+            Some("NotOlderThan") => ResourceVersionMatch::NotOlderThan,
+            Some("Exact") => ResourceVersionMatch::Exact,
+            _ => ResourceVersionMatch::Unset,
         };
         Ok(ListOptions {
             label_selector,
@@ -160,30 +142,117 @@ impl Query {
         })
     }
 
-    fn dry_run(&self) -> Result<bool> {
+    /// kube-apiserver's `ValidateListOptions` (with the WatchList feature on).
+    fn list_option_errors(&self, send_initial_events: Option<bool>) -> Result<Vec<FieldError>> {
+        const FIELD: &str = "resourceVersionMatch";
+        let matching = self.get(FIELD).unwrap_or_default();
+        let resource_version = self.get("resourceVersion").unwrap_or_default();
+        let continuing = !self.get("continue").unwrap_or_default().is_empty();
+        let mut errors = Vec::new();
+        if self.is_watch()? {
+            if send_initial_events.is_some() && matching != "NotOlderThan" {
+                errors.push(FieldError::forbidden(
+                    FIELD,
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !matching.is_empty() {
+                if send_initial_events.is_none() {
+                    errors.push(FieldError::forbidden(FIELD, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+                }
+                if matching != "NotOlderThan" {
+                    errors.push(FieldError::not_supported(
+                        FIELD,
+                        matching,
+                        &["NotOlderThan"],
+                    ));
+                }
+                if continuing {
+                    errors.push(FieldError::forbidden(
+                        FIELD,
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+            }
+            return Ok(errors);
+        }
+        if !matching.is_empty() {
+            if resource_version.is_empty() {
+                errors.push(FieldError::forbidden(
+                    FIELD,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if continuing {
+                errors.push(FieldError::forbidden(
+                    FIELD,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if matching != "Exact" && matching != "NotOlderThan" {
+                errors.push(FieldError::not_supported(
+                    FIELD,
+                    matching,
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if matching == "Exact" && resource_version == "0" {
+                errors.push(FieldError::forbidden(
+                    FIELD,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if send_initial_events.is_some() {
+            errors.push(FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+        Ok(errors)
+    }
+
+    /// `dryRun`, checked as kube-apiserver's `ValidateDryRun`: only `All`.
+    fn dry_run(&self, errors: &mut Vec<FieldError>) -> bool {
         match self.get("dryRun") {
-            None | Some("") => Ok(false),
-            Some("All") => Ok(true),
-            Some(v) => Err(Error::bad_request(format!(
-                "dryRun: Unsupported value: {v:?}: supported values: \"All\""
-            ))),
+            None => false,
+            Some("All") => true,
+            Some(v) => {
+                errors.push(FieldError::not_supported("dryRun", GoStrings(v), &["All"]));
+                false
+            }
         }
     }
 
-    /// Options of create, update and patch.
+    /// Options of create, update and patch (422 `Invalid` as `ValidateCreateOptions` & co.).
     pub fn write_options(&self) -> Result<WriteOptions> {
+        let mut errors = Vec::new();
         let field_validation = match self.get("fieldValidation") {
             None | Some("") | Some("Warn") => FieldValidation::Warn,
             Some("Ignore") => FieldValidation::Ignore,
             Some("Strict") => FieldValidation::Strict,
             Some(v) => {
-                return Err(Error::bad_request(format!(
-                    "fieldValidation: Unsupported value: {v:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
-                )))
+                errors.push(FieldError::not_supported(
+                    "fieldValidation",
+                    v,
+                    &["", "Ignore", "Strict", "Warn"],
+                ));
+                FieldValidation::Warn
             }
         };
+        let dry_run = self.dry_run(&mut errors);
+        let field_manager = self.get("fieldManager").unwrap_or_default();
+        errors.extend(field_manager_errors(field_manager));
+        if self.verb == "patch" && self.get("force").is_some() {
+            // Only server-side apply takes `force`, and this server has none.
+            errors.push(FieldError::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            ));
+        }
+        self.invalid(self.options_kind(), errors)?;
         Ok(WriteOptions {
-            dry_run: self.dry_run()?,
+            dry_run,
             field_manager: self.get("fieldManager").map(str::to_string),
             field_validation,
             precondition_uid: None,
@@ -192,8 +261,11 @@ impl Query {
 
     /// `DeleteOptions` from the query; a body, when sent, is merged in by the handler.
     pub fn delete_options(&self) -> Result<DeleteOptions> {
+        let mut errors = Vec::new();
+        let dry_run = self.dry_run(&mut errors);
+        self.invalid("DeleteOptions", errors)?;
         Ok(DeleteOptions {
-            dry_run: self.dry_run()?,
+            dry_run,
             grace_period_seconds: self.number("gracePeriodSeconds")?,
             propagation_policy: self.get("propagationPolicy").map(str::to_string),
             orphan_dependents: match self.get("orphanDependents") {
@@ -202,6 +274,37 @@ impl Query {
             },
             ..DeleteOptions::default()
         })
+    }
+}
+
+/// kube-apiserver's `ValidateFieldManager`: at most 128 bytes, every character printable.
+fn field_manager_errors(manager: &str) -> Vec<FieldError> {
+    const FIELD: &str = "fieldManager";
+    let mut errors = Vec::new();
+    if manager.len() > 128 {
+        errors.push(FieldError::too_long(FIELD, 128));
+    }
+    for (i, c) in manager.char_indices() {
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            let detail = format!("invalid character U+{:04X} (at position {i})", c as u32);
+            errors.push(FieldError::invalid(FIELD, manager, &detail));
+        }
+    }
+    errors
+}
+
+/// A flag's value as kube-apiserver decodes it: false only for `0`, `f` and `false` (any
+/// case); any other value, even an empty one (`?watch`), is true, never an error.
+pub(crate) fn flag(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("f") || value.eq_ignore_ascii_case("false"))
+}
+
+/// A query value as Go prints the `[]string` it decodes to: `[]string{"x"}`.
+struct GoStrings<'a>(&'a str);
+
+impl std::fmt::Debug for GoStrings<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[]string{{{:?}}}", self.0)
     }
 }
 
@@ -221,19 +324,97 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unknown_and_bad_parameters_are_refused() {
-        assert_eq!(
-            Query::parse(Some("bogus=1"), "get").err().unwrap().code(),
-            400
-        );
-        assert_eq!(
-            Query::parse(Some("limit=1"), "get").err().unwrap().code(),
-            400
-        );
-        let q = Query::parse(Some("limit=abc"), "list").ok().unwrap();
+    fn unknown_parameters_are_ignored_and_bad_values_refused() {
+        let q = Query::parse(Some("bogus=1&limit=abc"), "get").ok().unwrap();
+        assert!(q.get_options().is_ok(), "limit is no parameter of get");
+        let q = Query::parse(Some("limit=abc&bogus=1"), "list")
+            .ok()
+            .unwrap();
         assert_eq!(q.list_options().unwrap_err().code(), 400);
+        let q = Query::parse(Some("limit=2&limit=abc"), "list")
+            .ok()
+            .unwrap();
+        assert_eq!(q.list_options().unwrap().limit, 2, "the first value counts");
+    }
+
+    #[test]
+    fn invalid_options_are_422_naming_their_kind() {
         let q = Query::parse(Some("dryRun=Some"), "create").ok().unwrap();
-        assert_eq!(q.write_options().unwrap_err().code(), 400);
+        let e = q.write_options().unwrap_err();
+        assert_eq!((e.code(), e.reason()), (422, "Invalid"));
+        assert_eq!(
+            e.message(),
+            r#"CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Some"}: supported values: "All""#
+        );
+        let q = Query::parse(Some("fieldValidation=Loud"), "patch")
+            .ok()
+            .unwrap();
+        let e = q.write_options().unwrap_err();
+        assert!(e.message().starts_with("PatchOptions.meta.k8s.io"), "{e}");
+        let q = Query::parse(Some("force=false"), "patch").ok().unwrap();
+        assert_eq!(
+            q.write_options().unwrap_err().message(),
+            r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#
+        );
+        let long = format!("fieldManager={}", "m".repeat(129));
+        let q = Query::parse(Some(&long), "update").ok().unwrap();
+        assert_eq!(
+            q.write_options().unwrap_err().message(),
+            r#"UpdateOptions.meta.k8s.io "" is invalid: fieldManager: Too long: may not be more than 128 bytes"#
+        );
+        let q = Query::parse(Some("fieldManager=a%07b"), "create")
+            .ok()
+            .unwrap();
+        assert_eq!(
+            q.write_options().unwrap_err().message(),
+            r#"CreateOptions.meta.k8s.io "" is invalid: fieldManager: Invalid value: "a\u{7}b": invalid character U+0007 (at position 1)"#
+        );
+        let q = Query::parse(Some("fieldManager=kubectl-edit"), "create")
+            .ok()
+            .unwrap();
+        assert!(q.write_options().is_ok());
+        let q = Query::parse(Some("dryRun=x"), "delete").ok().unwrap();
+        assert_eq!(q.delete_options().unwrap_err().code(), 422);
+    }
+
+    #[test]
+    fn list_options_follow_validate_list_options() {
+        let cases = [
+            ("resourceVersionMatch=Exact", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"),
+            ("resourceVersionMatch=Exact&resourceVersion=0", "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""),
+            ("resourceVersionMatch=Newest&resourceVersion=5", "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\""),
+            ("sendInitialEvents=true", "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"),
+            ("watch=1&resourceVersionMatch=NotOlderThan", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"),
+            ("watch=1&sendInitialEvents=true", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+        ];
+        for (query, message) in cases {
+            let q = Query::parse(Some(query), "list").ok().unwrap();
+            let e = q.list_options().unwrap_err();
+            assert_eq!((e.code(), e.reason()), (422, "Invalid"), "{query}");
+            assert_eq!(
+                e.message(),
+                format!("ListOptions.meta.k8s.io \"\" is invalid: {message}"),
+                "{query}"
+            );
+            let details = e.status().details.as_ref().unwrap();
+            assert_eq!(
+                (details.group.as_str(), details.kind.as_str()),
+                ("meta.k8s.io", "ListOptions")
+            );
+            assert_eq!(details.causes[0].field, message.split(':').next().unwrap());
+        }
+        let ok = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
+        assert!(Query::parse(Some(ok), "watch")
+            .ok()
+            .unwrap()
+            .list_options()
+            .is_ok());
+        let ok = "resourceVersionMatch=NotOlderThan&resourceVersion=0";
+        assert!(Query::parse(Some(ok), "list")
+            .ok()
+            .unwrap()
+            .list_options()
+            .is_ok());
     }
 
     #[test]

@@ -63,11 +63,14 @@ impl RequestInfo {
     }
 }
 
+/// Whether the first `watch` parameter is set, decoded as kube-apiserver decodes flags.
 fn is_watch(query: Option<&str>) -> bool {
-    query
-        .unwrap_or_default()
-        .split('&')
-        .any(|kv| matches!(kv, "watch=true" | "watch=1"))
+    let Some(query) = query.filter(|q| q.contains("watch")) else {
+        return false;
+    };
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "watch")
+        .is_some_and(|(_, v)| crate::endpoints::params::flag(&v))
 }
 
 fn resource_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
@@ -116,6 +119,15 @@ mod tests {
             Some("watch=true&labelSelector=a"),
         );
         assert_eq!(w.verb, "watch");
+        for (query, verb) in [
+            ("watch", "watch"),
+            ("watch=True", "watch"),
+            ("watch=false", "list"),
+            ("watch=0&watch=1", "list"),
+        ] {
+            let info = parse(Method::GET, "/apis/g/v/fischers", Some(query));
+            assert_eq!(info.verb, verb, "{query}");
+        }
         assert_eq!(
             parse(Method::DELETE, "/apis/g/v/namespaces/ns/flunders", None).verb,
             "deletecollection"

@@ -77,7 +77,8 @@ impl TableConvertor {
         let cells: Vec<Value> = self.columns.iter().map(|c| cell(c, object)).collect();
         let mut row = json!({"cells": cells});
         match include {
-            IncludeObject::None => {}
+            // kube-apiserver's row has an empty RawExtension, which encodes as null.
+            IncludeObject::None => row["object"] = Value::Null,
             IncludeObject::Metadata => row["object"] = partial_object_metadata(object),
             IncludeObject::Object => row["object"] = object.clone(),
         }
@@ -146,6 +147,7 @@ mod tests {
             IncludeObject::None,
         );
         assert_eq!(table["rows"][0]["cells"][1], Value::Null);
-        assert!(table["rows"][0].get("object").is_none());
+        assert_eq!(table["rows"][0]["object"], Value::Null);
+        assert!(table["rows"][0].as_object().unwrap().contains_key("object"));
     }
 }

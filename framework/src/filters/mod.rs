@@ -1,4 +1,6 @@
-//! Filters: what every request passes before the router, outermost first — panic recovery,
+//! Filters: what every request passes before the router, outermost first — the headers of
+//! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
+//! people, panic recovery,
 //! request info, timeout (not for watches), authentication, authorization.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
@@ -6,7 +8,10 @@
 
 pub mod authentication;
 pub mod authorization;
+pub mod error_encoding;
+pub mod headers;
 pub mod panic_recovery;
+pub mod pretty;
 pub mod request_info;
 pub mod timeout;
 
@@ -61,8 +66,11 @@ async fn chain(
     mut request: Request,
     next: Next,
 ) -> Response {
+    let audit_id = headers::audit_id(&request);
+    let yaml_errors = error_encoding::wants_yaml(&request);
+    let pretty = pretty::wanted(&request);
     let uri = request.uri().clone();
-    panic_recovery::recover(uri, async move {
+    let mut response = panic_recovery::recover(uri, async move {
         request_info::annotate(&mut request);
         let long_running = timeout::is_long_running(&request);
         let limit = config.request_timeout;
@@ -82,7 +90,15 @@ async fn chain(
             timeout::bound(limit, admitted).await
         }
     })
-    .await
+    .await;
+    if yaml_errors {
+        response = error_encoding::as_yaml(response).await;
+    }
+    if pretty {
+        response = pretty::indent_response(response).await;
+    }
+    headers::finish(&mut response, audit_id);
+    response
 }
 
 #[cfg(test)]
@@ -194,5 +210,70 @@ mod tests {
             call(router(false), watch, Some("alice")).await.0,
             StatusCode::OK
         );
+    }
+
+    async fn respond(router: Router, request: http::request::Builder) -> Response {
+        router
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_response_has_an_audit_id_and_cache_control() {
+        let paths = [
+            ("/apis/g/v1/things", Some("alice"), StatusCode::OK),
+            ("/apis/g/v1/things", None, StatusCode::UNAUTHORIZED),
+            ("/healthz", None, StatusCode::OK),
+            ("/panic", Some("alice"), StatusCode::INTERNAL_SERVER_ERROR),
+        ];
+        let mut ids = Vec::new();
+        for (path, user, code) in paths {
+            let mut request = Request::get(path);
+            if let Some(user) = user {
+                request = request.header("x-user", user);
+            }
+            let response = respond(router(false), request).await;
+            assert_eq!(response.status(), code, "{path}");
+            let headers = response.headers();
+            assert_eq!(headers["cache-control"], "no-cache, private", "{path}");
+            assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+            let id = headers["audit-id"].to_str().unwrap().to_string();
+            assert!(uuid::Uuid::parse_str(&id).is_ok(), "{path}: {id}");
+            ids.push(id);
+        }
+        ids.dedup();
+        assert_eq!(ids.len(), paths.len(), "a new ID per request");
+        // The caller's own ID is echoed.
+        let request = Request::get("/healthz").header("Audit-ID", "mine");
+        let response = respond(router(false), request).await;
+        assert_eq!(response.headers()["audit-id"], "mine");
+    }
+
+    #[tokio::test]
+    async fn errors_come_in_the_encoding_asked_for() {
+        let request = Request::get("/apis/g/v1/things").header("accept", "application/yaml");
+        let response = respond(router(false), request).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()["content-type"], "application/yaml");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let status: serde_json::Value = serde_yaml::from_slice(&body).unwrap();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["code"], 401);
+        // JSON, or an Accept only satisfiable with a Table, keeps JSON.
+        for accept in [
+            "application/json",
+            "application/yaml;as=Table;v=v1;g=meta.k8s.io",
+        ] {
+            let request = Request::get("/apis/g/v1/things").header("accept", accept);
+            let response = respond(router(false), request).await;
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/json",
+                "{accept}"
+            );
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::response::IntoResponse;
 use axum::Router;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::admission::Admission;
@@ -33,6 +33,7 @@ use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MA
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
 use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
 use crate::server::tls;
+use crate::server::version::VersionInfo;
 use crate::storage::{Backend, MemoryBackend, SqliteBackend};
 use crate::tls::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 
@@ -190,11 +191,11 @@ impl ApiGroup {
     }
 }
 
+/// What `--help` says a server is when its builder names nothing else.
+pub const DEFAULT_ABOUT: &str = "A Kubernetes extension API server, built with apiserver";
+
 #[derive(Parser)]
-#[command(
-    about = "A Kubernetes extension API server",
-    args_conflicts_with_subcommands = true
-)]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -234,6 +235,7 @@ pub struct ApiServer {
     backend: Option<Arc<dyn Backend>>,
     openapi: OpenApiInfo,
     malloc_arena_max: Option<u32>,
+    version: VersionInfo,
 }
 
 /// A started server.
@@ -289,12 +291,22 @@ impl RunningServer {
 }
 
 impl ApiServer {
-    /// A server with options from the command line.
+    /// A server with options from the command line; `--help` starts with [`DEFAULT_ABOUT`]
+    /// (see [`from_args_about`](Self::from_args_about) to describe your own server).
     ///
     /// Besides the server's flags this understands the `manifests` subcommand
     /// ([`Command`]); [`run`](Self::run) then prints the manifests instead of serving.
     pub fn from_args() -> Self {
-        let cli = Cli::parse();
+        Self::from_args_about(DEFAULT_ABOUT)
+    }
+
+    /// [`from_args`](Self::from_args) with `about` as the first paragraph of `--help`, e.g.
+    /// your crate's description: `ApiServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))`.
+    pub fn from_args_about(about: &str) -> Self {
+        Self::from_cli(parse_cli(about, std::env::args_os()))
+    }
+
+    fn from_cli(cli: Cli) -> Self {
         let mut server = Self::new(cli.options).aggregator_options(cli.aggregator);
         server.command = cli.command;
         server
@@ -310,6 +322,7 @@ impl ApiServer {
             backend: None,
             openapi: OpenApiInfo::default(),
             malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
+            version: VersionInfo::default(),
         }
     }
 
@@ -357,6 +370,13 @@ impl ApiServer {
             .iter()
             .flat_map(ApiGroup::apiservice_versions)
             .collect()
+    }
+
+    /// What `/version` answers (`kubectl version` prints it); by default the Kubernetes
+    /// release the framework follows ([`VersionInfo::default`]).
+    pub fn version_info(mut self, version: VersionInfo) -> Self {
+        self.version = version;
+        self
     }
 
     /// Uses this backend instead of the one the options name.
@@ -481,13 +501,8 @@ impl ApiServer {
         if let Some(handle) = wiring.handle.clone() {
             follow_serving_certificate(&serving, handle, self_signed_ca, shutdown.clone());
         }
-        let health = health_state(
-            &options,
-            backend.clone(),
-            shutdown.clone(),
-            wiring.readyz.clone(),
-        );
-        let router = build_router(&groups, health, &options, &self.openapi, auth, admission);
+        let health = self.health_state(backend.clone(), shutdown.clone(), wiring.readyz.clone());
+        let router = self.build_router(&groups, health, auth, admission);
         if options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
                 backend.clone(),
@@ -525,6 +540,68 @@ impl ApiServer {
             aggregator: wiring.handle.clone(),
         })
     }
+
+    /// Health, discovery, OpenAPI and the resources, behind the filters.
+    fn build_router(
+        &self,
+        groups: &[APIGroupInfo],
+        health: HealthState,
+        auth: AuthSetup,
+        admission: Admission,
+    ) -> Router {
+        let state = Arc::new(ApiState {
+            resources: InstalledResources::new(groups),
+            max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
+            shutdown: health.shutdown.clone(),
+            admission,
+        });
+        let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
+        let router = Router::new()
+            .merge(health::router(health))
+            .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
+            .merge(OpenApiDocuments::build(&served, &self.openapi).router())
+            .merge(endpoints::resource_router(state))
+            .fallback(|| async { Error::path_not_found().into_response() });
+        let config = FilterConfig {
+            authenticator: auth.authenticator,
+            authorizer: auth.authorizer,
+            always_allow_paths: auth.always_allow_paths,
+            anonymous: auth.anonymous,
+            request_timeout: Duration::from_secs(self.options.request_timeout_seconds),
+        };
+        filters::apply(router, config)
+    }
+
+    /// What `/healthz`, `/livez`, `/readyz` and `/version` answer from.
+    fn health_state(
+        &self,
+        backend: Arc<dyn Backend>,
+        shutdown: ShutdownSignal,
+        readyz: Vec<Arc<dyn ReadyzCheck>>,
+    ) -> HealthState {
+        let storage_check = match self.options.storage_backend {
+            StorageBackendKind::Etcd3 => "etcd",
+            _ => "storage",
+        };
+        HealthState {
+            backend,
+            storage_check,
+            shutdown,
+            readyz,
+            version: Arc::new(self.version.clone()),
+        }
+    }
+}
+
+/// Parses `args` with `about` as the description. Set after clap's derive has run: a
+/// flattened option group's doc comment would otherwise stand as the server's description.
+fn parse_cli(about: &str, args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
+    let matches = cli_command(about).get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn cli_command(about: &str) -> clap::Command {
+    Cli::command().about(about.to_string()).long_about(None)
 }
 
 async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
@@ -583,56 +660,6 @@ async fn open_etcd3(_options: &ServerOptions) -> Result<Arc<dyn Backend>, Server
     Err(crate::storage::StorageError::Unavailable(message.into()).into())
 }
 
-/// What `/healthz`, `/livez` and `/readyz` check: the storage, shutdown, and `readyz`.
-fn health_state(
-    options: &ServerOptions,
-    backend: Arc<dyn Backend>,
-    shutdown: ShutdownSignal,
-    readyz: Vec<Arc<dyn ReadyzCheck>>,
-) -> HealthState {
-    let storage_check = match options.storage_backend {
-        StorageBackendKind::Etcd3 => "etcd",
-        _ => "storage",
-    };
-    HealthState {
-        backend,
-        storage_check,
-        shutdown,
-        readyz,
-    }
-}
-
-fn build_router(
-    groups: &[APIGroupInfo],
-    health: HealthState,
-    options: &ServerOptions,
-    openapi: &OpenApiInfo,
-    auth: AuthSetup,
-    admission: Admission,
-) -> Router {
-    let state = Arc::new(ApiState {
-        resources: InstalledResources::new(groups),
-        max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
-        shutdown: health.shutdown.clone(),
-        admission,
-    });
-    let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
-    let router = Router::new()
-        .merge(health::router(health))
-        .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
-        .merge(OpenApiDocuments::build(&served, openapi).router())
-        .merge(endpoints::resource_router(state))
-        .fallback(|| async { Error::path_not_found().into_response() });
-    let config = FilterConfig {
-        authenticator: auth.authenticator,
-        authorizer: auth.authorizer,
-        always_allow_paths: auth.always_allow_paths,
-        anonymous: auth.anonymous,
-        request_timeout: Duration::from_secs(options.request_timeout_seconds),
-    };
-    filters::apply(router, config)
-}
-
 /// Re-registers the APIServices (new caBundle) and re-runs the deployment checks whenever the
 /// serving certificate is replaced, until shutdown.
 fn follow_serving_certificate(
@@ -661,4 +688,24 @@ fn follow_serving_certificate(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_starts_with_what_the_server_is() {
+        for help in [
+            cli_command("The wardle server").render_help(),
+            cli_command("The wardle server").render_long_help(),
+        ] {
+            let help = help.to_string();
+            assert!(help.starts_with("The wardle server\n"), "{help}");
+            assert!(!help.contains("How the server finds"), "{help}");
+            assert!(help.contains("--kubeconfig"), "{help}");
+        }
+        let default = cli_command(DEFAULT_ABOUT).render_long_help().to_string();
+        assert!(default.starts_with(DEFAULT_ABOUT), "{default}");
+    }
 }

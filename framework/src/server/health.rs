@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
-use serde_json::json;
 
 pub use crate::lifecycle::ReadyzCheck;
+use crate::server::version::VersionInfo;
 use crate::storage::Backend;
 
 /// What the health endpoints check.
@@ -26,6 +26,8 @@ pub struct HealthState {
     pub shutdown: crate::lifecycle::ShutdownSignal,
     /// More readiness checks (the aggregator's registration and diagnostics).
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
+    /// What `/version` answers.
+    pub version: Arc<VersionInfo>,
 }
 
 /// The health and version routes.
@@ -165,17 +167,6 @@ fn plain(code: StatusCode, body: String) -> Response {
     response
 }
 
-async fn version() -> Response {
-    axum::Json(json!({
-        "major": "0",
-        "minor": "1",
-        "gitVersion": concat!("v", env!("CARGO_PKG_VERSION")),
-        "gitCommit": "",
-        "gitTreeState": "",
-        "buildDate": "",
-        "goVersion": "",
-        "compiler": "rustc",
-        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
-    }))
-    .into_response()
+async fn version(State(state): State<HealthState>) -> Response {
+    axum::Json(&*state.version).into_response()
 }

@@ -9,9 +9,11 @@ pub mod options;
 pub mod serve;
 pub mod serving_cert;
 pub mod tls;
+pub mod version;
 
 pub use builder::{ApiGroup, ApiServer, Command, RunningServer, ServerError, VersionBuilder};
 pub use options::{ServerOptions, StorageBackendKind};
+pub use version::VersionInfo;
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging() {

@@ -107,6 +107,11 @@ fn check_scope(resource: &InstalledResource, info: &RequestInfo) -> Result<()> {
 }
 
 async fn dispatch(call: Call) -> Result<Response> {
+    // kube-apiserver routes PUT and PATCH only to objects: on a collection they are 405.
+    let on_collection = call.info.name.is_empty();
+    if on_collection && matches!(call.info.verb.as_str(), "update" | "patch") {
+        return Err(Error::method_not_allowed());
+    }
     match call.info.verb.as_str() {
         "get" => read::get(call).await,
         "list" => read::list(call).await,

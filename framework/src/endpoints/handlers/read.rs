@@ -17,7 +17,7 @@ pub(crate) fn accept(call: &Call) -> Option<&str> {
 
 pub(crate) async fn get(call: Call) -> Result<Response> {
     let target = negotiate(accept(&call), Endpoint::Object)?;
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let getter = require(&call.resource.storage.getter, &call)?;
     let options = call.query.get_options()?;
     if target.shape == Shape::Object && target.encoding == Encoding::Json {
@@ -34,7 +34,7 @@ pub(crate) async fn get(call: Call) -> Result<Response> {
 
 pub(crate) async fn list(call: Call) -> Result<Response> {
     let target = negotiate(accept(&call), Endpoint::List)?;
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let lister = require(&call.resource.storage.lister, &call)?;
     let options = call.query.list_options()?;
     let list = lister.list(&call.ctx, &options).await?;

@@ -21,7 +21,7 @@ pub(crate) async fn watch(call: Call) -> Result<Response> {
             "only the following media types are accepted for watch: application/json",
         ));
     }
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let watcher = require(&call.resource.storage.watcher, &call)?;
     let options = call.query.list_options()?;
     let events = watcher.watch(&call.ctx, &options).await?;

@@ -8,12 +8,13 @@ use serde_json::{json, Value};
 
 use super::read::accept_header;
 use super::{require, Call};
+use crate::endpoints::body::read_limited;
 use crate::endpoints::negotiation::{
-    body_encoding, decode_body, negotiate, Endpoint, Shape, Target,
+    body_encoding, decode_body, decode_object, negotiate, Endpoint, Shape, Target,
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
-use crate::registry::options::{delete_dry_run, DeleteOptions};
+use crate::registry::options::{delete_dry_run, DeleteOptions, FieldValidation};
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
 use crate::runtime::object;
@@ -22,16 +23,7 @@ use crate::runtime::ResourceInfo;
 /// Reads the body, refusing one larger than the limit with 413.
 async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
     let body = std::mem::take(&mut call.body);
-    let limit = call.state.max_body_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            Error::too_large(limit)
-        } else {
-            Error::bad_request(format!("failed to read the request body: {e}"))
-        }
-    })
+    read_limited(body, call.state.max_body_bytes).await
 }
 
 fn content_type(call: &Call) -> Option<&str> {
@@ -43,12 +35,42 @@ fn content_type(call: &Call) -> Option<&str> {
 
 /// Decodes an object body and checks its `apiVersion` and `kind` against the URL, filling
 /// them in when absent as kube-apiserver does.
-async fn read_object(call: &mut Call) -> Result<Value> {
+async fn read_object(call: &mut Call, validation: FieldValidation) -> Result<Value> {
     let encoding = body_encoding(content_type(call))?;
     let bytes = read_body(call).await?;
-    let mut object = decode_body(&bytes, encoding)?;
+    let (mut object, duplicates) = decode_object(&bytes, encoding)?;
+    report_duplicates(call, &duplicates, validation)?;
     check_type(&call.resource.storage.info, &mut object)?;
     Ok(object)
+}
+
+/// Duplicate fields of a body, as `fieldValidation` asks: 400 with `Strict` (kube-apiserver's
+/// strict decoding error), a `Warning` each with `Warn`, nothing with `Ignore`.
+fn report_duplicates(
+    call: &Call,
+    duplicates: &[String],
+    validation: FieldValidation,
+) -> Result<()> {
+    let messages = duplicates.iter().map(|p| format!("duplicate field {p:?}"));
+    match validation {
+        FieldValidation::Ignore => Ok(()),
+        _ if duplicates.is_empty() => Ok(()),
+        FieldValidation::Warn => {
+            messages.for_each(|m| call.ctx.warn(m));
+            Ok(())
+        }
+        FieldValidation::Strict => {
+            let info = &call.resource.storage.info;
+            let all: Vec<String> = messages.collect();
+            Err(Error::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+                info.kind,
+                info.version,
+                info.kind,
+                all.join(", ")
+            )))
+        }
+    }
 }
 
 fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
@@ -88,7 +110,7 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
 
 fn respond_object(call: &Call, code: StatusCode, object: Value) -> Result<Response> {
     let target = negotiate(accept_header(call), Endpoint::Object)?;
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let body = shape_object(target, object, &call.resource.table, include);
     respond(code, target, &body)
 }
@@ -100,7 +122,7 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
     if !call.info.name.is_empty() {
         return Err(Error::method_not_allowed());
     }
-    let object = read_object(&mut call).await?;
+    let object = read_object(&mut call, options.field_validation).await?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
     let request = crate::admission::AdmissionRequest {
         operation: crate::admission::Operation::Create,
@@ -119,7 +141,7 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     negotiate(accept_header(&call), Endpoint::Object)?;
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     let mut options = call.query.write_options()?;
-    let object = Arc::new(read_object(&mut call).await?);
+    let object = Arc::new(read_object(&mut call, options.field_validation).await?);
     // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
     options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
     let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
@@ -143,8 +165,9 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
         ));
     }
     let updater = require(&call.resource.storage.updater, &call)?.clone();
-    let options = call.query.write_options()?;
+    // The media type is judged before the options, as kube-apiserver does.
     let patch_type = patch_type(content_type(&call))?;
+    let options = call.query.write_options()?;
     let body = read_body(&mut call).await?;
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
@@ -230,7 +253,7 @@ pub(crate) async fn delete_collection(mut call: Call) -> Result<Response> {
     let deleted = deleter
         .delete_collection(&call.ctx, &options, &list_options)
         .await?;
-    let include = call.query.include_object()?;
+    let include = call.query.include_object(target.shape)?;
     let info = &call.resource.storage.info;
     respond_list(
         StatusCode::OK,

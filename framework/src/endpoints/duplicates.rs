@@ -1,0 +1,183 @@
+//! Decoding a body into JSON while noting duplicate fields, which a plain decode drops
+//! silently (the last one wins). kube-apiserver reports them as field validation asks:
+//! `strict decoding error: duplicate field "spec.reference"` (400) with `Strict`, a
+//! `Warning` with `Warn`, nothing with `Ignore`.
+//!
+//! The path of a field is built only when it is a duplicate: each level keeps a reference to
+//! its parent and its own key, so a body without duplicates costs no more than a plain decode.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// Where a value sits: the root, a field of an object, or an item of a list.
+enum Step<'a> {
+    Root,
+    Field(&'a str),
+    Item(usize),
+}
+
+/// The seed of one value: its place, and where duplicates are reported.
+struct Place<'a> {
+    parent: Option<&'a Place<'a>>,
+    step: Step<'a>,
+    duplicates: &'a RefCell<Vec<String>>,
+}
+
+impl Place<'_> {
+    fn child<'b>(&'b self, step: Step<'b>) -> Place<'b> {
+        Place {
+            parent: Some(self),
+            step,
+            duplicates: self.duplicates,
+        }
+    }
+
+    /// `spec.items[0].name`, as kube-apiserver names a field in strict decoding errors.
+    fn path(&self) -> String {
+        let mut steps = Vec::new();
+        let mut at = Some(self);
+        while let Some(place) = at {
+            steps.push(&place.step);
+            at = place.parent;
+        }
+        let mut path = String::new();
+        for step in steps.into_iter().rev() {
+            match step {
+                Step::Root => {}
+                Step::Field(key) => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                }
+                Step::Item(i) => path.push_str(&format!("[{i}]")),
+            }
+        }
+        path
+    }
+}
+
+/// Decodes with `decode` (a JSON or YAML deserializer) into a JSON value, and the paths of
+/// the fields that appeared more than once, in order.
+pub fn decode_noting_duplicates<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<(Value, Vec<String>), D::Error> {
+    let duplicates = RefCell::new(Vec::new());
+    let root = Place {
+        parent: None,
+        step: Step::Root,
+        duplicates: &duplicates,
+    };
+    let value = root.deserialize(deserializer)?;
+    Ok((value, duplicates.into_inner()))
+}
+
+impl<'de> DeserializeSeed<'de> for Place<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Place<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        loop {
+            match seq.next_element_seed(self.child(Step::Item(items.len())))? {
+                Some(value) => items.push(value),
+                None => return Ok(Value::Array(items)),
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self.child(Step::Field(&key)))?;
+            if object.contains_key(&key) {
+                let path = self.child(Step::Field(&key)).path();
+                self.duplicates.borrow_mut().push(path);
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(body: &str) -> (Value, Vec<String>) {
+        decode_noting_duplicates(&mut serde_json::Deserializer::from_str(body)).unwrap()
+    }
+
+    #[test]
+    fn duplicates_are_named_by_their_path() {
+        let (value, duplicates) = json(
+            r#"{"metadata":{"name":"a","name":"b"},"spec":{"items":[{"x":1,"x":2}],"r":1},"spec2":0}"#,
+        );
+        assert_eq!(duplicates, ["metadata.name", "spec.items[0].x"]);
+        assert_eq!(
+            value["metadata"]["name"], "b",
+            "the last one wins, as in Go"
+        );
+        let (_, duplicates) = json(r#"{"a":1,"a":{"b":true},"c":[1.5,null,"s"]}"#);
+        assert_eq!(duplicates, ["a"]);
+    }
+
+    #[test]
+    fn a_body_without_duplicates_decodes_as_serde_json() {
+        let body =
+            r#"{"a":[1,-2,3.5,"x",null,true,{"b":{}}],"c":{"d":"e"},"big":18446744073709551615}"#;
+        let (value, duplicates) = json(body);
+        assert!(duplicates.is_empty());
+        assert_eq!(value, serde_json::from_str::<Value>(body).unwrap());
+    }
+}
