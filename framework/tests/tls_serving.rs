@@ -246,9 +246,9 @@ async fn client_without_certificate_gets_through_tls_unauthenticated() {
 /// has no credentials at all.
 fn anonymous_kubeconfig(server: &TestServer) -> String {
     let written = std::fs::read_to_string(server.dir.path().join("kubeconfig")).unwrap();
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&written).unwrap();
-    config["users"] = serde_yaml::from_str("[{name: admin, user: {token: ignored}}]").unwrap();
-    serde_yaml::to_string(&config).unwrap()
+    let mut config: serde_norway::Value = serde_norway::from_str(&written).unwrap();
+    config["users"] = serde_norway::from_str("[{name: admin, user: {token: ignored}}]").unwrap();
+    serde_norway::to_string(&config).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -333,7 +333,7 @@ async fn watch_as_table(backend: Backend) {
     let reply = get(&client, &path, "application/yaml").await;
     assert_eq!(reply.code, StatusCode::NOT_ACCEPTABLE, "{}", reply.text());
     assert_eq!(reply.header("content-type"), "application/yaml");
-    let status: Value = serde_yaml::from_slice(&reply.body).unwrap();
+    let status: Value = serde_norway::from_slice(&reply.body).unwrap();
     assert_eq!(status["reason"], "NotAcceptable", "{status}");
     server.stop().await;
 }
@@ -1315,7 +1315,7 @@ async fn headers_yaml_errors_and_discovery_hashes() {
     let reply = get(&client, &format!("{FLUNDERS}/nope"), "application/yaml").await;
     assert_eq!(reply.code, StatusCode::NOT_FOUND);
     assert_eq!(reply.header("content-type"), "application/yaml");
-    let status: Value = serde_yaml::from_slice(&reply.body).unwrap();
+    let status: Value = serde_norway::from_slice(&reply.body).unwrap();
     assert_eq!(
         (&status["kind"], &status["reason"]),
         (&json!("Status"), &json!("NotFound"))

@@ -34,7 +34,7 @@ fn wardle_manifests(args: &[&str]) -> String {
 }
 
 fn documents(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_norway::Deserializer::from_str(yaml)
         .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
         .filter(|v: &Value| !v.is_null())
         .collect()

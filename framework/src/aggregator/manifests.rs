@@ -406,7 +406,7 @@ pub fn manifests(options: &ManifestOptions, versions: &[ApiServiceVersion]) -> S
     );
     for object in manifest_objects(options, versions) {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&object).unwrap_or_default());
+        out.push_str(&serde_norway::to_string(&object).unwrap_or_default());
     }
     out
 }

@@ -49,7 +49,7 @@ impl Document {
 
     /// Encodes `value` as YAML.
     pub(crate) fn yaml(value: &impl Serialize) -> Self {
-        let body = serde_yaml::to_string(value).expect("document serializes to YAML");
+        let body = serde_norway::to_string(value).expect("document serializes to YAML");
         Self::new(body.into_bytes(), "application/yaml")
     }
 

@@ -119,7 +119,7 @@ async fn trailing_slashes_are_served() {
 async fn yaml_on_request() {
     let reply = fetch("/apis/wardle.example.com", "application/yaml").await;
     assert_eq!(reply.header("content-type"), "application/yaml");
-    let body: serde_json::Value = serde_yaml::from_slice(&reply.body).unwrap();
+    let body: serde_json::Value = serde_norway::from_slice(&reply.body).unwrap();
     assert_eq!(body["kind"], "APIGroup");
 }
 

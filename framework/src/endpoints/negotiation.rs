@@ -204,7 +204,7 @@ pub fn decode_object(bytes: &[u8], encoding: BodyEncoding) -> Result<(Value, Vec
                     Error::bad_request(format!("json: cannot unmarshal request body: {e}"))
                 })?
         }
-        BodyEncoding::Yaml => decode_noting_duplicates(serde_yaml::Deserializer::from_slice(bytes))
+        BodyEncoding::Yaml => decode_noting_duplicates(serde_norway::Deserializer::from_slice(bytes))
             .map_err(|e| Error::bad_request(format!("yaml: cannot unmarshal request body: {e}")))?,
     };
     if !value.is_object() {

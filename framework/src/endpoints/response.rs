@@ -16,7 +16,7 @@ use crate::runtime::ResourceInfo;
 pub fn encode(encoding: Encoding, value: &Value) -> Result<Vec<u8>> {
     match encoding {
         Encoding::Json => serde_json::to_vec(value).map_err(Error::internal),
-        Encoding::Yaml => serde_yaml::to_string(value)
+        Encoding::Yaml => serde_norway::to_string(value)
             .map(String::into_bytes)
             .map_err(Error::internal),
     }

@@ -40,7 +40,7 @@ pub async fn as_yaml(response: Response) -> Response {
     let yaml = serde_json::from_slice::<Value>(&bytes)
         .ok()
         .filter(|status| status["kind"] == "Status")
-        .and_then(|status| serde_yaml::to_string(&status).ok());
+        .and_then(|status| serde_norway::to_string(&status).ok());
     let Some(yaml) = yaml else {
         return Response::from_parts(parts, Body::from(bytes));
     };

@@ -259,7 +259,7 @@ mod tests {
         let body = axum::body::to_bytes(response.into_body(), 1 << 20)
             .await
             .unwrap();
-        let status: serde_json::Value = serde_yaml::from_slice(&body).unwrap();
+        let status: serde_json::Value = serde_norway::from_slice(&body).unwrap();
         assert_eq!(status["kind"], "Status");
         assert_eq!(status["code"], 401);
         // JSON, or an Accept only satisfiable with a Table, keeps JSON.

@@ -329,7 +329,7 @@ impl FakeCore {
             .join(format!("core-{}.kubeconfig", user.replace([':', '/'], "_")));
         std::fs::write(
             &path,
-            serde_yaml::to_string(&config).expect("kubeconfig YAML"),
+            serde_norway::to_string(&config).expect("kubeconfig YAML"),
         )
         .expect("write kubeconfig");
         path

@@ -160,7 +160,7 @@ impl SelfSignedCerts {
     /// with the admin client certificate, and context `apiserver` as the current context.
     pub fn write_kubeconfig(&self, port: u16) -> Result<PathBuf, TlsError> {
         let path = self.dir.join(KUBECONFIG_FILE);
-        let yaml = serde_yaml::to_string(&self.kubeconfig(port))
+        let yaml = serde_norway::to_string(&self.kubeconfig(port))
             .map_err(|e| TlsError::Invalid(format!("kubeconfig: {e}")))?;
         write_file(&path, yaml.as_bytes(), true)?;
         Ok(path)
