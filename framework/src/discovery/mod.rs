@@ -5,7 +5,6 @@
 //! once in [`DiscoveryDocuments::build`]; a request only negotiates the representation and
 //! answers with the stored bytes, or `304 Not Modified` when its `If-None-Match` still matches.
 
-pub(crate) mod accept;
 mod aggregated;
 pub(crate) mod document;
 #[cfg(test)]
@@ -201,25 +200,27 @@ pub(crate) fn not_acceptable(types: &str) -> Response {
 /// The first representation the client accepts. Clauses asking for a conversion (`as=Table`,
 /// ...) are skipped unless they ask for aggregated discovery where it is `allowed`.
 fn negotiate(headers: &HeaderMap, aggregated_allowed: bool) -> Option<Representation> {
-    accept::media_ranges(headers).iter().find_map(|range| {
-        if range.is_qualified() {
-            return if aggregated_allowed {
-                aggregated_version(range)
+    crate::endpoints::accept::media_ranges(headers)
+        .iter()
+        .find_map(|range| {
+            if range.is_qualified() {
+                return if aggregated_allowed {
+                    aggregated_version(range)
+                } else {
+                    None
+                };
+            }
+            if range.matches("application", "json") {
+                Some(Representation::Json)
+            } else if range.matches("application", "yaml") {
+                Some(Representation::Yaml)
             } else {
                 None
-            };
-        }
-        if range.matches("application", "json") {
-            Some(Representation::Json)
-        } else if range.matches("application", "yaml") {
-            Some(Representation::Yaml)
-        } else {
-            None
-        }
-    })
+            }
+        })
 }
 
-fn aggregated_version(range: &accept::MediaRange<'_>) -> Option<Representation> {
+fn aggregated_version(range: &crate::endpoints::accept::MediaRange<'_>) -> Option<Representation> {
     let is_list = range.matches("application", "json")
         && range.param("g") == Some(aggregated::GROUP)
         && range.param("as") == Some(aggregated::KIND)

@@ -1,6 +1,7 @@
 //! HTTP and encoding: request info, query parameters, content negotiation, the resource
 //! handlers and tables. Handlers call `registry` storage; they never touch a backend.
 
+pub(crate) mod accept;
 pub mod body;
 pub mod duplicates;
 pub mod handlers;

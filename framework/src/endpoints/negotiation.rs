@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::endpoints::accept::{parse_accept, MediaRange};
 use crate::endpoints::duplicates::decode_noting_duplicates;
 use crate::error::{Error, Result};
 
@@ -72,42 +73,10 @@ pub enum Endpoint {
 /// (kube-apiserver lists its serializers' types; this server has no protobuf).
 const ACCEPTED: &str = "application/json, application/yaml";
 
-struct MediaRange<'a> {
-    essence: String,
-    params: Vec<(String, &'a str)>,
-    q: f32,
-}
-
-fn parse_range(range: &str) -> MediaRange<'_> {
-    let mut parts = range.split(';');
-    let essence = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-    let mut params = Vec::new();
-    let mut q = 1.0;
-    for p in parts {
-        let Some((k, v)) = p.split_once('=') else {
-            continue;
-        };
-        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"'));
-        if k == "q" {
-            q = v.parse().unwrap_or(0.0);
-        } else {
-            params.push((k, v));
-        }
-    }
-    MediaRange { essence, params, q }
-}
-
 /// Picks the response target for `accept` at an endpoint of kind `endpoint`.
 pub fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Target> {
-    let accept = accept
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .unwrap_or("application/json");
-    let mut ranges: Vec<MediaRange> = accept.split(',').map(parse_range).collect();
-    ranges.sort_by(|a, b| b.q.partial_cmp(&a.q).unwrap_or(std::cmp::Ordering::Equal));
-    ranges
+    parse_accept(accept)
         .iter()
-        .filter(|r| r.q > 0.0)
         .find_map(|r| acceptable(r, endpoint))
         .ok_or_else(|| {
             Error::not_acceptable(format!(
@@ -116,19 +85,15 @@ pub fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Target> {
         })
 }
 
-fn acceptable(range: &MediaRange, endpoint: Endpoint) -> Option<Target> {
-    let encoding = match range.essence.as_str() {
-        "application/json" | "application/*" | "*/*" | "*" => Encoding::Json,
-        "application/yaml" => Encoding::Yaml,
-        _ => return None,
+fn acceptable(range: &MediaRange<'_>, endpoint: Endpoint) -> Option<Target> {
+    let encoding = if range.is("application", "yaml") {
+        Encoding::Yaml
+    } else if range.matches("application", "json") {
+        Encoding::Json
+    } else {
+        return None;
     };
-    let param = |name: &str| {
-        range
-            .params
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| *v)
-    };
+    let param = |name: &str| range.param(name);
     let shape = match param("as") {
         None => Shape::Object,
         Some(kind) => {
@@ -204,8 +169,10 @@ pub fn decode_object(bytes: &[u8], encoding: BodyEncoding) -> Result<(Value, Vec
                     Error::bad_request(format!("json: cannot unmarshal request body: {e}"))
                 })?
         }
-        BodyEncoding::Yaml => decode_noting_duplicates(serde_norway::Deserializer::from_slice(bytes))
-            .map_err(|e| Error::bad_request(format!("yaml: cannot unmarshal request body: {e}")))?,
+        BodyEncoding::Yaml => decode_noting_duplicates(serde_norway::Deserializer::from_slice(
+            bytes,
+        ))
+        .map_err(|e| Error::bad_request(format!("yaml: cannot unmarshal request body: {e}")))?,
     };
     if !value.is_object() {
         return Err(Error::bad_request("the request body must be an object"));
@@ -216,6 +183,18 @@ pub fn decode_object(bytes: &[u8], encoding: BodyEncoding) -> Result<(Value, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The same rules as discovery's: q first, then the more specific clause (goautoneg).
+    #[test]
+    fn at_equal_quality_the_more_specific_clause_wins() {
+        let yaml = negotiate(Some("*/*;q=0.9, application/yaml;q=0.9"), Endpoint::Object);
+        assert_eq!(yaml.unwrap().encoding, Encoding::Yaml);
+        let json = negotiate(Some("application/yaml;q=0.5, */*"), Endpoint::Object);
+        assert_eq!(json.unwrap().encoding, Encoding::Json);
+        // A bare `*` is `*/*`; `q=0` refuses a type.
+        assert_eq!(negotiate(Some("*"), Endpoint::Object).unwrap(), Target::JSON);
+        assert!(negotiate(Some("application/json;q=0"), Endpoint::Object).is_err());
+    }
 
     #[test]
     fn kubectl_get_asks_for_a_table() {

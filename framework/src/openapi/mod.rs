@@ -26,9 +26,9 @@ use serde_json::{json, Value};
 use self::definitions::Catalog;
 use self::operations::PathItem;
 use self::schema::Dialect;
-use crate::discovery::accept::media_ranges;
 use crate::discovery::document::{no_cache, Document};
 use crate::discovery::not_acceptable;
+use crate::endpoints::accept::media_ranges;
 use crate::error::Error;
 use crate::registry::served::ServedGroup;
 

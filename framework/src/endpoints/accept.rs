@@ -1,7 +1,9 @@
-//! `Accept` header parsing for the document endpoints (discovery and OpenAPI).
+//! `Accept` header parsing, the one set of rules for every endpoint: resources
+//! ([`super::negotiation`]), discovery and OpenAPI.
 //!
-//! Clauses come back in the order a client prefers them, as Go's `goautoneg` sorts them, so a
-//! handler serves the first clause it supports and answers 406 when it supports none.
+//! Clauses come back in the order a client prefers them, as Go's `goautoneg` sorts them
+//! (q-value, then specificity), so a handler serves the first clause it supports and answers
+//! 406 when it supports none.
 
 use http::{header, HeaderMap};
 
@@ -20,6 +22,11 @@ impl<'a> MediaRange<'a> {
         let type_ok = self.type_ == "*" || self.type_.eq_ignore_ascii_case(type_);
         let subtype_ok = self.subtype == "*" || self.subtype.eq_ignore_ascii_case(subtype);
         type_ok && subtype_ok
+    }
+
+    /// Whether this clause names exactly `type_/subtype` (no wildcard).
+    pub(crate) fn is(&self, type_: &str, subtype: &str) -> bool {
+        self.type_.eq_ignore_ascii_case(type_) && self.subtype.eq_ignore_ascii_case(subtype)
     }
 
     /// The value of a media type parameter such as `as`, `g` or `v`.
@@ -45,9 +52,17 @@ impl<'a> MediaRange<'a> {
 
 /// The clauses of the request's `Accept` header, most preferred first; `*/*` when absent.
 pub(crate) fn media_ranges(headers: &HeaderMap) -> Vec<MediaRange<'_>> {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|value| value.to_str().ok())
+    parse_accept(
+        headers
+            .get(header::ACCEPT)
+            .and_then(|value| value.to_str().ok()),
+    )
+}
+
+/// The clauses of an `Accept` value, most preferred first; `*/*` when absent or blank.
+/// Clauses with `q=0` are left out: the client refuses them.
+pub(crate) fn parse_accept(accept: Option<&str>) -> Vec<MediaRange<'_>> {
+    let accept = accept
         .filter(|value| !value.trim().is_empty())
         .unwrap_or("*/*");
     let mut ranges: Vec<MediaRange<'_>> = accept
@@ -65,7 +80,11 @@ pub(crate) fn media_ranges(headers: &HeaderMap) -> Vec<MediaRange<'_>> {
 
 fn parse_clause(clause: &str) -> Option<MediaRange<'_>> {
     let mut parts = clause.split(';').map(str::trim);
-    let (type_, subtype) = parts.next()?.split_once('/')?;
+    // A bare `*` (some clients send it) is `*/*`, as goautoneg reads it.
+    let (type_, subtype) = match parts.next()? {
+        "*" => ("*", "*"),
+        essence => essence.split_once('/')?,
+    };
     let (type_, subtype) = (type_.trim(), subtype.trim());
     if type_.is_empty() || subtype.is_empty() {
         return None;
