@@ -19,7 +19,7 @@ use axum::Router;
 
 pub use handlers::ApiState;
 pub use installer::InstalledResources;
-pub use request_info::RequestInfo;
+pub use request_info::{RequestInfo, Verb};
 
 /// The largest request body kube-apiserver accepts: 3 MiB.
 pub const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;

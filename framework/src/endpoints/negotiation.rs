@@ -192,7 +192,10 @@ mod tests {
         let json = negotiate(Some("application/yaml;q=0.5, */*"), Endpoint::Object);
         assert_eq!(json.unwrap().encoding, Encoding::Json);
         // A bare `*` is `*/*`; `q=0` refuses a type.
-        assert_eq!(negotiate(Some("*"), Endpoint::Object).unwrap(), Target::JSON);
+        assert_eq!(
+            negotiate(Some("*"), Endpoint::Object).unwrap(),
+            Target::JSON
+        );
         assert!(negotiate(Some("application/json;q=0"), Endpoint::Object).is_err());
     }
 

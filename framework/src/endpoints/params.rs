@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use crate::endpoints::negotiation::Shape;
+use crate::endpoints::request_info::Verb;
 use crate::error::{Error, Result};
 use crate::registry::options::{
     DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch, WriteOptions,
@@ -17,33 +18,30 @@ use crate::runtime::FieldError;
 /// The decoded query string of one request.
 pub struct Query {
     values: HashMap<String, String>,
-    verb: String,
+    verb: Verb,
 }
 
 impl Query {
     /// Decodes `query` (percent-encoded) of a request for `verb`. Of a repeated parameter the
     /// first value counts, as Go's `url.Values.Get`.
-    pub fn parse(query: Option<&str>, verb: &str) -> Result<Query> {
+    pub fn parse(query: Option<&str>, verb: Verb) -> Result<Query> {
         let mut values = HashMap::new();
         for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
             values
                 .entry(k.into_owned())
                 .or_insert_with(|| v.into_owned());
         }
-        Ok(Query {
-            values,
-            verb: verb.to_string(),
-        })
+        Ok(Query { values, verb })
     }
 
     /// The `meta.k8s.io` kind of this verb's options, named in its 422 answers.
     fn options_kind(&self) -> &'static str {
-        match self.verb.as_str() {
-            "create" => "CreateOptions",
-            "update" => "UpdateOptions",
-            "patch" => "PatchOptions",
-            "delete" | "deletecollection" => "DeleteOptions",
-            "get" => "GetOptions",
+        match self.verb {
+            Verb::Create => "CreateOptions",
+            Verb::Update => "UpdateOptions",
+            Verb::Patch => "PatchOptions",
+            Verb::Delete | Verb::DeleteCollection => "DeleteOptions",
+            Verb::Get => "GetOptions",
             _ => "ListOptions",
         }
     }
@@ -243,7 +241,7 @@ impl Query {
         let dry_run = self.dry_run(&mut errors);
         let field_manager = self.get("fieldManager").unwrap_or_default();
         errors.extend(field_manager_errors(field_manager));
-        if self.verb == "patch" && self.get("force").is_some() {
+        if self.verb == Verb::Patch && self.get("force").is_some() {
             // Only server-side apply takes `force`, and this server has none.
             errors.push(FieldError::forbidden(
                 "force",
@@ -325,13 +323,15 @@ mod tests {
 
     #[test]
     fn unknown_parameters_are_ignored_and_bad_values_refused() {
-        let q = Query::parse(Some("bogus=1&limit=abc"), "get").ok().unwrap();
+        let q = Query::parse(Some("bogus=1&limit=abc"), Verb::Get)
+            .ok()
+            .unwrap();
         assert!(q.get_options().is_ok(), "limit is no parameter of get");
-        let q = Query::parse(Some("limit=abc&bogus=1"), "list")
+        let q = Query::parse(Some("limit=abc&bogus=1"), Verb::List)
             .ok()
             .unwrap();
         assert_eq!(q.list_options().unwrap_err().code(), 400);
-        let q = Query::parse(Some("limit=2&limit=abc"), "list")
+        let q = Query::parse(Some("limit=2&limit=abc"), Verb::List)
             .ok()
             .unwrap();
         assert_eq!(q.list_options().unwrap().limit, 2, "the first value counts");
@@ -339,41 +339,43 @@ mod tests {
 
     #[test]
     fn invalid_options_are_422_naming_their_kind() {
-        let q = Query::parse(Some("dryRun=Some"), "create").ok().unwrap();
+        let q = Query::parse(Some("dryRun=Some"), Verb::Create)
+            .ok()
+            .unwrap();
         let e = q.write_options().unwrap_err();
         assert_eq!((e.code(), e.reason()), (422, "Invalid"));
         assert_eq!(
             e.message(),
             r#"CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Some"}: supported values: "All""#
         );
-        let q = Query::parse(Some("fieldValidation=Loud"), "patch")
+        let q = Query::parse(Some("fieldValidation=Loud"), Verb::Patch)
             .ok()
             .unwrap();
         let e = q.write_options().unwrap_err();
         assert!(e.message().starts_with("PatchOptions.meta.k8s.io"), "{e}");
-        let q = Query::parse(Some("force=false"), "patch").ok().unwrap();
+        let q = Query::parse(Some("force=false"), Verb::Patch).ok().unwrap();
         assert_eq!(
             q.write_options().unwrap_err().message(),
             r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#
         );
         let long = format!("fieldManager={}", "m".repeat(129));
-        let q = Query::parse(Some(&long), "update").ok().unwrap();
+        let q = Query::parse(Some(&long), Verb::Update).ok().unwrap();
         assert_eq!(
             q.write_options().unwrap_err().message(),
             r#"UpdateOptions.meta.k8s.io "" is invalid: fieldManager: Too long: may not be more than 128 bytes"#
         );
-        let q = Query::parse(Some("fieldManager=a%07b"), "create")
+        let q = Query::parse(Some("fieldManager=a%07b"), Verb::Create)
             .ok()
             .unwrap();
         assert_eq!(
             q.write_options().unwrap_err().message(),
             r#"CreateOptions.meta.k8s.io "" is invalid: fieldManager: Invalid value: "a\u{7}b": invalid character U+0007 (at position 1)"#
         );
-        let q = Query::parse(Some("fieldManager=kubectl-edit"), "create")
+        let q = Query::parse(Some("fieldManager=kubectl-edit"), Verb::Create)
             .ok()
             .unwrap();
         assert!(q.write_options().is_ok());
-        let q = Query::parse(Some("dryRun=x"), "delete").ok().unwrap();
+        let q = Query::parse(Some("dryRun=x"), Verb::Delete).ok().unwrap();
         assert_eq!(q.delete_options().unwrap_err().code(), 422);
     }
 
@@ -388,7 +390,7 @@ mod tests {
             ("watch=1&sendInitialEvents=true", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
         ];
         for (query, message) in cases {
-            let q = Query::parse(Some(query), "list").ok().unwrap();
+            let q = Query::parse(Some(query), Verb::List).ok().unwrap();
             let e = q.list_options().unwrap_err();
             assert_eq!((e.code(), e.reason()), (422, "Invalid"), "{query}");
             assert_eq!(
@@ -404,13 +406,13 @@ mod tests {
             assert_eq!(details.causes[0].field, message.split(':').next().unwrap());
         }
         let ok = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
-        assert!(Query::parse(Some(ok), "watch")
+        assert!(Query::parse(Some(ok), Verb::Watch)
             .ok()
             .unwrap()
             .list_options()
             .is_ok());
         let ok = "resourceVersionMatch=NotOlderThan&resourceVersion=0";
-        assert!(Query::parse(Some(ok), "list")
+        assert!(Query::parse(Some(ok), Verb::List)
             .ok()
             .unwrap()
             .list_options()
@@ -421,7 +423,7 @@ mod tests {
     fn list_options_decode() {
         let q = Query::parse(
             Some("limit=5&resourceVersion=0&allowWatchBookmarks=true&watch=1&timeoutSeconds=9"),
-            "watch",
+            Verb::Watch,
         )
         .ok()
         .unwrap();

@@ -4,6 +4,92 @@
 
 use http::Method;
 
+/// The verb of a request, as kube-apiserver's `RequestInfo` names it: a resource request's API
+/// verb (`get`, `list`, `watch`, ...), or a non-resource request's lower-cased HTTP method.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Verb {
+    /// GET of one object, or GET of a non-resource path.
+    #[default]
+    Get,
+    /// GET of a collection.
+    List,
+    /// GET with `watch`.
+    Watch,
+    /// POST of a resource.
+    Create,
+    /// PUT of an object.
+    Update,
+    /// PATCH of an object, or of a non-resource path.
+    Patch,
+    /// DELETE of an object, or of a non-resource path.
+    Delete,
+    /// DELETE of a collection.
+    DeleteCollection,
+    /// POST of a non-resource path.
+    Post,
+    /// PUT of a non-resource path.
+    Put,
+    /// HEAD of a non-resource path.
+    Head,
+    /// OPTIONS.
+    Options,
+    /// Any other method.
+    Unknown,
+}
+
+impl Verb {
+    /// The verb as authorization and audit write it (`deletecollection`, `post`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+            Self::DeleteCollection => "deletecollection",
+            Self::Post => "post",
+            Self::Put => "put",
+            Self::Head => "head",
+            Self::Options => "options",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The verb of a non-resource request: its method, lower-cased.
+    fn of_method(method: &Method) -> Self {
+        match *method {
+            Method::GET => Self::Get,
+            Method::POST => Self::Post,
+            Method::PUT => Self::Put,
+            Method::PATCH => Self::Patch,
+            Method::DELETE => Self::Delete,
+            Method::HEAD => Self::Head,
+            Method::OPTIONS => Self::Options,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Whether the verb reads a collection (`list`, `watch`).
+    pub fn reads_collection(self) -> bool {
+        matches!(self, Self::List | Self::Watch)
+    }
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Verb {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// What a resource request is about.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestInfo {
@@ -11,9 +97,8 @@ pub struct RequestInfo {
     pub is_resource_request: bool,
     /// The request path.
     pub path: String,
-    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`, or
-    /// the lower-cased HTTP method for non-resource requests.
-    pub verb: String,
+    /// The API verb, or the lower-cased HTTP method for non-resource requests.
+    pub verb: Verb,
     /// API group.
     pub api_group: String,
     /// API version.
@@ -33,7 +118,7 @@ impl RequestInfo {
     pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         let mut info = RequestInfo {
             path: path.to_string(),
-            verb: method.as_str().to_ascii_lowercase(),
+            verb: Verb::of_method(method),
             ..RequestInfo::default()
         };
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -58,7 +143,7 @@ impl RequestInfo {
         info.resource = rest[0].to_string();
         info.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
         info.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
-        info.verb = resource_verb(method, !info.name.is_empty(), is_watch(query)).to_string();
+        info.verb = resource_verb(method, !info.name.is_empty(), is_watch(query));
         info
     }
 }
@@ -73,17 +158,17 @@ fn is_watch(query: Option<&str>) -> bool {
         .is_some_and(|(_, v)| crate::endpoints::params::flag(&v))
 }
 
-fn resource_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
+fn resource_verb(method: &Method, has_name: bool, watch: bool) -> Verb {
     match (method.as_str(), has_name) {
-        ("GET" | "HEAD", _) if watch => "watch",
-        ("GET" | "HEAD", true) => "get",
-        ("GET" | "HEAD", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => "unknown",
+        ("GET" | "HEAD", _) if watch => Verb::Watch,
+        ("GET" | "HEAD", true) => Verb::Get,
+        ("GET" | "HEAD", false) => Verb::List,
+        ("POST", _) => Verb::Create,
+        ("PUT", _) => Verb::Update,
+        ("PATCH", _) => Verb::Patch,
+        ("DELETE", true) => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        _ => Verb::Unknown,
     }
 }
 

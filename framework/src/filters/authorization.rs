@@ -25,7 +25,7 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
     };
     let attributes = Attributes {
         user,
-        verb: &info.verb,
+        verb: info.verb.as_str(),
         resource_request: info.is_resource_request,
         api_group: &info.api_group,
         api_version: &info.api_version,

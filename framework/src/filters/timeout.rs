@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
-use crate::endpoints::RequestInfo;
+use crate::endpoints::{RequestInfo, Verb};
 use crate::error::Error;
 
 /// Whether the request runs without the bound (a watch), from its [`RequestInfo`].
@@ -14,7 +14,7 @@ pub fn is_long_running(request: &Request) -> bool {
     request
         .extensions()
         .get::<RequestInfo>()
-        .is_some_and(|i| i.verb == "watch")
+        .is_some_and(|i| i.verb == Verb::Watch)
 }
 
 /// Runs `serve` (the rest of the request's path) for at most `limit`; then 504.

@@ -14,7 +14,7 @@ use http::request::Parts;
 
 use crate::endpoints::installer::{InstalledResource, InstalledResources};
 use crate::endpoints::params::Query;
-use crate::endpoints::request_info::RequestInfo;
+use crate::endpoints::request_info::{RequestInfo, Verb};
 use crate::endpoints::response::add_warnings;
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
@@ -78,7 +78,7 @@ fn prepare(state: Arc<ApiState>, parts: Parts, body: Body, info: RequestInfo) ->
         .get(&info.api_group, &info.api_version, &path)
         .ok_or_else(Error::path_not_found)?;
     check_scope(&resource, &info)?;
-    let query = Query::parse(parts.uri.query(), &info.verb)?;
+    let query = Query::parse(parts.uri.query(), info.verb)?;
     let ctx = match info.namespace.as_str() {
         "" => RequestContext::cluster(),
         ns => RequestContext::namespaced(ns),
@@ -98,7 +98,7 @@ fn prepare(state: Arc<ApiState>, parts: Parts, body: Body, info: RequestInfo) ->
 /// namespaces; a cluster-scoped kind never under a namespace.
 fn check_scope(resource: &InstalledResource, info: &RequestInfo) -> Result<()> {
     let namespaced = resource.storage.info.namespaced();
-    let collection_read = matches!(info.verb.as_str(), "list" | "watch");
+    let collection_read = info.verb.reads_collection();
     match (namespaced, info.namespace.is_empty()) {
         (true, true) if !collection_read => Err(Error::path_not_found()),
         (false, false) => Err(Error::path_not_found()),
@@ -109,18 +109,18 @@ fn check_scope(resource: &InstalledResource, info: &RequestInfo) -> Result<()> {
 async fn dispatch(call: Call) -> Result<Response> {
     // kube-apiserver routes PUT and PATCH only to objects: on a collection they are 405.
     let on_collection = call.info.name.is_empty();
-    if on_collection && matches!(call.info.verb.as_str(), "update" | "patch") {
+    if on_collection && matches!(call.info.verb, Verb::Update | Verb::Patch) {
         return Err(Error::method_not_allowed());
     }
-    match call.info.verb.as_str() {
-        "get" => read::get(call).await,
-        "list" => read::list(call).await,
-        "watch" => watch::watch(call).await,
-        "create" => write::create(call).await,
-        "update" => write::update(call).await,
-        "patch" => write::patch(call).await,
-        "delete" => write::delete(call).await,
-        "deletecollection" => write::delete_collection(call).await,
+    match call.info.verb {
+        Verb::Get => read::get(call).await,
+        Verb::List => read::list(call).await,
+        Verb::Watch => watch::watch(call).await,
+        Verb::Create => write::create(call).await,
+        Verb::Update => write::update(call).await,
+        Verb::Patch => write::patch(call).await,
+        Verb::Delete => write::delete(call).await,
+        Verb::DeleteCollection => write::delete_collection(call).await,
         _ => Err(Error::method_not_allowed()),
     }
 }
@@ -130,7 +130,7 @@ pub(crate) fn require<'a, T: ?Sized>(
     capability: &'a Option<Arc<T>>,
     call: &Call,
 ) -> Result<&'a Arc<T>> {
-    capability
-        .as_ref()
-        .ok_or_else(|| Error::method_not_supported(&call.resource.storage.info, &call.info.verb))
+    capability.as_ref().ok_or_else(|| {
+        Error::method_not_supported(&call.resource.storage.info, call.info.verb.as_str())
+    })
 }
