@@ -58,6 +58,7 @@ pub mod registry;
 pub mod runtime;
 pub mod server;
 pub mod storage;
+#[cfg(any(test, doc, feature = "testing"))]
 pub mod testing;
 pub mod tls;
 

@@ -1,4 +1,4 @@
-//! The conformance suite every storage [`Backend`] must pass.
+//! The conformance suite every storage [`Backend`] must pass (cargo feature `testing`).
 //!
 //! Each case is a public async fn given a fresh backend;
 //! [`backend_conformance_tests!`](crate::backend_conformance_tests) stamps out one test per

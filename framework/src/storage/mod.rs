@@ -4,6 +4,7 @@ mod arena;
 pub mod backend;
 pub mod cacher;
 pub mod compactor;
+#[cfg(any(test, doc, feature = "testing"))]
 pub mod conformance;
 #[cfg(feature = "etcd")]
 pub mod etcd3;

@@ -1,6 +1,9 @@
 //! A harness for users' own tests: start a real server (TLS, real storage) on a loopback port
 //! in a directory of the test's, and drive it with kubectl or any Kubernetes client.
 //!
+//! Behind the cargo feature `testing`, so production binaries do not carry it: list
+//! `apiserver = { version = "…", features = ["testing"] }` under `[dev-dependencies]`.
+//!
 //! ```no_run
 //! # async fn t(group: apiserver::ApiGroup) {
 //! use apiserver::testing::TestServer;
