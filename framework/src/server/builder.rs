@@ -63,6 +63,60 @@ impl From<delegating::AuthSetupError> for ServerError {
     }
 }
 
+/// The serving side of TLS: the cert dir's self-signed material, the serving certificate (from
+/// files, followed when they change) and the rustls configuration of the secure port.
+struct ServingTls {
+    certs: SelfSignedCerts,
+    serving: ServingCertificate,
+    /// The self-signed serving CA, when the serving certificate is the cert dir's own.
+    self_signed_ca: Option<String>,
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl ServingTls {
+    fn load(options: &ServerOptions) -> Result<Self, ServerError> {
+        let mut hosts = options.extra_hosts.clone();
+        if !options.bind_address.is_unspecified() {
+            hosts.push(options.bind_address.to_string());
+        }
+        let certs = SelfSignedCerts::load_or_create(&options.cert_dir, &hosts)?;
+        let settings = tls::TlsSettings {
+            min_version: options.tls_min_version,
+            cipher_suites: options.tls_cipher_suites.clone(),
+        };
+        let (cert_file, key_file) = match (&options.tls_cert_file, &options.tls_private_key_file) {
+            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+            _ => (
+                options.cert_dir.join(SERVING_CERT_FILE),
+                options.cert_dir.join(SERVING_KEY_FILE),
+            ),
+        };
+        let serving = ServingCertificate::from_files(&cert_file, &key_file, &settings.provider()?)?;
+        let self_signed_ca = options
+            .tls_cert_file
+            .is_none()
+            .then(|| certs.serving_ca_pem.clone());
+        // Client certificates are requested, not verified: each authenticator checks its own
+        // CA, so CAs that change at run time (the authentication ConfigMap) need no new config.
+        let config = tls::server_config_with(Arc::new(serving.clone()), true, &settings)?;
+        Ok(Self {
+            certs,
+            serving,
+            self_signed_ca,
+            config,
+        })
+    }
+}
+
+/// The secure port, bound, and what the core API gave.
+struct Bound {
+    listener: TcpListener,
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    wiring: crate::aggregator::Wiring,
+    admission: Admission,
+}
+
 type StorageFactory = Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;
 
 /// What the stores of a server share: where they store, and how.
@@ -428,69 +482,13 @@ impl ApiServer {
 
     async fn start_with_signal(self, os_signals: bool) -> Result<RunningServer, ServerError> {
         crate::tls::install_crypto_provider();
-        let options = self.options.clone();
-        let backend = match self.backend.clone() {
-            Some(b) => b,
-            None => open_backend(&options).await?,
-        };
-        let config = StorageConfig {
-            backend: backend.clone(),
-            prefix: options.storage_prefix.clone(),
-            watch_cache: options.watch_cache,
-        };
-        let groups = self
-            .groups
-            .iter()
-            .map(|g| g.build(&config))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut hosts = options.extra_hosts.clone();
-        if !options.bind_address.is_unspecified() {
-            hosts.push(options.bind_address.to_string());
-        }
-        let certs = SelfSignedCerts::load_or_create(&options.cert_dir, &hosts)?;
-        let tls_settings = tls::TlsSettings {
-            min_version: options.tls_min_version,
-            cipher_suites: options.tls_cipher_suites.clone(),
-        };
-        let (cert_file, key_file) = match (&options.tls_cert_file, &options.tls_private_key_file) {
-            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
-            _ => (
-                options.cert_dir.join(SERVING_CERT_FILE),
-                options.cert_dir.join(SERVING_KEY_FILE),
-            ),
-        };
-        let serving =
-            ServingCertificate::from_files(&cert_file, &key_file, &tls_settings.provider()?)?;
-        let self_signed_ca = options
-            .tls_cert_file
-            .is_none()
-            .then(|| certs.serving_ca_pem.clone());
-        let client_ca = certs.client_ca();
-        // Client certificates are requested, not verified: each authenticator checks its own
-        // CA, so CAs that change at run time (the authentication ConfigMap) need no new config.
-        let tls_config = tls::server_config_with(Arc::new(serving.clone()), true, &tls_settings)?;
+        let (backend, groups) = self.open_storage().await?;
+        let tls = ServingTls::load(&self.options)?;
         let shutdown = ShutdownSignal::new();
-        let auth = delegating::build(&options.auth, &client_ca, shutdown.clone()).await?;
+        let client_ca = tls.certs.client_ca();
+        let auth = delegating::build(&self.options.auth, &client_ca, shutdown.clone()).await?;
         let mode = auth.mode;
-        let bound = async {
-            let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
-            let addr = listener.local_addr()?;
-            let kubeconfig = certs.write_kubeconfig(addr.port())?;
-            let serving_info = crate::aggregator::ServingInfo {
-                chain: serving.chain(),
-                self_signed_ca: self_signed_ca.clone(),
-                secure_port: addr.port(),
-                versions: self.apiservice_versions(),
-            };
-            let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
-                .await
-                .map_err(ServerError::Config)?;
-            let admission =
-                crate::admission::build(&options.admission, wiring.core.as_ref(), &shutdown)
-                    .map_err(|e| ServerError::Config(e.to_string()))?;
-            Ok::<_, ServerError>((listener, addr, kubeconfig, wiring, admission))
-        };
-        let (listener, addr, kubeconfig, wiring, admission) = match bound.await {
+        let bound = match self.bind_and_wire(&tls, &shutdown).await {
             Ok(bound) => bound,
             Err(e) => {
                 // Ends what `delegating::build` started (the ConfigMap watch).
@@ -498,28 +496,117 @@ impl ApiServer {
                 return Err(e);
             }
         };
-        if let Some(handle) = wiring.handle.clone() {
-            follow_serving_certificate(&serving, handle, self_signed_ca, shutdown.clone());
+        let health = self.health_state(
+            backend.clone(),
+            shutdown.clone(),
+            bound.wiring.readyz.clone(),
+        );
+        let router = self.build_router(&groups, health, auth, bound.admission);
+        self.spawn_upkeep(&tls, &backend, bound.wiring.handle.clone(), &shutdown);
+        let task = self.spawn_serving(bound.listener, tls.config, router, &shutdown, os_signals);
+        Ok(RunningServer {
+            addr: bound.addr,
+            kubeconfig: bound.kubeconfig,
+            mode,
+            serving_certificate: tls.serving,
+            shutdown,
+            task,
+            aggregator: bound.wiring.handle,
+        })
+    }
+
+    /// The storage backend (given, or opened from the options) and the groups' storage on it.
+    async fn open_storage(&self) -> Result<(Arc<dyn Backend>, Vec<APIGroupInfo>), ServerError> {
+        let backend = match self.backend.clone() {
+            Some(b) => b,
+            None => open_backend(&self.options).await?,
+        };
+        let config = StorageConfig {
+            backend: backend.clone(),
+            prefix: self.options.storage_prefix.clone(),
+            watch_cache: self.options.watch_cache,
+        };
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| g.build(&config))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((backend, groups))
+    }
+
+    /// Binds the secure port, writes the admin kubeconfig, and connects to the core API:
+    /// registration and diagnostics, then the admission chain.
+    async fn bind_and_wire(
+        &self,
+        tls: &ServingTls,
+        shutdown: &ShutdownSignal,
+    ) -> Result<Bound, ServerError> {
+        let options = &self.options;
+        let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
+        let addr = listener.local_addr()?;
+        let kubeconfig = tls.certs.write_kubeconfig(addr.port())?;
+        let serving_info = crate::aggregator::ServingInfo {
+            chain: tls.serving.chain(),
+            self_signed_ca: tls.self_signed_ca.clone(),
+            secure_port: addr.port(),
+            versions: self.apiservice_versions(),
+        };
+        let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
+            .await
+            .map_err(ServerError::Config)?;
+        let admission = crate::admission::build(&options.admission, wiring.core.as_ref(), shutdown)
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        Ok(Bound {
+            listener,
+            addr,
+            kubeconfig,
+            wiring,
+            admission,
+        })
+    }
+
+    /// What runs beside serving until shutdown: the serving certificate's reload (and the
+    /// APIServices' caBundle following it), and storage compaction.
+    fn spawn_upkeep(
+        &self,
+        tls: &ServingTls,
+        backend: &Arc<dyn Backend>,
+        aggregator: Option<AggregatorHandle>,
+        shutdown: &ShutdownSignal,
+    ) {
+        if let Some(handle) = aggregator {
+            let ca = tls.self_signed_ca.clone();
+            follow_serving_certificate(&tls.serving, handle, ca, shutdown.clone());
         }
-        let health = self.health_state(backend.clone(), shutdown.clone(), wiring.readyz.clone());
-        let router = self.build_router(&groups, health, auth, admission);
-        if options.compaction_interval_seconds > 0 {
+        if self.options.compaction_interval_seconds > 0 {
             crate::storage::compactor::spawn(
                 backend.clone(),
-                Duration::from_secs(options.compaction_interval_seconds),
+                Duration::from_secs(self.options.compaction_interval_seconds),
                 shutdown.clone(),
             );
         }
-        serving.spawn_reloader(RELOAD_INTERVAL, shutdown.clone());
+        tls.serving
+            .spawn_reloader(RELOAD_INTERVAL, shutdown.clone());
+    }
+
+    /// Serves `router` on `listener` until `shutdown` (or SIGTERM/SIGINT with `os_signals`).
+    fn spawn_serving(
+        &self,
+        listener: TcpListener,
+        tls_config: Arc<rustls::ServerConfig>,
+        router: Router,
+        shutdown: &ShutdownSignal,
+        os_signals: bool,
+    ) -> tokio::task::JoinHandle<Result<(), ServerError>> {
         let serve_options = ServeOptions {
             signal: shutdown.clone(),
-            max_concurrent_streams: match options.http2_max_streams_per_connection {
+            max_concurrent_streams: match self.options.http2_max_streams_per_connection {
                 0 => DEFAULT_HTTP2_MAX_STREAMS,
                 n => n,
             },
             ..ServeOptions::default()
         };
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             let stop = async move {
                 if os_signals {
                     shutdown_signal().await
@@ -529,15 +616,6 @@ impl ApiServer {
             };
             serve_tls_with(listener, tls_config, router, stop, serve_options).await?;
             Ok(())
-        });
-        Ok(RunningServer {
-            addr,
-            kubeconfig,
-            mode,
-            serving_certificate: serving,
-            shutdown,
-            task,
-            aggregator: wiring.handle.clone(),
         })
     }
 
