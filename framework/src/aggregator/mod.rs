@@ -260,6 +260,17 @@ pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<V
         .ok_or_else(|| "no serving certificate".into())
 }
 
+/// Why the aggregator integration could not be set up at start.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The flags contradict each other or name unusable files.
+    #[error("{0}")]
+    Config(String),
+    /// No client to the core kube-apiserver could be made.
+    #[error(transparent)]
+    CoreApi(#[from] crate::core_api::CoreApiError),
+}
+
 /// Connects to the core API (if any) and sets up registration and diagnostics:
 /// the first round runs now (waited for up to [`FIRST_ROUND_WAIT`]), failures are retried
 /// every [`RETRY_INTERVAL`] until `shutdown`.
@@ -267,68 +278,19 @@ pub async fn wire(
     options: &AggregatorOptions,
     serving: ServingInfo,
     shutdown: crate::lifecycle::ShutdownSignal,
-) -> Result<Wiring, String> {
-    let core = if options.kubeconfig.is_some() || options.in_cluster {
-        crate::core_api::core_client(options.kubeconfig.as_deref())
-            .await
-            .map_err(|e| e.to_string())?
-    } else {
-        None
-    };
-    let Some((client, source)) = core else {
-        if options.register_apiservice {
-            return Err(
-                "--register-apiservice needs the core kube-apiserver: give --kubeconfig, \
-                        or run in a pod"
-                    .into(),
-            );
-        }
+) -> Result<Wiring, WireError> {
+    let Some(client) = connect(options).await? else {
         return Ok(Wiring::default());
     };
-    tracing::info!(?source, "core kube-apiserver found");
-    let mut wiring = Wiring {
-        core: Some(client.clone()),
-        ..Wiring::default()
-    };
-    let service = match (&options.service_namespace, &options.service_name) {
-        (Some(namespace), Some(name)) => Some((namespace.clone(), name.clone())),
-        (None, None) => None,
-        _ => {
-            return Err(
-                "--apiservice-service-namespace and --apiservice-service-name go together".into(),
-            )
-        }
-    };
+    let service = service_of(options)?;
     let findings = Findings::default();
-    let mut registrar = None;
-    let mut ca = None;
-    if options.register_apiservice {
-        let Some((namespace, name)) = service.clone() else {
-            return Err(
-                "--register-apiservice needs --apiservice-service-namespace and \
-                        --apiservice-service-name"
-                    .into(),
-            );
-        };
-        let config = RegistrationConfig {
-            service_namespace: namespace,
-            service_name: name,
-            service_port: i32::from(options.service_port.unwrap_or(serving.secure_port)),
-            insecure_skip_tls_verify: options.insecure_skip_tls_verify,
-            overwrite: options.overwrite,
-            versions: serving.versions.clone(),
-        };
-        registrar = Some(ApiServiceRegistrar::with_findings(
-            client.clone(),
-            config,
-            findings.clone(),
-        ));
-        ca = if options.insecure_skip_tls_verify {
-            None
-        } else {
-            Some(ca_bundle(options, &serving)?)
-        };
-    }
+    let (registrar, ca) = match options.register_apiservice {
+        true => {
+            let (registrar, ca) = registrar(options, &client, &serving, &service, &findings)?;
+            (Some(registrar), ca)
+        }
+        false => (None, None),
+    };
     let diagnostics = diagnostics::DiagnosticsConfig {
         serving_chain: serving.chain.clone(),
         service,
@@ -338,18 +300,97 @@ pub async fn wire(
     if registrar.is_some() {
         names.push(registration::READYZ_CHECK);
     }
-    wiring.readyz = names.iter().map(|n| findings.readyz_check(n)).collect();
+    let readyz = names.iter().map(|n| findings.readyz_check(n)).collect();
     let handle = AggregatorHandle {
         inner: Arc::new(HandleInner {
-            client,
+            client: client.clone(),
             options: options.clone(),
             registrar,
             diagnostics: Mutex::new(diagnostics),
             findings,
         }),
     };
-    wiring.handle = Some(handle.clone());
     let retry_interval = options.retry_interval.unwrap_or(RETRY_INTERVAL);
+    let first_round = spawn_rounds(handle.clone(), ca, retry_interval, shutdown);
+    wait_for_first_round(first_round).await;
+    Ok(Wiring {
+        readyz,
+        core: Some(client),
+        handle: Some(handle),
+    })
+}
+
+/// The core API client, when the options ask for one (`--kubeconfig`, or in a pod).
+async fn connect(options: &AggregatorOptions) -> Result<Option<kube::Client>, WireError> {
+    let core = if options.kubeconfig.is_some() || options.in_cluster {
+        crate::core_api::core_client(options.kubeconfig.as_deref()).await?
+    } else {
+        None
+    };
+    match core {
+        Some((client, source)) => {
+            tracing::info!(?source, "core kube-apiserver found");
+            Ok(Some(client))
+        }
+        None if options.register_apiservice => Err(WireError::Config(
+            "--register-apiservice needs the core kube-apiserver: give --kubeconfig, \
+             or run in a pod"
+                .into(),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// `--apiservice-service-namespace` and `--apiservice-service-name`, which go together.
+fn service_of(options: &AggregatorOptions) -> Result<Option<(String, String)>, WireError> {
+    match (&options.service_namespace, &options.service_name) {
+        (Some(namespace), Some(name)) => Ok(Some((namespace.clone(), name.clone()))),
+        (None, None) => Ok(None),
+        _ => Err(WireError::Config(
+            "--apiservice-service-namespace and --apiservice-service-name go together".into(),
+        )),
+    }
+}
+
+/// The APIService registrar of `--register-apiservice`, and the caBundle it registers.
+fn registrar(
+    options: &AggregatorOptions,
+    client: &kube::Client,
+    serving: &ServingInfo,
+    service: &Option<(String, String)>,
+    findings: &Findings,
+) -> Result<(ApiServiceRegistrar, Option<Vec<u8>>), WireError> {
+    let Some((namespace, name)) = service.clone() else {
+        return Err(WireError::Config(
+            "--register-apiservice needs --apiservice-service-namespace and \
+             --apiservice-service-name"
+                .into(),
+        ));
+    };
+    let config = RegistrationConfig {
+        service_namespace: namespace,
+        service_name: name,
+        service_port: i32::from(options.service_port.unwrap_or(serving.secure_port)),
+        insecure_skip_tls_verify: options.insecure_skip_tls_verify,
+        overwrite: options.overwrite,
+        versions: serving.versions.clone(),
+    };
+    let registrar = ApiServiceRegistrar::with_findings(client.clone(), config, findings.clone());
+    let ca = match options.insecure_skip_tls_verify {
+        true => None,
+        false => Some(ca_bundle(options, serving).map_err(WireError::Config)?),
+    };
+    Ok((registrar, ca))
+}
+
+/// Registers and checks once, then again every `retry_interval` while anything fails, until
+/// `shutdown`. The returned channel fires when the first round is done.
+fn spawn_rounds(
+    handle: AggregatorHandle,
+    ca: Option<Vec<u8>>,
+    retry_interval: std::time::Duration,
+    shutdown: crate::lifecycle::ShutdownSignal,
+) -> tokio::sync::oneshot::Receiver<()> {
     let (first_done, first_round) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let first = async {
@@ -377,8 +418,12 @@ pub async fn wire(
             }
         }
     });
-    // Start serving after the first round, or after FIRST_ROUND_WAIT if the core API is slow
-    // (a pod must answer its liveness probe); the round then finishes in the background.
+    first_round
+}
+
+/// Start serving after the first round, or after [`FIRST_ROUND_WAIT`] if the core API is
+/// slow (a pod must answer its liveness probe); the round then finishes in the background.
+async fn wait_for_first_round(first_round: tokio::sync::oneshot::Receiver<()>) {
     if tokio::time::timeout(FIRST_ROUND_WAIT, first_round)
         .await
         .is_err()
@@ -388,5 +433,4 @@ pub async fn wire(
              deployment checks go on in the background (/readyz fails until they are done)"
         );
     }
-    Ok(wiring)
 }

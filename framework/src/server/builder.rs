@@ -553,7 +553,7 @@ impl ApiServer {
         };
         let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
             .await
-            .map_err(ServerError::Config)?;
+            .map_err(|e| ServerError::Config(e.to_string()))?;
         let admission = crate::admission::build(&options.admission, wiring.core.as_ref(), shutdown)
             .map_err(|e| ServerError::Config(e.to_string()))?;
         Ok(Bound {
