@@ -119,6 +119,46 @@ pub async fn build(
         return standalone(options, standalone_client_ca);
     }
 
+    let (client_ca, request_header) = authenticators_from_files(options)?;
+    let follower = AuthConfigFollower {
+        client_ca: options.client_ca_file.is_none().then(|| client_ca.clone()),
+        request_header: options
+            .requestheader_client_ca_file
+            .is_none()
+            .then(|| request_header.clone()),
+        applied: std::sync::Mutex::new(None),
+    };
+    let lookup = !options.authentication_skip_lookup
+        && (follower.client_ca.is_some() || follower.request_header.is_some());
+    match (&authn_client, lookup) {
+        (Some(client), true) => follow_configmap(options, client, follower, shutdown).await?,
+        (None, true) => tracing::warn!(
+            "no authentication kubeconfig: client-ca-file and request-header settings are not \
+             looked up in configmap/{AUTHENTICATION_CONFIGMAP}"
+        ),
+        _ => {}
+    }
+    let authenticator = delegated_authenticator(options, request_header, client_ca, authn_client);
+    Ok(AuthSetup {
+        mode: Mode::Delegated,
+        authenticator: Arc::new(authenticator),
+        authorizer: Arc::new(delegated_authorizer(options, authz_client)),
+        anonymous: options.anonymous_auth.unwrap_or(true),
+        always_allow_paths: options.authorization_always_allow_paths.clone(),
+    })
+}
+
+/// The client-certificate authenticator, replaced when the client CA changes.
+type ClientCaSlot = Arc<Dynamic<X509Authenticator>>;
+/// The request-header authenticator, replaced when the front-proxy settings change.
+type RequestHeaderSlot = Arc<Dynamic<RequestHeaderAuthenticator>>;
+
+/// The client-certificate and request-header authenticators, set from `--client-ca-file` and
+/// `--requestheader-client-ca-file` when given; otherwise empty until the authentication
+/// ConfigMap fills them.
+fn authenticators_from_files(
+    options: &DelegatingOptions,
+) -> Result<(ClientCaSlot, RequestHeaderSlot), AuthSetupError> {
     let client_ca = Arc::new(Dynamic::<X509Authenticator>::new());
     if let Some(path) = &options.client_ca_file {
         let ca = X509Authenticator::from_pem(&read(path, "client-ca-file")?)
@@ -139,66 +179,74 @@ pub async fn build(
             .map_err(|e| config_error(format!("--requestheader-client-ca-file: {e}")))?;
         request_header.set(Some(Arc::new(authenticator)));
     }
+    Ok((client_ca, request_header))
+}
 
-    let follower = AuthConfigFollower {
-        client_ca: options.client_ca_file.is_none().then(|| client_ca.clone()),
-        request_header: options
-            .requestheader_client_ca_file
-            .is_none()
-            .then(|| request_header.clone()),
-        applied: std::sync::Mutex::new(None),
-    };
-    let lookup = !options.authentication_skip_lookup
-        && (follower.client_ca.is_some() || follower.request_header.is_some());
-    match (&authn_client, lookup) {
-        (Some(client), true) => {
-            let api =
-                Api::<ConfigMap>::namespaced(client.clone(), AUTHENTICATION_CONFIGMAP_NAMESPACE);
-            match api.get_opt(AUTHENTICATION_CONFIGMAP).await {
-                Ok(Some(map)) => follower.apply(&map.data.unwrap_or_default()),
-                Ok(None) => tracing::warn!(
-                    "configmap/{AUTHENTICATION_CONFIGMAP} in {AUTHENTICATION_CONFIGMAP_NAMESPACE} \
-                     not found: no client-ca-file or request-header settings from the cluster"
-                ),
-                Err(e) if options.authentication_tolerate_lookup_failure => tracing::warn!(
-                    error = %e,
-                    "unable to get configmap/{AUTHENTICATION_CONFIGMAP} in \
-                     {AUTHENTICATION_CONFIGMAP_NAMESPACE}; continuing without it: \
-                     authentication may treat all requests as anonymous"
-                ),
-                Err(e) => {
-                    return Err(config_error(format!(
-                        "unable to load configmap based request-header-client-ca-file: {e}. \
-                         Unable to get configmap/{AUTHENTICATION_CONFIGMAP} in \
-                         {AUTHENTICATION_CONFIGMAP_NAMESPACE}. Usually fixed by 'kubectl create \
-                         rolebinding -n kube-system ROLEBINDING_NAME \
-                         --role=extension-apiserver-authentication-reader \
-                         --serviceaccount=YOUR_NS:YOUR_SA'"
-                    )))
-                }
-            }
-            follower.follow(api, shutdown);
-        }
-        (None, true) => tracing::warn!(
-            "no authentication kubeconfig: client-ca-file and request-header settings are not \
-             looked up in configmap/{AUTHENTICATION_CONFIGMAP}"
+/// Reads the authentication ConfigMap once (a failure is fatal unless
+/// `--authentication-tolerate-lookup-failure`), then follows it until `shutdown`.
+async fn follow_configmap(
+    options: &DelegatingOptions,
+    client: &kube::Client,
+    follower: AuthConfigFollower,
+    shutdown: ShutdownSignal,
+) -> Result<(), AuthSetupError> {
+    let api = Api::<ConfigMap>::namespaced(client.clone(), AUTHENTICATION_CONFIGMAP_NAMESPACE);
+    match api.get_opt(AUTHENTICATION_CONFIGMAP).await {
+        Ok(Some(map)) => follower.apply(&map.data.unwrap_or_default()),
+        Ok(None) => tracing::warn!(
+            "configmap/{AUTHENTICATION_CONFIGMAP} in {AUTHENTICATION_CONFIGMAP_NAMESPACE} \
+             not found: no client-ca-file or request-header settings from the cluster"
         ),
-        _ => {}
+        Err(e) if options.authentication_tolerate_lookup_failure => tracing::warn!(
+            error = %e,
+            "unable to get configmap/{AUTHENTICATION_CONFIGMAP} in \
+             {AUTHENTICATION_CONFIGMAP_NAMESPACE}; continuing without it: \
+             authentication may treat all requests as anonymous"
+        ),
+        Err(e) => {
+            return Err(config_error(format!(
+                "unable to load configmap based request-header-client-ca-file: {e}. \
+                 Unable to get configmap/{AUTHENTICATION_CONFIGMAP} in \
+                 {AUTHENTICATION_CONFIGMAP_NAMESPACE}. Usually fixed by 'kubectl create \
+                 rolebinding -n kube-system ROLEBINDING_NAME \
+                 --role=extension-apiserver-authentication-reader \
+                 --serviceaccount=YOUR_NS:YOUR_SA'"
+            )))
+        }
     }
+    follower.follow(api, shutdown);
+    Ok(())
+}
 
-    let mut authenticator = UnionAuthenticator::new()
+/// Request headers, then client certificates, then bearer tokens through TokenReview.
+fn delegated_authenticator(
+    options: &DelegatingOptions,
+    request_header: RequestHeaderSlot,
+    client_ca: ClientCaSlot,
+    authn_client: Option<kube::Client>,
+) -> UnionAuthenticator {
+    let authenticator = UnionAuthenticator::new()
         .with(request_header)
         .with(client_ca);
     match authn_client {
         Some(client) => {
             let ttl = options.authentication_token_webhook_cache_ttl;
-            authenticator = authenticator.with(TokenReviewAuthenticator::new(client, ttl));
+            authenticator.with(TokenReviewAuthenticator::new(client, ttl))
         }
-        None => tracing::warn!(
-            "no authentication kubeconfig: bearer tokens cannot be reviewed (TokenReview)"
-        ),
+        None => {
+            tracing::warn!(
+                "no authentication kubeconfig: bearer tokens cannot be reviewed (TokenReview)"
+            );
+            authenticator
+        }
     }
+}
 
+/// Always-allowed groups and paths, then SubjectAccessReview.
+fn delegated_authorizer(
+    options: &DelegatingOptions,
+    authz_client: Option<kube::Client>,
+) -> UnionAuthorizer {
     let mut authorizer = UnionAuthorizer::new();
     if !options.authorization_always_allow_groups.is_empty() {
         let groups = options.authorization_always_allow_groups.clone();
@@ -209,25 +257,19 @@ pub async fn build(
         authorizer = authorizer.with(AlwaysAllowPaths::new(paths));
     }
     match authz_client {
-        Some(client) => {
-            authorizer = authorizer.with(SubjectAccessReviewAuthorizer::new(
-                client,
-                options.authorization_webhook_cache_authorized_ttl,
-                options.authorization_webhook_cache_unauthorized_ttl,
-            ));
+        Some(client) => authorizer.with(SubjectAccessReviewAuthorizer::new(
+            client,
+            options.authorization_webhook_cache_authorized_ttl,
+            options.authorization_webhook_cache_unauthorized_ttl,
+        )),
+        None => {
+            tracing::warn!(
+                "no authorization kubeconfig: SubjectAccessReviews cannot be made, only \
+                 always-allowed groups and paths are authorized"
+            );
+            authorizer
         }
-        None => tracing::warn!(
-            "no authorization kubeconfig: SubjectAccessReviews cannot be made, only \
-             always-allowed groups and paths are authorized"
-        ),
     }
-    Ok(AuthSetup {
-        mode: Mode::Delegated,
-        authenticator: Arc::new(authenticator),
-        authorizer: Arc::new(authorizer),
-        anonymous: options.anonymous_auth.unwrap_or(true),
-        always_allow_paths: options.authorization_always_allow_paths.clone(),
-    })
 }
 
 /// A client of the core kube-apiserver from `kubeconfig`, or in a pod (when `in_cluster`)
