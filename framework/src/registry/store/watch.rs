@@ -22,7 +22,7 @@ use crate::registry::options::ListOptions;
 use crate::registry::rest::Object;
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
 use crate::runtime::object::set_meta;
-use crate::storage::cacher::{CacheItem, CachedEvent};
+use crate::storage::cacher::{CacheItem, CacheWatch, CachedEvent};
 use crate::storage::{Event, EventType, ListRequest, Revision, StorageError, WatchItem};
 
 /// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
@@ -50,8 +50,20 @@ pub(crate) async fn watch(
     ctx: &RequestContext,
     options: &ListOptions,
 ) -> Result<WatchStream> {
-    let filter = Filter::new(&inner.info, options)?;
     let prefix = inner.list_prefix(ctx);
+    let (plan, start) = plan(&inner, options)?;
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (initial, from, steps) = match from_cache(&inner, &prefix, start).await? {
+        Some(watch) => cached_steps(&plan.filter, watch),
+        None => backend_steps(&inner, &prefix, start, &plan.filter).await?,
+    };
+    tokio::spawn(run(inner, plan, initial, from, steps, tx));
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// What a watch sends (selectors, bookmarks, timeout) and where it starts, from its options.
+fn plan(inner: &Inner, options: &ListOptions) -> Result<(WatchPlan, Start)> {
+    let filter = Filter::new(&inner.info, options)?;
     let rv = options
         .resource_version
         .as_deref()
@@ -77,54 +89,64 @@ pub(crate) async fn watch(
         None if options.resource_version.as_deref() == Some("0") => Start::AnyState,
         None => Start::LatestState,
     };
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    if let Some(watch) = from_cache(&inner, &prefix, start).await? {
-        let from = watch.revision;
-        let within = Arc::clone(&watch.relative_prefix);
-        let mut first = Vec::new();
-        for object in &watch.initial {
-            if plan.filter.selects(object).unwrap_or(false) {
-                first.push(WatchEvent {
-                    type_: WatchEventType::Added,
-                    object: Object::Cached(object.clone()),
-                });
-            }
-        }
-        let filter = plan.filter.clone();
-        let replay = futures::stream::iter(watch.replay.into_iter().map(CacheItem::Event).map(Ok));
-        let live = BroadcastStream::new(watch.live);
-        let steps = replay
-            .chain(live)
-            // A watcher that lags too far behind is ended; its client resumes from the last
-            // event it got, as from any ended watch.
-            .take_while(|item| std::future::ready(item.is_ok()))
-            .filter_map(move |item| {
-                std::future::ready(match item {
-                    Err(_) => None,
-                    Ok(CacheItem::Progress(at)) => Some(Step::Advance(at, None)),
-                    Ok(CacheItem::Event(event)) if event.revision() <= from => None,
-                    Ok(CacheItem::Event(event))
-                        if !event.object.key_suffix().starts_with(&*within) =>
-                    {
-                        Some(Step::Advance(event.revision(), None))
-                    }
-                    Ok(CacheItem::Event(event)) => Some(Step::Advance(
-                        event.revision(),
-                        translate_cached(&filter, &event),
-                    )),
-                })
-            });
-        tokio::spawn(run(inner, plan, first, from, Box::pin(steps), tx));
-        return Ok(Box::pin(ReceiverStream::new(rx)));
-    }
+    Ok((plan, start))
+}
+
+/// A watch served by the watch cache: the selected initial objects, the revision they are
+/// at, and the cache's replay and live events after it.
+fn cached_steps(filter: &Filter, watch: CacheWatch) -> (Vec<WatchEvent>, Revision, Steps) {
+    let from = watch.revision;
+    let within = Arc::clone(&watch.relative_prefix);
+    let initial = watch
+        .initial
+        .iter()
+        .filter(|object| filter.selects(object).unwrap_or(false))
+        .map(|object| WatchEvent {
+            type_: WatchEventType::Added,
+            object: Object::Cached(object.clone()),
+        })
+        .collect();
+    let filter = filter.clone();
+    let replay = futures::stream::iter(watch.replay.into_iter().map(CacheItem::Event).map(Ok));
+    let live = BroadcastStream::new(watch.live);
+    let steps = replay
+        .chain(live)
+        // A watcher that lags too far behind is ended; its client resumes from the last
+        // event it got, as from any ended watch.
+        .take_while(|item| std::future::ready(item.is_ok()))
+        .filter_map(move |item| {
+            std::future::ready(match item {
+                Err(_) => None,
+                Ok(CacheItem::Progress(at)) => Some(Step::Advance(at, None)),
+                Ok(CacheItem::Event(event)) if event.revision() <= from => None,
+                Ok(CacheItem::Event(event)) if !event.object.key_suffix().starts_with(&*within) => {
+                    Some(Step::Advance(event.revision(), None))
+                }
+                Ok(CacheItem::Event(event)) => Some(Step::Advance(
+                    event.revision(),
+                    translate_cached(&filter, &event),
+                )),
+            })
+        });
+    (initial, from, Box::pin(steps))
+}
+
+/// A watch served by the backend's own watch: the initial state read at a revision (none
+/// when resuming after one), then the backend's events after it.
+async fn backend_steps(
+    inner: &Arc<Inner>,
+    prefix: &str,
+    start: Start,
+    filter: &Filter,
+) -> Result<(Vec<WatchEvent>, Revision, Steps)> {
     let (initial, from) = match start {
         Start::After(from) => (Vec::new(), from),
-        _ => initial_state(&inner, &prefix, &plan.filter).await?,
+        _ => initial_state(inner, prefix, filter).await?,
     };
-    let steps: Steps = match inner.backend.watch_with_progress(&prefix, from).await {
-        Err(e) => Box::pin(futures::stream::iter([Step::Fail(error_event(&inner, e))])),
+    let steps: Steps = match inner.backend.watch_with_progress(prefix, from).await {
+        Err(e) => Box::pin(futures::stream::iter([Step::Fail(error_event(inner, e))])),
         Ok(items) => {
-            let (filter, failing) = (plan.filter.clone(), inner.clone());
+            let (filter, failing) = (filter.clone(), inner.clone());
             Box::pin(items.map(move |item| match item {
                 Ok(WatchItem::Progress(at)) => Step::Advance(at, None),
                 Ok(WatchItem::Event(event)) => {
@@ -134,8 +156,7 @@ pub(crate) async fn watch(
             }))
         }
     };
-    tokio::spawn(run(inner, plan, initial, from, steps, tx));
-    Ok(Box::pin(ReceiverStream::new(rx)))
+    Ok((initial, from, steps))
 }
 
 /// Where a watch starts.
@@ -152,11 +173,7 @@ enum Start {
 }
 
 /// The cache's watch, when it can serve this one.
-async fn from_cache(
-    inner: &Inner,
-    prefix: &str,
-    start: Start,
-) -> Result<Option<crate::storage::cacher::CacheWatch>> {
+async fn from_cache(inner: &Inner, prefix: &str, start: Start) -> Result<Option<CacheWatch>> {
     let Some(cache) = &inner.cache else {
         return Ok(None);
     };
