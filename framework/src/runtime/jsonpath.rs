@@ -80,17 +80,29 @@ enum FilterOp {
 
 type Node<'a> = Cow<'a, Value>;
 
+/// Why a JSONPath expression could not be used, in the words of kube's `jsonpath` package.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JsonPathError {
+    /// The expression does not parse.
+    #[error("{0}")]
+    Parse(String),
+    /// The expression parses but cannot be applied to this value (an index out of bounds,
+    /// indexing a non-array, comparing several values at once).
+    #[error("{0}")]
+    Eval(String),
+}
+
 impl JsonPath {
     /// Parses an expression, with or without the surrounding `{}`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, JsonPathError> {
         let trimmed = text.trim();
         let inner = match trimmed.strip_prefix('{') {
             Some(rest) => rest
                 .strip_suffix('}')
-                .ok_or_else(|| "unclosed action".to_string())?,
+                .ok_or_else(|| JsonPathError::Parse("unclosed action".to_string()))?,
             None => trimmed,
         };
-        let steps = parse_steps(inner)?;
+        let steps = parse_steps(inner).map_err(JsonPathError::Parse)?;
         Ok(Self {
             text: text.to_string(),
             steps,
@@ -99,8 +111,8 @@ impl JsonPath {
 
     /// All values the path selects, or kube's error (an index out of bounds, indexing a
     /// non-array, comparing several values at once). Missing keys are not errors.
-    pub fn find<'a>(&self, root: &'a Value) -> Result<Vec<Cow<'a, Value>>, String> {
-        eval(&self.steps, vec![Cow::Borrowed(root)])
+    pub fn find<'a>(&self, root: &'a Value) -> Result<Vec<Cow<'a, Value>>, JsonPathError> {
+        eval(&self.steps, vec![Cow::Borrowed(root)]).map_err(JsonPathError::Eval)
     }
 
     /// All values the path selects; nothing on error.
@@ -133,7 +145,7 @@ impl fmt::Display for JsonPath {
 }
 
 impl std::str::FromStr for JsonPath {
-    type Err = String;
+    type Err = JsonPathError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
@@ -900,7 +912,11 @@ mod tests {
     }
 
     fn eval_err(path: &str, data: &Value) -> String {
-        JsonPath::parse(path).unwrap().find(data).expect_err(path)
+        JsonPath::parse(path)
+            .unwrap()
+            .find(data)
+            .expect_err(path)
+            .to_string()
     }
 
     #[test]
@@ -1073,7 +1089,7 @@ mod tests {
 
     #[test]
     fn parse_errors() {
-        let e = |p: &str| JsonPath::parse(p).expect_err(p);
+        let e = |p: &str| JsonPath::parse(p).expect_err(p).to_string();
         assert_eq!(e("{.a"), "unclosed action");
         assert_eq!(e(".a[0"), "unterminated array");
         assert_eq!(e(".a[x]"), "invalid array index x");

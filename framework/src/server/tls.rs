@@ -165,24 +165,29 @@ pub fn supported_cipher_suite_names() -> String {
         .join(", ")
 }
 
+/// A `--tls-cipher-suites` name that is refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CipherSuiteError {
+    /// A suite Go lists as insecure.
+    #[error("{0} is insecure and not allowed; supported: {supported}", supported = supported_cipher_suite_names())]
+    Insecure(String),
+    /// A CBC-mode suite, which rustls does not implement.
+    #[error("{0} (CBC mode) is not supported, only AEAD suites are: {supported}", supported = supported_cipher_suite_names())]
+    Unsupported(String),
+    /// A name Go does not know.
+    #[error("unknown cipher suite {0:?}; supported: {supported}", supported = supported_cipher_suite_names())]
+    Unknown(String),
+}
+
 /// Checks one `--tls-cipher-suites` name; the error says why it is refused. Usable as a
 /// clap value parser, so a bad flag fails before anything starts.
-pub fn parse_cipher_suite(name: &str) -> Result<String, String> {
+pub fn parse_cipher_suite(name: &str) -> Result<String, CipherSuiteError> {
     let name = name.trim();
     match CIPHER_SUITES.iter().find(|(n, _)| *n == name) {
         Some((_, SuiteName::Tls12(_) | SuiteName::Tls13)) => Ok(name.to_string()),
-        Some((_, SuiteName::Insecure)) => Err(format!(
-            "{name} is insecure and not allowed; supported: {}",
-            supported_cipher_suite_names()
-        )),
-        Some((_, SuiteName::Unsupported)) => Err(format!(
-            "{name} (CBC mode) is not supported, only AEAD suites are: {}",
-            supported_cipher_suite_names()
-        )),
-        None => Err(format!(
-            "unknown cipher suite {name:?}; supported: {}",
-            supported_cipher_suite_names()
-        )),
+        Some((_, SuiteName::Insecure)) => Err(CipherSuiteError::Insecure(name.to_string())),
+        Some((_, SuiteName::Unsupported)) => Err(CipherSuiteError::Unsupported(name.to_string())),
+        None => Err(CipherSuiteError::Unknown(name.to_string())),
     }
 }
 
@@ -433,11 +438,15 @@ mod tests {
     fn cipher_suite_names_are_checked() {
         assert!(parse_cipher_suite("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256").is_ok());
         assert!(parse_cipher_suite("TLS_AES_128_GCM_SHA256").is_ok());
-        let insecure = parse_cipher_suite("TLS_RSA_WITH_RC4_128_SHA").unwrap_err();
+        let insecure = parse_cipher_suite("TLS_RSA_WITH_RC4_128_SHA")
+            .unwrap_err()
+            .to_string();
         assert!(insecure.contains("insecure"), "{insecure}");
-        let cbc = parse_cipher_suite("TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA").unwrap_err();
+        let cbc = parse_cipher_suite("TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA")
+            .unwrap_err()
+            .to_string();
         assert!(cbc.contains("not supported"), "{cbc}");
-        let unknown = parse_cipher_suite("TLS_FANCY").unwrap_err();
+        let unknown = parse_cipher_suite("TLS_FANCY").unwrap_err().to_string();
         assert!(unknown.contains("unknown"), "{unknown}");
     }
 
