@@ -30,6 +30,7 @@ pub const CORE_API_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why no client to the core kube-apiserver could be made.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CoreApiError {
     /// The kubeconfig file could not be read or parsed.
     #[error("reading kubeconfig {path}: {source}")]

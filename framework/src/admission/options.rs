@@ -21,6 +21,7 @@ pub struct AdmissionOptions {
 /// `--enable-admission-plugins` or `--disable-admission-plugins` names a plugin the server
 /// does not have, or names one in both.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdmissionOptionsError {
     /// An unknown name.
     #[error("--{flag} names the unknown admission plugin {name:?} (known: {known})")]

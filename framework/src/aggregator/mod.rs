@@ -262,6 +262,7 @@ pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<V
 
 /// Why the aggregator integration could not be set up at start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The flags contradict each other or name unusable files.
     #[error("{0}")]

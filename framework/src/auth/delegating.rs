@@ -74,6 +74,7 @@ impl std::fmt::Debug for AuthSetup {
 
 /// Why delegated authentication and authorization could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthSetupError {
     /// A flag, file or the authentication ConfigMap says something unusable.
     #[error("invalid configuration: {0}")]

@@ -33,6 +33,7 @@ pub use x509::X509Authenticator;
 /// An error means "credentials were presented and are bad" (→ 401); finding no credentials of
 /// its kind is `Ok(None)` instead, so the next authenticator gets a turn.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// A client certificate did not verify against the client CA, or maps to no user.
     #[error("invalid client certificate: {0}")]

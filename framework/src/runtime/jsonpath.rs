@@ -82,6 +82,7 @@ type Node<'a> = Cow<'a, Value>;
 
 /// Why a JSONPath expression could not be used, in the words of kube's `jsonpath` package.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum JsonPathError {
     /// The expression does not parse.
     #[error("{0}")]

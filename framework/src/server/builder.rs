@@ -39,6 +39,7 @@ use crate::tls::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// The configuration is inconsistent (e.g. a resource registered under the wrong version).
     #[error("invalid configuration: {0}")]

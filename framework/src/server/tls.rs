@@ -167,6 +167,7 @@ pub fn supported_cipher_suite_names() -> String {
 
 /// A `--tls-cipher-suites` name that is refused, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CipherSuiteError {
     /// A suite Go lists as insecure.
     #[error("{0} is insecure and not allowed; supported: {supported}", supported = supported_cipher_suite_names())]

@@ -99,6 +99,7 @@ pub type ProgressStream = Pin<Box<dyn Stream<Item = Result<WatchItem, StorageErr
 
 /// What can go wrong in storage. The registry layer turns these into API errors.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StorageError {
     /// Create of a key that exists.
     #[error("key exists: {0}")]

@@ -19,6 +19,7 @@ pub use peer::PeerCertificates;
 
 /// Why certificates or the TLS configuration could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
