@@ -8,7 +8,8 @@
 mod definitions;
 mod operations;
 mod params;
-mod render;
+mod render_v2;
+mod render_v3;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -135,12 +136,17 @@ fn document(
     items: &[&PathItem],
     dialect: Dialect,
 ) -> Document {
-    let definitions = catalog.closure(render::referenced(items), dialect);
-    let value = match dialect {
-        Dialect::Swagger2 => render::swagger(info, items, definitions),
-        Dialect::OpenApi3 => render::openapi3(info, items, definitions),
-    };
-    Document::json(&value, "application/json")
+    let definitions = catalog.closure(operations::referenced(items), dialect);
+    match dialect {
+        Dialect::Swagger2 => {
+            let value = render_v2::swagger(info, items, definitions);
+            Document::json(&value, "application/json")
+        }
+        Dialect::OpenApi3 => {
+            let value = render_v3::openapi3(info, items, definitions);
+            Document::json(&value, "application/json")
+        }
+    }
 }
 
 /// `{"paths": {"apis/{group}/{version}": {"serverRelativeURL": "...?hash=..."}}}`.

@@ -542,6 +542,17 @@ fn valid_id(s: &str, capitalize_first: bool) -> String {
     out
 }
 
+/// Every definition the operations of `items` name directly.
+pub(crate) fn referenced<'a>(items: &'a [&'a PathItem]) -> impl Iterator<Item = &'a str> {
+    items
+        .iter()
+        .flat_map(|item| &item.operations)
+        .flat_map(|op| {
+            let body = op.body.iter().map(|b| b.schema.as_str());
+            body.chain(op.responses.iter().map(|r| r.schema.as_str()))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
