@@ -75,13 +75,9 @@ impl<V: Clone> TtlCache<V> {
     }
 
     /// How many entries are stored (expired ones included).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Whether nothing is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -2,14 +2,14 @@
 //! handlers and tables. Handlers call `registry` storage; they never touch a backend.
 
 pub(crate) mod accept;
-pub mod body;
-pub mod duplicates;
-pub mod handlers;
-pub mod installer;
+pub(crate) mod body;
+pub(crate) mod duplicates;
+pub(crate) mod handlers;
+pub(crate) mod installer;
 pub mod negotiation;
 pub mod params;
 pub mod request_info;
-pub mod response;
+pub(crate) mod response;
 pub mod table;
 
 use std::sync::Arc;

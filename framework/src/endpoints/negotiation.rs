@@ -158,7 +158,7 @@ pub fn decode_body(bytes: &[u8], encoding: BodyEncoding) -> Result<Value> {
 }
 
 /// Decodes a body into a JSON object, with the paths of fields given more than once (the
-/// last value is kept, as Go's decoder keeps it; see [`crate::endpoints::duplicates`]).
+/// last value is kept, as Go's decoder keeps it; see `endpoints::duplicates`).
 pub fn decode_object(bytes: &[u8], encoding: BodyEncoding) -> Result<(Value, Vec<String>)> {
     let (value, duplicates) = match encoding {
         BodyEncoding::Json => {

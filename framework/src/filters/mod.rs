@@ -6,14 +6,14 @@
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
 
-pub mod authentication;
-pub mod authorization;
-pub mod error_encoding;
-pub mod headers;
-pub mod panic_recovery;
-pub mod pretty;
-pub mod request_info;
-pub mod timeout;
+pub(crate) mod authentication;
+pub(crate) mod authorization;
+pub(crate) mod error_encoding;
+pub(crate) mod headers;
+pub(crate) mod panic_recovery;
+pub(crate) mod pretty;
+pub(crate) mod request_info;
+pub(crate) mod timeout;
 
 use std::sync::Arc;
 

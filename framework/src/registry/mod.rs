@@ -5,7 +5,7 @@ pub mod group;
 pub mod options;
 pub mod patch;
 pub mod rest;
-pub mod schema_errors;
+pub(crate) mod schema_errors;
 pub mod selector;
 pub mod served;
 pub mod store;

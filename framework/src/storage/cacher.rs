@@ -323,7 +323,7 @@ impl Cacher {
     }
 
     /// `prefix` (a key or a prefix of keys under the cache's prefix) after the cache's prefix:
-    /// the terms of [`CachedObject::key_suffix`].
+    /// the terms of `CachedObject::key_suffix`.
     pub fn relative<'a>(&self, prefix: &'a str) -> &'a str {
         self.shared.suffix(prefix)
     }

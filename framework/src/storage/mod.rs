@@ -2,8 +2,8 @@
 
 mod arena;
 pub mod backend;
-pub mod cacher;
-pub mod compactor;
+pub(crate) mod cacher;
+pub(crate) mod compactor;
 #[cfg(any(test, doc, feature = "testing"))]
 pub mod conformance;
 #[cfg(feature = "etcd")]
