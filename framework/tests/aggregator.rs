@@ -749,16 +749,7 @@ async fn namespace_lifecycle_refuses_missing_and_terminating_namespaces() {
 
 /// Lists (not watches) and watches of the namespaces the server made so far.
 fn namespace_calls(core: &FakeCore) -> (usize, usize) {
-    let calls: Vec<_> = core
-        .calls()
-        .into_iter()
-        .filter(|c| c.path == "/api/v1/namespaces")
-        .collect();
-    let watches = calls
-        .iter()
-        .filter(|c| c.query.contains("watch=true"))
-        .count();
-    (calls.len() - watches, watches)
+    core.lists_and_watches("/api/v1/namespaces")
 }
 
 /// Retries `check` every 50 ms for at most 20 s.

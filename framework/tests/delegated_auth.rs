@@ -737,16 +737,7 @@ async fn rotated_cas_take_effect_without_restart() {
 
 /// Lists (not watches) and watches of the authentication ConfigMap the server made so far.
 fn configmap_calls(core: &FakeCore) -> (usize, usize) {
-    let calls: Vec<_> = core
-        .calls()
-        .into_iter()
-        .filter(|c| c.path == "/api/v1/namespaces/kube-system/configmaps")
-        .collect();
-    let watches = calls
-        .iter()
-        .filter(|c| c.query.contains("watch=true"))
-        .count();
-    (calls.len() - watches, watches)
+    core.lists_and_watches("/api/v1/namespaces/kube-system/configmaps")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

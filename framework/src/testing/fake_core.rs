@@ -371,6 +371,18 @@ impl FakeCore {
         lock(&self.inner.calls).clone()
     }
 
+    /// How many lists and how many watches of the collection at `path` (e.g.
+    /// `/api/v1/namespaces`) were received so far: `(lists, watches)`.
+    pub fn lists_and_watches(&self, path: &str) -> (usize, usize) {
+        let calls = lock(&self.inner.calls);
+        let of_path = calls.iter().filter(|c| c.path == path);
+        let watches = of_path
+            .clone()
+            .filter(|c| c.query.contains("watch=true"))
+            .count();
+        (of_path.count() - watches, watches)
+    }
+
     /// The `spec` of every well-formed SubjectAccessReview received, in order.
     pub fn access_reviews(&self) -> Vec<Value> {
         lock(&self.inner.access_reviews).clone()
