@@ -164,6 +164,21 @@ impl Env {
         self.send("GET", path, cert, headers).await
     }
 
+    /// Waits until the front proxy's new certificate `new_aggregator` is trusted for `user`'s
+    /// requests, then checks that the old one (`self.aggregator`) no longer is.
+    async fn assert_front_proxy_rotated(&self, new_aggregator: &TestCert, user: &[(&str, &str)]) {
+        let rotated = eventually(|| async {
+            self.get(FLUNDERS, Some(new_aggregator), user).await.code == 200
+        })
+        .await;
+        assert!(rotated, "the new front-proxy CA was never trusted");
+        let reply = self.get(FLUNDERS, Some(&self.aggregator), user).await;
+        assert_eq!(
+            reply.code, 401,
+            "old front-proxy CA still trusted: {reply:?}"
+        );
+    }
+
     /// A GET by `curl` over TLS `version` ("1.2" or "1.3") with client certificate `cert` and
     /// extra headers. curl failing (a handshake that ends the connection) fails the test.
     async fn curl(
@@ -700,15 +715,7 @@ async fn rotated_cas_take_effect_without_restart() {
             &new_front_proxy.cert_pem,
         ));
     let kim = [("X-Remote-User", "kim")];
-    let rotated =
-        eventually(|| async { env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code == 200 })
-            .await;
-    assert!(rotated, "the new front-proxy CA was never trusted");
-    let reply = env.get(FLUNDERS, Some(&env.aggregator), &kim).await;
-    assert_eq!(
-        reply.code, 401,
-        "old front-proxy CA still trusted: {reply:?}"
-    );
+    env.assert_front_proxy_rotated(&new_aggregator, &kim).await;
     let rotated =
         eventually(|| async { env.get(FLUNDERS, Some(&new_alice), &[]).await.code == 200 }).await;
     assert!(rotated, "the new client CA was never trusted");
@@ -769,15 +776,7 @@ async fn a_rotation_after_the_watch_expired_still_takes_effect() {
             &env.client_ca.cert_pem,
             &new_front_proxy.cert_pem,
         ));
-    let rotated =
-        eventually(|| async { env.get(FLUNDERS, Some(&new_aggregator), &kim).await.code == 200 })
-            .await;
-    assert!(rotated, "the new front-proxy CA was never trusted");
-    let reply = env.get(FLUNDERS, Some(&env.aggregator), &kim).await;
-    assert_eq!(
-        reply.code, 401,
-        "old front-proxy CA still trusted: {reply:?}"
-    );
+    env.assert_front_proxy_rotated(&new_aggregator, &kim).await;
 
     // One relist, and no spinning: the expired watch, the one after the relist.
     tokio::time::sleep(Duration::from_secs(2)).await;
