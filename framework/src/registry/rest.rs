@@ -33,7 +33,24 @@ pub enum Object {
     /// A JSON object as the watch cache keeps it: handed out by reference count, so a list
     /// or a watch fan-out that copies the bytes into its own buffer makes no per-item
     /// allocation.
-    Cached(CachedObject),
+    Cached(CachedJson),
+}
+
+/// The JSON of an object as the watch cache keeps it. Opaque: the cache's layout (revision
+/// and key beside the JSON, shared buffers) stays the storage layer's own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedJson(pub(crate) CachedObject);
+
+impl CachedJson {
+    /// What a client receives: JSON with `metadata.resourceVersion`.
+    pub fn json(&self) -> &[u8] {
+        self.0.json()
+    }
+
+    /// [`json`](Self::json) as `Bytes` sharing the cache's buffer (no copy).
+    pub fn encoded(&self) -> Bytes {
+        self.0.encoded()
+    }
 }
 
 impl Object {

@@ -12,7 +12,7 @@ use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
-use crate::registry::rest::{Object, ObjectList};
+use crate::registry::rest::{CachedJson, Object, ObjectList};
 use crate::storage::cacher::CachedObject;
 use crate::storage::{Cacher, ListRequest, Revision, StorageError};
 
@@ -222,7 +222,7 @@ fn page(
         if !filter.selects(object)? {
             continue;
         }
-        out.items.push(Object::Cached(object.clone()));
+        out.items.push(Object::Cached(CachedJson(object.clone())));
         if limit > 0 && out.items.len() == limit {
             // Like kube-apiserver: a continue token when any key is left, whether or not the
             // selectors would keep it; a count of what is left only without selectors.

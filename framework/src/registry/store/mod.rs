@@ -22,8 +22,8 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOptions};
 use crate::registry::rest::{
-    CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object, ObjectList,
-    RestStorage, UpdateFn, Updater, WatchStream, Watcher,
+    CachedJson, CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object,
+    ObjectList, RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
 use crate::registry::strategy::UpdateTarget;
 use crate::runtime::{GarbageCollectionPolicy, Resource, ResourceInfo, Scope};
@@ -234,7 +234,7 @@ impl<T: Resource> Getter for Store<T> {
         if let Some(cache) = &self.inner.cache {
             if let Some(found) = list::get_from_cache(&self.inner, cache, &key).await {
                 return found
-                    .map(Object::Cached)
+                    .map(|object| Object::Cached(CachedJson(object)))
                     .ok_or_else(|| Error::not_found(&self.inner.info, name));
             }
         }

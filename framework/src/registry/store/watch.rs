@@ -19,7 +19,7 @@ use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::ListOptions;
-use crate::registry::rest::Object;
+use crate::registry::rest::{CachedJson, Object};
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
 use crate::runtime::object::set_meta;
 use crate::storage::cacher::{CacheItem, CacheWatch, CachedEvent};
@@ -103,7 +103,7 @@ fn cached_steps(filter: &Filter, watch: CacheWatch) -> (Vec<WatchEvent>, Revisio
         .filter(|object| filter.selects(object).unwrap_or(false))
         .map(|object| WatchEvent {
             type_: WatchEventType::Added,
-            object: Object::Cached(object.clone()),
+            object: Object::Cached(CachedJson(object.clone())),
         })
         .collect();
     let filter = filter.clone();
@@ -304,7 +304,7 @@ fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> 
             (EventType::Put, Some(_)) => WatchEventType::Modified,
             (EventType::Put, None) => WatchEventType::Added,
         };
-        let object = Object::Cached(event.object.clone());
+        let object = Object::Cached(CachedJson(event.object.clone()));
         return Some(WatchEvent { type_, object });
     }
     let object = decode_cached(&event.object).ok()?;
