@@ -3,13 +3,46 @@
 //! `check.rs` uses the predicates to reject names the API server would refuse at run time;
 //! `expand.rs` uses [`plural`] for the default URL segment.
 
-/// The English plural of a lower-case singular, by the rules of kube-derive and
-/// `k8s.io/gengo/namer`: `-es` after s, x, z, ch and sh; `y` → `ies` after a consonant;
-/// `-s` otherwise.
+/// The English plural of a lower-case singular kind, as kubebuilder's CRD generator (flect)
+/// forms it for the names kinds have, and kube-rs for the regular ones:
+///
+/// | the singular | its plural | e.g. |
+/// |---|---|---|
+/// | a few irregular nouns, whole or as the last word | their own | `person` → `people`, `child` → `children`, `datum` → `data`, `index` → `indices` |
+/// | ends in `ss`, `us`, `x`, `z`, `ch` or `sh` | `-es` | `ingress` → `ingresses`, `status` → `statuses`, `box` → `boxes` |
+/// | ends in `sis` | `-ses` | `analysis` → `analyses` |
+/// | ends in any other `s` (already plural, or a name) | itself | `stats` → `stats`, `metrics` → `metrics`, `redis` → `redis` |
+/// | a consonant and `y` | `-ies` | `policy` → `policies` (`gateway` → `gateways`) |
+/// | anything else | `-s` | `flunder` → `flunders` |
+///
+/// A kind whose plural is none of these sets `#[resource(plural = "...")]`.
 pub fn plural(singular: &str) -> String {
-    const SIBILANTS: [&str; 5] = ["s", "x", "z", "ch", "sh"];
-    if SIBILANTS.iter().any(|end| singular.ends_with(end)) {
+    /// Irregular plurals, matched at the end of the kind (`BackupPerson` → `backuppeople`).
+    const IRREGULAR: [(&str, &str); 8] = [
+        ("person", "people"),
+        ("child", "children"),
+        ("datum", "data"),
+        ("index", "indices"),
+        ("matrix", "matrices"),
+        ("vertex", "vertices"),
+        ("criterion", "criteria"),
+        ("schema", "schemas"),
+    ];
+    const ADD_ES: [&str; 6] = ["ss", "us", "x", "z", "ch", "sh"];
+    if let Some((stem, plural)) = IRREGULAR
+        .iter()
+        .find_map(|(one, many)| singular.strip_suffix(one).map(|stem| (stem, many)))
+    {
+        return format!("{stem}{plural}");
+    }
+    if ADD_ES.iter().any(|end| singular.ends_with(end)) {
         return format!("{singular}es");
+    }
+    if let Some(stem) = singular.strip_suffix("sis") {
+        return format!("{stem}ses");
+    }
+    if singular.ends_with('s') {
+        return singular.to_owned();
     }
     if let Some(stem) = singular.strip_suffix('y') {
         if stem.ends_with(|c: char| !"aeiou".contains(c)) {
@@ -73,20 +106,36 @@ fn is_positive(digits: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The rules' table, each row as kubebuilder (flect) pluralises the same kind.
     #[test]
-    fn plurals_follow_gengo() {
+    fn plurals_of_kinds() {
         let cases = [
             ("flunder", "flunders"),
             ("fischer", "fischers"),
             ("status", "statuses"),
+            ("backupstats", "backupstats"),
+            ("stats", "stats"),
+            ("metrics", "metrics"),
+            ("redis", "redis"),
+            ("ingress", "ingresses"),
+            ("class", "classes"),
+            ("bus", "buses"),
+            ("analysis", "analyses"),
             ("box", "boxes"),
-            ("quiz", "quizes"),
             ("match", "matches"),
             ("mesh", "meshes"),
             ("policy", "policies"),
+            ("networkpolicy", "networkpolicies"),
             ("gateway", "gateways"),
             ("key", "keys"),
             ("y", "ys"),
+            ("person", "people"),
+            ("salesperson", "salespeople"),
+            ("child", "children"),
+            ("datum", "data"),
+            ("schema", "schemas"),
+            ("index", "indices"),
+            ("endpoint", "endpoints"),
         ];
         for (singular, expected) in cases {
             assert_eq!(plural(singular), expected, "plural of {singular}");
