@@ -110,6 +110,13 @@ pub struct Gateway {
     pub metadata: ObjectMeta,
 }
 
+/// A kind that already reads as a plural keeps it, as kubebuilder names it.
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[resource(group = "g.example.com", version = "v1", kind = "BackupStats")]
+pub struct BackupStats {
+    pub metadata: ObjectMeta,
+}
+
 fn named(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_string()),
@@ -187,6 +194,8 @@ fn plurals_follow_english_rules() {
     assert_eq!(StatusKind::INFO.plural, "statuses");
     assert_eq!(StatusKind::INFO.singular, "status");
     assert_eq!(Gateway::INFO.plural, "gateways");
+    assert_eq!(BackupStats::INFO.plural, "backupstats");
+    assert_eq!(BackupStats::INFO.singular, "backupstats");
 }
 
 #[test]
