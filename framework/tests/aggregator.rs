@@ -12,7 +12,7 @@ use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::server::RunningServer;
 use apiserver::testing::fake_core::FakeCore;
 use apiserver::testing::pki::TestCa;
-use apiserver::testing::TestServer;
+use apiserver::testing::{eventually, TestServer};
 use apiserver::tls::certs::SelfSignedCerts;
 use apiserver::{ApiGroup, ApiServer, Resource};
 use base64::Engine as _;
@@ -750,21 +750,6 @@ async fn namespace_lifecycle_refuses_missing_and_terminating_namespaces() {
 /// Lists (not watches) and watches of the namespaces the server made so far.
 fn namespace_calls(core: &FakeCore) -> (usize, usize) {
     core.lists_and_watches("/api/v1/namespaces")
-}
-
-/// Retries `check` every 50 ms for at most 20 s.
-async fn eventually<F, Fut>(mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..400 {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    false
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use apiserver::server::{ApiGroup, ApiServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use apiserver::testing::openssl::{KeyType, OpensslCa};
 use apiserver::testing::pki::{TestCa, TestCert};
-use apiserver::testing::TestServer;
+use apiserver::testing::{eventually, TestServer};
 use apiserver::tls::certs::{CertKey, SelfSignedCerts};
 use apiserver::tls::{crypto_provider, root_store};
 use apiserver::Resource;
@@ -294,22 +294,6 @@ fn no_denial_cache(options: &mut ServerOptions) {
 
 fn allow_list_flunders(user: &str) -> Rule {
     Rule::user(user, &["get", "list"], "wardle.example.com", &["flunders"]).in_namespace("ns1")
-}
-
-/// Retries `check` until it holds, at most 400 times 50 ms apart (the ConfigMap watch is
-/// asynchronous); false if it never does.
-async fn eventually<F, Fut>(mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..400 {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
 }
 
 // ---------------------------------------------------------------------------------------

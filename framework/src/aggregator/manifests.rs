@@ -22,9 +22,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
-    APIService, APIServiceSpec, ServiceReference,
-};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -359,18 +357,7 @@ fn service(m: &Names) -> Service {
 fn apiservice(m: &Names, v: &ApiServiceVersion) -> APIService {
     APIService {
         metadata: m.meta(&v.apiservice_name(), None),
-        spec: Some(APIServiceSpec {
-            group: Some(v.group.clone()),
-            version: Some(v.version.clone()),
-            group_priority_minimum: v.group_priority_minimum,
-            version_priority: v.version_priority,
-            service: Some(ServiceReference {
-                namespace: Some(m.namespace.clone()),
-                name: Some(m.name.clone()),
-                port: Some(443),
-            }),
-            ..Default::default()
-        }),
+        spec: Some(v.spec(&m.namespace, &m.name, 443)),
         ..Default::default()
     }
 }

@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
+    APIServiceSpec, ServiceReference,
+};
 use rustls::pki_types::CertificateDer;
 
 pub use manifests::{manifest_objects, manifests, ManifestOptions};
@@ -51,6 +54,24 @@ impl ApiServiceVersion {
     /// `{version}.{group}`, the name kube-aggregator expects.
     pub fn apiservice_name(&self) -> String {
         format!("{}.{}", self.version, self.group)
+    }
+
+    /// The APIService's spec pointing at the Service `namespace/name` on `port`, without a
+    /// caBundle: registration adds it (or `insecureSkipTLSVerify`), the manifests leave it to
+    /// the server's own registration.
+    pub fn spec(&self, namespace: &str, name: &str, port: i32) -> APIServiceSpec {
+        APIServiceSpec {
+            group: Some(self.group.clone()),
+            version: Some(self.version.clone()),
+            group_priority_minimum: self.group_priority_minimum,
+            version_priority: self.version_priority,
+            service: Some(ServiceReference {
+                namespace: Some(namespace.to_owned()),
+                name: Some(name.to_owned()),
+                port: Some(port),
+            }),
+            ..APIServiceSpec::default()
+        }
     }
 }
 

@@ -13,9 +13,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
-    APIService, APIServiceSpec, ServiceReference,
-};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{APIService, APIServiceSpec};
 use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, PostParams};
 
@@ -156,21 +154,17 @@ impl ApiServiceRegistrar {
         let config = &self.config;
         let insecure = config.insecure_skip_tls_verify;
         APIServiceSpec {
-            group: Some(version.group.clone()),
-            version: Some(version.version.clone()),
-            group_priority_minimum: version.group_priority_minimum,
-            version_priority: version.version_priority,
-            service: Some(ServiceReference {
-                namespace: Some(config.service_namespace.clone()),
-                name: Some(config.service_name.clone()),
-                port: Some(config.service_port),
-            }),
             ca_bundle: if insecure {
                 None
             } else {
                 ca_bundle.map(|ca| ByteString(ca.to_vec()))
             },
             insecure_skip_tls_verify: insecure.then_some(true),
+            ..version.spec(
+                &config.service_namespace,
+                &config.service_name,
+                config.service_port,
+            )
         }
     }
 

@@ -111,6 +111,22 @@ impl TestServer {
     }
 }
 
+/// Retries `check` every 50 ms until it holds, for at most 20 s (400 tries); false if it never
+/// does. For what a server does asynchronously: following the core API, reloading files.
+pub async fn eventually<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// Runs kubectl with `kubeconfig` (never `$KUBECONFIG`) and extra environment variables
 /// (blocking; at most 60 s, then it is killed): for a kubeconfig of the test's own, such as
 /// one with a token or without credentials.
