@@ -10,7 +10,8 @@ use crate::endpoints::negotiation::Shape;
 use crate::endpoints::request_info::Verb;
 use crate::error::{Error, Result};
 use crate::registry::options::{
-    DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch, WriteOptions,
+    dry_run, DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch,
+    WriteOptions,
 };
 use crate::registry::selector::{FieldSelector, LabelSelector};
 use crate::runtime::FieldError;
@@ -212,14 +213,11 @@ impl Query {
 
     /// `dryRun`, checked as kube-apiserver's `ValidateDryRun`: only `All`.
     fn dry_run(&self, errors: &mut Vec<FieldError>) -> bool {
-        match self.get("dryRun") {
-            None => false,
-            Some("All") => true,
-            Some(v) => {
-                errors.push(FieldError::not_supported("dryRun", GoStrings(v), &["All"]));
-                false
-            }
-        }
+        let values: Vec<&str> = self.get("dryRun").into_iter().collect();
+        dry_run(&values).unwrap_or_else(|e| {
+            errors.push(e);
+            false
+        })
     }
 
     /// Options of create, update and patch (422 `Invalid` as `ValidateCreateOptions` & co.).
@@ -295,15 +293,6 @@ fn field_manager_errors(manager: &str) -> Vec<FieldError> {
 /// case); any other value, even an empty one (`?watch`), is true, never an error.
 pub(crate) fn flag(value: &str) -> bool {
     !(value == "0" || value.eq_ignore_ascii_case("f") || value.eq_ignore_ascii_case("false"))
-}
-
-/// A query value as Go prints the `[]string` it decodes to: `[]string{"x"}`.
-struct GoStrings<'a>(&'a str);
-
-impl std::fmt::Debug for GoStrings<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "[]string{{{:?}}}", self.0)
-    }
 }
 
 /// What a `Table` row carries besides its cells.

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::registry::selector::{FieldSelector, LabelSelector};
-use crate::runtime::{FieldError, FieldErrorType};
+use crate::runtime::FieldError;
 
 /// How `resourceVersion` on a list is to be interpreted (`resourceVersionMatch`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -106,20 +106,28 @@ pub struct DeleteOptions {
 /// assert_eq!(delete_dry_run(&["Nope".into()]).unwrap_err().code(), 422);
 /// ```
 pub fn delete_dry_run(values: &[String]) -> Result<bool> {
-    if values.iter().all(|v| v == "All") {
+    dry_run(values).map_err(|e| Error::invalid_options("DeleteOptions", &[e]))
+}
+
+/// kube's `ValidateDryRun`: every value must be `All`. Whether the request is a dry run, or
+/// the field error, with the values as Go prints the `[]string` (`[]string{"x"}`).
+pub fn dry_run<S: AsRef<str>>(values: &[S]) -> std::result::Result<bool, FieldError> {
+    if values.iter().all(|v| v.as_ref() == "All") {
         return Ok(!values.is_empty());
     }
-    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
-    let error = FieldError {
-        type_: FieldErrorType::NotSupported,
-        field: "dryRun".into(),
-        value: Some(format!("[]string{{{}}}", quoted.join(", "))),
-        detail: r#"supported values: "All""#.into(),
-    };
-    Err(Error::invalid_in(
-        "meta.k8s.io",
-        "DeleteOptions",
-        "",
-        &[error],
+    let quoted: Vec<String> = values.iter().map(|v| format!("{:?}", v.as_ref())).collect();
+    Err(FieldError::not_supported(
+        "dryRun",
+        GoStrings(&quoted.join(", ")),
+        &["All"],
     ))
+}
+
+/// Quoted values printed as Go prints a `[]string`.
+struct GoStrings<'a>(&'a str);
+
+impl std::fmt::Debug for GoStrings<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[]string{{{}}}", self.0)
+    }
 }
