@@ -31,7 +31,7 @@ pub const CORE_API_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why no client to the core kube-apiserver could be made.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CoreApiError {
+pub enum CoreAPIError {
     /// The kubeconfig file could not be read or parsed.
     #[error("reading kubeconfig {path}: {source}")]
     Kubeconfig {
@@ -50,7 +50,7 @@ pub enum CoreApiError {
 
 /// Where a client of the core kube-apiserver comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CoreApiSource {
+pub enum CoreAPISource {
     /// A kubeconfig file given on the command line.
     Kubeconfig,
     /// The pod's service account (`KUBERNETES_SERVICE_HOST` is set).
@@ -62,11 +62,11 @@ pub enum CoreApiSource {
 /// kubeconfig (standalone mode).
 pub async fn core_client(
     kubeconfig: Option<&Path>,
-) -> Result<Option<(kube::Client, CoreApiSource)>, CoreApiError> {
+) -> Result<Option<(kube::Client, CoreAPISource)>, CoreAPIError> {
     crate::tls::install_crypto_provider();
     let (mut config, source) = match kubeconfig {
         Some(path) => {
-            let err = |source| CoreApiError::Kubeconfig {
+            let err = |source| CoreAPIError::Kubeconfig {
                 path: path.display().to_string(),
                 source,
             };
@@ -74,10 +74,10 @@ pub async fn core_client(
             let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
                 .await
                 .map_err(err)?;
-            (config, CoreApiSource::Kubeconfig)
+            (config, CoreAPISource::Kubeconfig)
         }
         None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
-            (kube::Config::incluster()?, CoreApiSource::InCluster)
+            (kube::Config::incluster()?, CoreAPISource::InCluster)
         }
         None => return Ok(None),
     };

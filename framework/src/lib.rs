@@ -2,7 +2,7 @@
 //!
 //! A framework for Kubernetes **aggregated API servers**: the extension servers that
 //! kube-apiserver's aggregator proxies to for an API group. Write a type, derive
-//! [`Resource`](macro@Resource), add it to an [`ApiGroup`], run: kubectl, client-go and kube-rs
+//! [`Resource`](macro@Resource), add it to an [`APIGroup`], run: kubectl, client-go and kube-rs
 //! treat the server like kube-apiserver.
 //!
 //! ```no_run
@@ -26,8 +26,8 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), ServerError> {
-//!     ApiServer::from_args()
-//!         .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
+//!     APIServer::from_args()
+//!         .group(APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
 //!         .run()
 //!         .await
 //! }
@@ -68,7 +68,7 @@ pub use runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, PrinterColumn, Resource,
     ResourceInfo, Scope,
 };
-pub use server::{ApiGroup, ApiServer};
+pub use server::{APIGroup, APIServer};
 
 /// Re-exports for generated code and users.
 pub use k8s_openapi;

@@ -2,7 +2,7 @@
 //!
 //! The types to declare a resource (the [`Resource`](macro@crate::Resource) derive and trait,
 //! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), and to serve it
-//! ([`ApiServer`], [`ApiGroup`]). serde's and schemars' derives expand to paths of those crates,
+//! ([`APIServer`], [`APIGroup`]). serde's and schemars' derives expand to paths of those crates,
 //! so a server still lists `serde` and `schemars` among its dependencies.
 //!
 //! ```no_run
@@ -17,8 +17,8 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), ServerError> {
-//!     ApiServer::from_args()
-//!         .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
+//!     APIServer::from_args()
+//!         .group(APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
 //!         .run()
 //!         .await
 //! }
@@ -32,5 +32,5 @@ pub use crate::error::{Error, StatusReason};
 pub use crate::runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, Resource, ResourceInfo, Scope,
 };
-pub use crate::server::{ApiGroup, ApiServer, ServerError, ServerOptions, VersionBuilder};
+pub use crate::server::{APIGroup, APIServer, ServerError, ServerOptions, VersionBuilder};
 pub use apiserver_macros::Resource;

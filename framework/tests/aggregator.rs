@@ -14,7 +14,7 @@ use apiserver::testing::fake_core::FakeCore;
 use apiserver::testing::pki::TestCa;
 use apiserver::testing::{eventually, TestServer};
 use apiserver::tls::certs::SelfSignedCerts;
-use apiserver::{ApiGroup, ApiServer, Resource};
+use apiserver::{APIGroup, APIServer, Resource};
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
@@ -35,8 +35,8 @@ struct Thing {
 const CALLER: &str = "system:serviceaccount:things:things-api";
 const APISERVICE: &str = "v1.things.example.com";
 
-fn group() -> ApiGroup {
-    ApiGroup::new("things.example.com").version("v1", |v| v.resource::<Thing>())
+fn group() -> APIGroup {
+    APIGroup::new("things.example.com").version("v1", |v| v.resource::<Thing>())
 }
 
 /// Options of a server in `dir` talking to `core`, behind Service `things/things-api`, with a
@@ -60,7 +60,7 @@ async fn start(
     if service_name_in_cert {
         server_options.extra_hosts = vec!["things-api.things.svc".into()];
     }
-    ApiServer::new(server_options)
+    APIServer::new(server_options)
         .aggregator_options(aggregator)
         .group(group())
         .start()
@@ -189,7 +189,7 @@ async fn a_served_chain_registers_its_last_certificate_or_the_ca_file() {
     let mut server_options = TestServer::options(dir.path());
     server_options.tls_cert_file = Some(cert);
     server_options.tls_private_key_file = Some(key);
-    let server = ApiServer::new(server_options.clone())
+    let server = APIServer::new(server_options.clone())
         .aggregator_options(options(&core, true))
         .group(group())
         .start()
@@ -219,7 +219,7 @@ async fn a_served_chain_registers_its_last_certificate_or_the_ca_file() {
         "spec": {"groupPriorityMinimum": 1, "versionPriority": 1,
                  "service": {"namespace": "things", "name": "things-api"}}}));
     server_options.tls_cert_file = Some(leaf_file);
-    let server = ApiServer::new(server_options)
+    let server = APIServer::new(server_options)
         .aggregator_options(AggregatorOptions {
             ca_file: Some(ca_file),
             ..options(&core, true)
@@ -250,7 +250,7 @@ async fn a_new_serving_certificate_is_registered_and_checked() {
     let mut server_options = TestServer::options(dir.path());
     server_options.tls_cert_file = Some(cert);
     server_options.tls_private_key_file = Some(key);
-    let server = ApiServer::new(server_options)
+    let server = APIServer::new(server_options)
         .aggregator_options(options(&core, true))
         .group(group())
         .start()
@@ -302,7 +302,7 @@ async fn rotated_serving_files_reach_the_apiservice_ca_bundle() {
     let mut server_options = TestServer::options(dir.path());
     server_options.tls_cert_file = Some(cert);
     server_options.tls_private_key_file = Some(key);
-    let server = ApiServer::new(server_options)
+    let server = APIServer::new(server_options)
         .aggregator_options(options(&core, true))
         .group(group())
         .start()
@@ -461,7 +461,7 @@ async fn registration_needs_a_core_api() {
         service_name: Some("things-api".into()),
         ..AggregatorOptions::default()
     };
-    let error = ApiServer::new(TestServer::options(dir.path()))
+    let error = APIServer::new(TestServer::options(dir.path()))
         .aggregator_options(aggregator)
         .group(group())
         .start()
@@ -812,7 +812,7 @@ async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
     let core = FakeCore::start(&dir.path().join("core")).await;
     let mut disabled = TestServer::options(&dir.path().join("disabled"));
     disabled.admission.disable_admission_plugins = vec!["NamespaceLifecycle".into()];
-    let server = ApiServer::new(disabled)
+    let server = APIServer::new(disabled)
         .aggregator_options(options(&core, false))
         .group(group())
         .start()
@@ -822,7 +822,7 @@ async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
     assert_eq!(code, 201, "{status}");
     server.shutdown().await.unwrap();
 
-    let server = ApiServer::new(TestServer::options(&dir.path().join("standalone")))
+    let server = APIServer::new(TestServer::options(&dir.path().join("standalone")))
         .group(group())
         .start()
         .await
@@ -834,7 +834,7 @@ async fn namespace_lifecycle_is_off_standalone_and_when_disabled() {
     // A plugin name the server does not have stops it at start, as in kube-apiserver.
     let mut unknown = TestServer::options(&dir.path().join("unknown"));
     unknown.admission.disable_admission_plugins = vec!["NoSuchPlugin".into()];
-    let refused = ApiServer::new(unknown).group(group()).start().await;
+    let refused = APIServer::new(unknown).group(group()).start().await;
     let message = refused
         .err()
         .expect("an unknown plugin is refused")

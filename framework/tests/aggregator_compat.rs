@@ -21,7 +21,7 @@ use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::testing::TestServer;
 use apiserver::tls::certs::{CertKey, SelfSignedCerts};
 use apiserver::tls::{crypto_provider, root_store};
-use apiserver::{ApiGroup, Resource};
+use apiserver::{APIGroup, Resource};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http2::SendRequest;
@@ -56,8 +56,8 @@ struct Gadget {
     metadata: ObjectMeta,
 }
 
-fn groups() -> Vec<ApiGroup> {
-    vec![ApiGroup::new(GROUP)
+fn groups() -> Vec<APIGroup> {
+    vec![APIGroup::new(GROUP)
         .version("v1", |v| v.resource::<Thing>())
         .version("v1beta1", |v| v.resource::<Gadget>())]
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::server::{ApiGroup, ApiServer, ServerOptions, StorageBackendKind};
+use apiserver::server::{APIGroup, APIServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use apiserver::testing::openssl::{KeyType, OpensslCa};
 use apiserver::testing::pki::{TestCa, TestCert};
@@ -49,8 +49,8 @@ const WAIT: Duration = Duration::from_secs(30);
 const CALLER: &str = "system:serviceaccount:wardle:apiserver";
 const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/ns1/flunders";
 
-fn group() -> ApiGroup {
-    ApiGroup::new("wardle.example.com").version("v1alpha1", |v| v.resource::<Flunder>())
+fn group() -> APIGroup {
+    APIGroup::new("wardle.example.com").version("v1alpha1", |v| v.resource::<Flunder>())
 }
 
 /// A server in delegated mode and its cluster.
@@ -814,7 +814,7 @@ async fn a_failed_lookup_is_fatal_unless_tolerated() {
     let core = FakeCore::start(dir.path()).await;
     core.forbid(CALLER, "configmaps");
     let options = delegated_options(dir.path(), &core);
-    let err = ApiServer::new(options.clone())
+    let err = APIServer::new(options.clone())
         .group(group())
         .start()
         .await
@@ -828,7 +828,7 @@ async fn a_failed_lookup_is_fatal_unless_tolerated() {
 
     let mut tolerant = options.clone();
     tolerant.auth.authentication_tolerate_lookup_failure = true;
-    let server = ApiServer::new(tolerant)
+    let server = APIServer::new(tolerant)
         .group(group())
         .start()
         .await
@@ -837,7 +837,7 @@ async fn a_failed_lookup_is_fatal_unless_tolerated() {
 
     let mut skipping = options;
     skipping.auth.authentication_skip_lookup = true;
-    let server = ApiServer::new(skipping)
+    let server = APIServer::new(skipping)
         .group(group())
         .start()
         .await

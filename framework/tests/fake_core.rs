@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use apiserver::core_api::{core_client, CoreApiSource};
+use apiserver::core_api::{core_client, CoreAPISource};
 use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -17,7 +17,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, Wat
 async fn client(core: &FakeCore, user: &str) -> kube::Client {
     let path = core.kubeconfig(user);
     let (client, source) = core_client(Some(&path)).await.unwrap().unwrap();
-    assert_eq!(source, CoreApiSource::Kubeconfig);
+    assert_eq!(source, CoreAPISource::Kubeconfig);
     client
 }
 

@@ -1,4 +1,4 @@
-//! The secure-serving options of a whole `ApiServer`, over real TLS on 127.0.0.1 with
+//! The secure-serving options of a whole `APIServer`, over real TLS on 127.0.0.1 with
 //! certificates made here (`testing::pki`): serving certificate reload, `--tls-min-version`,
 //! `--tls-cipher-suites`, client certificates requested at the TLS layer and judged by the
 //! x509 authenticator, and HTTP/2 with 1,000 concurrent watches on one connection.
@@ -13,7 +13,7 @@ use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::lifecycle::ShutdownSignal;
 use apiserver::server::serving_cert::ServingCertificate;
 use apiserver::server::tls::TlsVersion;
-use apiserver::server::{ApiGroup, ApiServer, RunningServer, ServerOptions, StorageBackendKind};
+use apiserver::server::{APIGroup, APIServer, RunningServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::pki::{TestCa, TestCert};
 use apiserver::tls::certs::CertKey;
 use apiserver::tls::{crypto_provider, root_store};
@@ -124,8 +124,8 @@ async fn start(client_ca: &TestCa, edit: impl FnOnce(&mut ServerOptions, &Path))
     std::fs::write(certs.join("client-ca.key"), &client_ca.key_pem).unwrap();
     let mut options = options(dir.path());
     edit(&mut options, dir.path());
-    let group = ApiGroup::new("serving.example.com").version("v1", |v| v.resource::<Thing>());
-    let running = ApiServer::new(options.clone())
+    let group = APIGroup::new("serving.example.com").version("v1", |v| v.resource::<Thing>());
+    let running = APIServer::new(options.clone())
         .group(group)
         .start()
         .await
@@ -468,7 +468,7 @@ async fn invalid_cipher_suites_set_in_code_stop_the_start() {
         tls_cipher_suites: vec!["TLS_RSA_WITH_3DES_EDE_CBC_SHA".into()],
         ..options(dir.path())
     };
-    let error = ApiServer::new(options).start().await.err().unwrap();
+    let error = APIServer::new(options).start().await.err().unwrap();
     assert!(error.to_string().contains("insecure"), "{error}");
 }
 

@@ -111,8 +111,8 @@ pub struct Fischer {
 }
 
 /// The `wardle.example.com` group with its one version.
-pub fn api_group() -> ApiGroup {
-    ApiGroup::new(GROUP).version("v1alpha1", |v| {
+pub fn api_group() -> APIGroup {
+    APIGroup::new(GROUP).version("v1alpha1", |v| {
         v.resource::<Flunder>().resource::<Fischer>()
     })
 }

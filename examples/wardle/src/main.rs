@@ -5,7 +5,7 @@ use apiserver::prelude::*;
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {
     apiserver::server::init_logging();
-    ApiServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
+    APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("Wardle", env!("CARGO_PKG_VERSION"))
         .group(wardle::api_group())
         .run()

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use apiserver::server::{ApiServer, ServerOptions, StorageBackendKind};
+use apiserver::server::{APIServer, ServerOptions, StorageBackendKind};
 use apiserver::testing::TestServer;
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
@@ -408,7 +408,7 @@ async fn serves_from_etcd_over_tls_with_a_client_certificate() {
         etcd_cafile: Some(missing.clone()),
         ..options(&dir.path().join("c"), &etcd)
     };
-    let error = ApiServer::new(bad_ca)
+    let error = APIServer::new(bad_ca)
         .start()
         .await
         .err()
@@ -424,7 +424,7 @@ async fn serves_from_etcd_over_tls_with_a_client_certificate() {
         etcd_keyfile: Some(client_key.clone()),
         ..options(&dir.path().join("d"), &etcd)
     };
-    let error = ApiServer::new(not_pem)
+    let error = APIServer::new(not_pem)
         .start()
         .await
         .err()
@@ -435,7 +435,7 @@ async fn serves_from_etcd_over_tls_with_a_client_certificate() {
         etcd_keyfile: Some(client_key),
         ..options(&dir.path().join("e"), &etcd)
     };
-    let error = ApiServer::new(no_ca).start().await.err().expect("no start");
+    let error = APIServer::new(no_ca).start().await.err().expect("no start");
     assert!(error.to_string().contains("--etcd-cafile"), "{error}");
 }
 

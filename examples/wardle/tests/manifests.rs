@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use apiserver::aggregator::{manifest_objects, ManifestOptions};
 use apiserver::testing::fake_core::FakeCore;
-use apiserver::ApiGroup;
+use apiserver::APIGroup;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
@@ -227,13 +227,13 @@ fn name_and_extra_args_are_used() {
 
 #[test]
 fn every_version_gets_an_apiservice_with_its_priority() {
-    let groups = [ApiGroup::new("things.example.com")
+    let groups = [APIGroup::new("things.example.com")
         .priority(2000, 20)
         .version("v1", |v| v)
         .version("v1beta1", |v| v)];
     let versions: Vec<_> = groups
         .iter()
-        .flat_map(ApiGroup::apiservice_versions)
+        .flat_map(APIGroup::apiservice_versions)
         .collect();
     let objects = manifest_objects(&ManifestOptions::new("ns", "img", "things"), &versions);
     let apiservices: Vec<APIService> = objects

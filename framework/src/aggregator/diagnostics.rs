@@ -22,8 +22,8 @@ use kube::api::{Api, PostParams};
 use rustls::client::danger::ServerCertVerifier as _;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::aggregator::registration::{self, ApiServiceRegistrar};
-use crate::aggregator::{ApiServiceVersion, Findings};
+use crate::aggregator::registration::{self, APIServiceRegistrar};
+use crate::aggregator::{APIServiceVersion, Findings};
 
 /// `/readyz` check: the authentication ConfigMap is readable.
 pub const AUTHENTICATION_CONFIG: &str = "extension-apiserver-authentication";
@@ -42,7 +42,7 @@ pub struct DiagnosticsConfig {
     /// The Service in front of the server (`namespace`, `name`), when known.
     pub service: Option<(String, String)>,
     /// The served group versions.
-    pub versions: Vec<ApiServiceVersion>,
+    pub versions: Vec<APIServiceVersion>,
 }
 
 impl DiagnosticsConfig {
@@ -66,7 +66,7 @@ pub async fn run(
     client: &kube::Client,
     config: &DiagnosticsConfig,
     findings: &Findings,
-    registrar: Option<&ApiServiceRegistrar>,
+    registrar: Option<&APIServiceRegistrar>,
 ) {
     record(
         findings,
@@ -265,7 +265,7 @@ fn api_message(error: &kube::Error) -> String {
 
 async fn apiservices(
     client: &kube::Client,
-    versions: &[ApiServiceVersion],
+    versions: &[APIServiceVersion],
 ) -> Result<Vec<APIService>, String> {
     let api: Api<APIService> = Api::all(client.clone());
     let mut found = Vec::new();

@@ -26,7 +26,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::aggregator::ApiServiceVersion;
+use crate::aggregator::APIServiceVersion;
 
 /// Where the serving Secret is mounted in the container.
 pub const SERVING_CERT_DIR: &str = "/var/run/apiserver/serving-cert";
@@ -95,8 +95,8 @@ fn program_name() -> String {
 /// The manifests as a list of objects (Namespace, ServiceAccount, RBAC, Deployment, Service,
 /// one APIService per group version), in the order `kubectl apply` should create them.
 /// `versions` are the served group versions, e.g. from
-/// [`ApiGroup::apiservice_versions`](crate::server::ApiGroup::apiservice_versions).
-pub fn manifest_objects(options: &ManifestOptions, versions: &[ApiServiceVersion]) -> Vec<Value> {
+/// [`APIGroup::apiservice_versions`](crate::server::APIGroup::apiservice_versions).
+pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion]) -> Vec<Value> {
     let m = Names::new(options);
     let mut objects = vec![
         to_value(Namespace {
@@ -354,7 +354,7 @@ fn service(m: &Names) -> Service {
     }
 }
 
-fn apiservice(m: &Names, v: &ApiServiceVersion) -> APIService {
+fn apiservice(m: &Names, v: &APIServiceVersion) -> APIService {
     APIService {
         metadata: m.meta(&v.apiservice_name(), None),
         spec: Some(v.spec(&m.namespace, &m.name, 443)),
@@ -371,13 +371,13 @@ fn to_value(object: impl Serialize) -> Value {
 ///
 /// ```
 /// use apiserver::aggregator::{manifests, ManifestOptions};
-/// use apiserver::ApiGroup;
-/// let versions = ApiGroup::new("example.com").version("v1", |v| v).apiservice_versions();
+/// use apiserver::APIGroup;
+/// let versions = APIGroup::new("example.com").version("v1", |v| v).apiservice_versions();
 /// let yaml = manifests(&ManifestOptions::new("things", "example/things:1", "things"), &versions);
 /// assert!(yaml.contains("kind: APIService"));
 /// assert!(yaml.contains("name: v1.example.com"));
 /// ```
-pub fn manifests(options: &ManifestOptions, versions: &[ApiServiceVersion]) -> String {
+pub fn manifests(options: &ManifestOptions, versions: &[APIServiceVersion]) -> String {
     let name = options.name();
     let ns = &options.namespace;
     let mut out = format!(

@@ -1,9 +1,9 @@
 //! Everything between a server and kube-apiserver's aggregator: the `APIService`
-//! registration ([`ApiServiceRegistrar`]), the deploy manifests ([`manifests()`]), and the
+//! registration ([`APIServiceRegistrar`]), the deploy manifests ([`manifests()`]), and the
 //! diagnostics of the usual deployment mistakes ([`diagnostics`]), each reported in
 //! `/readyz`.
 //!
-//! [`ApiServer`](crate::ApiServer) wires them from [`AggregatorOptions`] when it finds a core
+//! [`APIServer`](crate::APIServer) wires them from [`AggregatorOptions`] when it finds a core
 //! kube-apiserver (`--kubeconfig`, or the in-cluster service account); in standalone mode none
 //! of this runs.
 
@@ -24,12 +24,12 @@ use rustls::pki_types::CertificateDer;
 pub use manifests::{manifest_objects, manifests, ManifestOptions};
 pub use options::AggregatorOptions;
 pub use registration::{
-    ApiServiceRegistrar, RegistrationConfig, RegistrationError, RegistrationOutcome,
+    APIServiceRegistrar, RegistrationConfig, RegistrationError, RegistrationOutcome,
 };
 
 use crate::lifecycle::ReadyzCheck;
 
-/// The `groupPriorityMinimum` of a group unless its [`ApiGroup`](crate::ApiGroup) says
+/// The `groupPriorityMinimum` of a group unless its [`APIGroup`](crate::APIGroup) says
 /// otherwise (sample-apiserver's value: above the built-in groups' defaults of kube-apiserver
 /// only for its own group).
 pub const DEFAULT_GROUP_PRIORITY_MINIMUM: i32 = 1000;
@@ -39,7 +39,7 @@ pub const DEFAULT_VERSION_PRIORITY: i32 = 15;
 
 /// One served group version as an APIService names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiServiceVersion {
+pub struct APIServiceVersion {
     /// The API group.
     pub group: String,
     /// The version.
@@ -50,7 +50,7 @@ pub struct ApiServiceVersion {
     pub version_priority: i32,
 }
 
-impl ApiServiceVersion {
+impl APIServiceVersion {
     /// `{version}.{group}`, the name kube-aggregator expects.
     pub fn apiservice_name(&self) -> String {
         format!("{}.{}", self.version, self.group)
@@ -180,14 +180,14 @@ pub struct AggregatorHandle {
 struct HandleInner {
     client: kube::Client,
     options: AggregatorOptions,
-    registrar: Option<ApiServiceRegistrar>,
+    registrar: Option<APIServiceRegistrar>,
     diagnostics: Mutex<diagnostics::DiagnosticsConfig>,
     findings: Findings,
 }
 
 impl AggregatorHandle {
     /// The APIService registrar, with `--register-apiservice`.
-    pub fn registrar(&self) -> Option<&ApiServiceRegistrar> {
+    pub fn registrar(&self) -> Option<&APIServiceRegistrar> {
         self.inner.registrar.as_ref()
     }
 
@@ -262,7 +262,7 @@ pub struct ServingInfo {
     /// The port the server listens on.
     pub secure_port: u16,
     /// The served group versions.
-    pub versions: Vec<ApiServiceVersion>,
+    pub versions: Vec<APIServiceVersion>,
 }
 
 /// The caBundle to register: `--apiservice-ca-file`, else the self-signed serving CA, else
@@ -290,7 +290,7 @@ pub enum WireError {
     Config(String),
     /// No client to the core kube-apiserver could be made.
     #[error(transparent)]
-    CoreApi(#[from] crate::core_api::CoreApiError),
+    CoreAPI(#[from] crate::core_api::CoreAPIError),
 }
 
 /// Connects to the core API (if any) and sets up registration and diagnostics:
@@ -381,7 +381,7 @@ fn registrar(
     serving: &ServingInfo,
     service: &Option<(String, String)>,
     findings: &Findings,
-) -> Result<(ApiServiceRegistrar, Option<Vec<u8>>), WireError> {
+) -> Result<(APIServiceRegistrar, Option<Vec<u8>>), WireError> {
     let Some((namespace, name)) = service.clone() else {
         return Err(WireError::Config(
             "--register-apiservice needs --apiservice-service-namespace and \
@@ -397,7 +397,7 @@ fn registrar(
         overwrite: options.overwrite,
         versions: serving.versions.clone(),
     };
-    let registrar = ApiServiceRegistrar::with_findings(client.clone(), config, findings.clone());
+    let registrar = APIServiceRegistrar::with_findings(client.clone(), config, findings.clone());
     let ca = match options.insecure_skip_tls_verify {
         true => None,
         false => Some(ca_bundle(options, serving).map_err(WireError::Config)?),

@@ -2,7 +2,7 @@
 //! version, named `{version}.{group}`, pointing at this server's Service, with the serving
 //! certificate's CA as `caBundle`.
 //!
-//! [`ApiServiceRegistrar::register`] takes the CA bundle and can run again at any time (when
+//! [`APIServiceRegistrar::register`] takes the CA bundle and can run again at any time (when
 //! the serving certificate changes, or to retry): it creates what is missing, updates what
 //! differs (with the resourceVersion it read, retrying a 409 a few times) and leaves alone
 //! what is already right. An APIService that points at another Service, or that kube-apiserver
@@ -17,7 +17,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{APIService, A
 use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::aggregator::{ApiServiceVersion, Findings};
+use crate::aggregator::{APIServiceVersion, Findings};
 
 /// The name of the `/readyz` check with the registration's result.
 pub const READYZ_CHECK: &str = "apiservice-registration";
@@ -39,7 +39,7 @@ pub struct RegistrationConfig {
     /// Take over APIServices that point elsewhere.
     pub overwrite: bool,
     /// The group versions, one APIService each.
-    pub versions: Vec<ApiServiceVersion>,
+    pub versions: Vec<APIServiceVersion>,
 }
 
 /// What happened to one APIService.
@@ -111,7 +111,7 @@ pub type RegistrationResults = Vec<(String, Result<RegistrationOutcome, Registra
 
 /// Registers the APIServices of a server; cheap to clone, safe to run again.
 #[derive(Clone)]
-pub struct ApiServiceRegistrar {
+pub struct APIServiceRegistrar {
     api: Api<APIService>,
     config: Arc<RegistrationConfig>,
     findings: Findings,
@@ -119,7 +119,7 @@ pub struct ApiServiceRegistrar {
     ca_bundle: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
 }
 
-impl ApiServiceRegistrar {
+impl APIServiceRegistrar {
     /// A registrar using `client` (the core kube-apiserver).
     pub fn new(client: kube::Client, config: RegistrationConfig) -> Self {
         Self::with_findings(client, config, Findings::default())
@@ -150,7 +150,7 @@ impl ApiServiceRegistrar {
     }
 
     /// The APIService wanted for `version` with `ca_bundle` (PEM).
-    pub fn desired(&self, version: &ApiServiceVersion, ca_bundle: Option<&[u8]>) -> APIServiceSpec {
+    pub fn desired(&self, version: &APIServiceVersion, ca_bundle: Option<&[u8]>) -> APIServiceSpec {
         let config = &self.config;
         let insecure = config.insecure_skip_tls_verify;
         APIServiceSpec {
@@ -220,7 +220,7 @@ impl ApiServiceRegistrar {
 
     async fn register_one(
         &self,
-        version: &ApiServiceVersion,
+        version: &APIServiceVersion,
         ca_bundle: Option<&[u8]>,
     ) -> Result<RegistrationOutcome, RegistrationError> {
         let name = version.apiservice_name();

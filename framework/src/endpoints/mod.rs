@@ -17,7 +17,7 @@ use std::sync::Arc;
 use axum::routing::any;
 use axum::Router;
 
-pub use handlers::ApiState;
+pub use handlers::APIState;
 pub use installer::InstalledResources;
 pub use request_info::{RequestInfo, Verb};
 
@@ -25,7 +25,7 @@ pub use request_info::{RequestInfo, Verb};
 pub const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// Routes every resource path under `/apis/{group}/{version}/` to the handlers.
-pub fn resource_router(state: Arc<ApiState>) -> Router {
+pub fn resource_router(state: Arc<APIState>) -> Router {
     Router::new()
         .route("/apis/{group}/{version}/{*rest}", any(handlers::handle))
         .with_state(state)

@@ -3,7 +3,7 @@
 //!
 //! These routes sit beside discovery, after the filters. kubectl reads them for `explain`, to
 //! choose strategic merge patch and to check `fieldValidation`; the aggregator downloads them.
-//! Everything is built and encoded once in [`OpenApiDocuments::build`].
+//! Everything is built and encoded once in [`OpenAPIDocuments::build`].
 
 mod definitions;
 mod operations;
@@ -35,14 +35,14 @@ use crate::registry::served::ServedGroup;
 
 /// The `info` object of the documents.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OpenApiInfo {
+pub struct OpenAPIInfo {
     /// e.g. `Wardle` (sample-apiserver's title).
     pub title: String,
     /// The server's version, e.g. `0.1`.
     pub version: String,
 }
 
-impl Default for OpenApiInfo {
+impl Default for OpenAPIInfo {
     /// kube-apiserver's defaults for a generic API server.
     fn default() -> Self {
         Self {
@@ -55,15 +55,15 @@ impl Default for OpenApiInfo {
 /// The encoded OpenAPI documents of a server, built once from what it serves.
 ///
 /// ```
-/// use apiserver::openapi::{OpenApiDocuments, OpenApiInfo};
+/// use apiserver::openapi::{OpenAPIDocuments, OpenAPIInfo};
 /// use apiserver::registry::group::APIGroupInfo;
 ///
 /// let served = vec![APIGroupInfo::new("example.com").served()];
-/// let openapi = OpenApiDocuments::build(&served, &OpenApiInfo::default());
+/// let openapi = OpenAPIDocuments::build(&served, &OpenAPIInfo::default());
 /// let app: axum::Router = axum::Router::new().merge(openapi.router());
 /// ```
 #[derive(Clone, Debug)]
-pub struct OpenApiDocuments {
+pub struct OpenAPIDocuments {
     inner: Arc<Documents>,
 }
 
@@ -75,9 +75,9 @@ struct Documents {
     v3: HashMap<String, Document>,
 }
 
-impl OpenApiDocuments {
+impl OpenAPIDocuments {
     /// Builds and encodes the v2 document, every v3 document and the v3 index.
-    pub fn build(groups: &[ServedGroup], info: &OpenApiInfo) -> Self {
+    pub fn build(groups: &[ServedGroup], info: &OpenAPIInfo) -> Self {
         let catalog = Catalog::build(groups);
         let v3_items = v3_path_items(groups);
         // The v2 document is the union of the v3 ones.
@@ -131,7 +131,7 @@ fn v3_path_items(groups: &[ServedGroup]) -> BTreeMap<String, Vec<PathItem>> {
 }
 
 fn document(
-    info: &OpenApiInfo,
+    info: &OpenAPIInfo,
     catalog: &Catalog,
     items: &[&PathItem],
     dialect: Dialect,

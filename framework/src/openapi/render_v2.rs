@@ -8,11 +8,11 @@ use serde_json::{json, Map, Value};
 use super::operations::{Body, Operation, PathItem, Reply, OBJECT_TYPES};
 use super::params::Param;
 use super::schema::Dialect;
-use super::OpenApiInfo;
+use super::OpenAPIInfo;
 
 /// A complete Swagger 2.0 document.
 pub(crate) fn swagger(
-    info: &OpenApiInfo,
+    info: &OpenAPIInfo,
     items: &[&PathItem],
     definitions: Map<String, Value>,
 ) -> Value {

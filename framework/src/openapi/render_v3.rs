@@ -12,12 +12,12 @@ use serde_json::{Map, Value};
 
 use super::operations::{Body, Operation, PathItem, Reply};
 use super::params::{Location, Param};
-use super::OpenApiInfo;
+use super::OpenAPIInfo;
 
 /// A complete OpenAPI 3.0 document. `schemas` are the catalog's definitions in the 3.0
 /// dialect; one that `openapiv3` cannot read is a bug in the catalog, not in the request.
 pub(crate) fn openapi3(
-    info: &OpenApiInfo,
+    info: &OpenAPIInfo,
     items: &[&PathItem],
     schemas: Map<String, Value>,
 ) -> OpenAPI {

@@ -2,7 +2,7 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::{OpenApiDocuments, OpenApiInfo};
+use super::{OpenAPIDocuments, OpenAPIInfo};
 use crate::discovery::fixtures::{get, groups, Reply, ALL_VERBS, GROUP, PATCH_TYPES};
 use crate::runtime::ResourceInfo;
 
@@ -10,11 +10,11 @@ const FLUNDER: &str = "com.example.wardle.v1alpha1.Flunder";
 const V1ALPHA1: &str = "apis/wardle.example.com/v1alpha1";
 
 fn router() -> Router {
-    let info = OpenApiInfo {
+    let info = OpenAPIInfo {
         title: "Wardle".into(),
         version: "0.1".into(),
     };
-    OpenApiDocuments::build(&groups(), &info).router()
+    OpenAPIDocuments::build(&groups(), &info).router()
 }
 
 async fn v2() -> Value {
@@ -597,7 +597,7 @@ async fn kinds_sharing_a_type_or_inline_get_their_own_definitions() {
         })
     };
     version.resources.extend([fish, computed]);
-    let router = OpenApiDocuments::build(&groups, &OpenApiInfo::default()).router();
+    let router = OpenAPIDocuments::build(&groups, &OpenAPIInfo::default()).router();
     let doc = get(&router, "/openapi/v2", &[]).await.json();
     let definitions = &doc["definitions"];
     assert_refs_resolve(&doc, definitions, "#/definitions/", false);
@@ -625,10 +625,10 @@ fn all_verbs_fixture_is_sorted() {
 /// routes. Needs `kubectl` on the PATH: `cargo test -p apiserver --lib openapi:: -- --ignored`.
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_explain_works() {
-    let info = OpenApiInfo::default();
+    let info = OpenAPIInfo::default();
     let app = Router::new()
         .merge(crate::discovery::DiscoveryDocuments::build(&groups()).router())
-        .merge(OpenApiDocuments::build(&groups(), &info).router())
+        .merge(OpenAPIDocuments::build(&groups(), &info).router())
         .fallback(|| async {
             axum::response::IntoResponse::into_response(crate::Error::path_not_found())
         });

@@ -1,6 +1,6 @@
 //! The builder: groups of resources in, a running HTTPS server out.
 //!
-//! `ApiServer` collects [`ApiGroup`]s (each a set of versions, each a set of resources), then
+//! `APIServer` collects [`APIGroup`]s (each a set of versions, each a set of resources), then
 //! at start opens the storage backend, instantiates every store, builds the
 //! `APIGroupInfo`s, discovery and OpenAPI documents once, and serves them behind the filters.
 
@@ -16,14 +16,14 @@ use tokio::net::TcpListener;
 
 use crate::admission::Admission;
 use crate::aggregator::{
-    AggregatorHandle, AggregatorOptions, ApiServiceRegistrar, ApiServiceVersion, ManifestOptions,
+    APIServiceRegistrar, APIServiceVersion, AggregatorHandle, AggregatorOptions, ManifestOptions,
 };
 use crate::auth::delegating::{self, AuthSetup, Mode};
-use crate::endpoints::{self, ApiState, InstalledResources};
+use crate::endpoints::{self, APIState, InstalledResources};
 use crate::error::Error;
 use crate::filters::{self, FilterConfig};
 use crate::lifecycle::ShutdownSignal;
-use crate::openapi::{OpenApiDocuments, OpenApiInfo};
+use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::Store;
@@ -167,14 +167,14 @@ impl VersionBuilder {
 }
 
 /// One API group: its versions, the preferred first.
-pub struct ApiGroup {
+pub struct APIGroup {
     name: String,
     versions: Vec<VersionBuilder>,
     group_priority_minimum: i32,
     version_priority: i32,
 }
 
-impl ApiGroup {
+impl APIGroup {
     /// A group named `name`, e.g. `wardle.example.com`.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
@@ -200,11 +200,11 @@ impl ApiGroup {
     }
 
     /// One APIService entry per version, in order of preference.
-    pub fn apiservice_versions(&self) -> Vec<ApiServiceVersion> {
+    pub fn apiservice_versions(&self) -> Vec<APIServiceVersion> {
         self.versions
             .iter()
             .enumerate()
-            .map(|(i, v)| ApiServiceVersion {
+            .map(|(i, v)| APIServiceVersion {
                 group: self.name.clone(),
                 version: v.version.clone(),
                 group_priority_minimum: self.group_priority_minimum,
@@ -260,7 +260,7 @@ struct Cli {
     aggregator: AggregatorOptions,
 }
 
-/// What a server built with [`ApiServer::from_args`] can do besides serving (the default).
+/// What a server built with [`APIServer::from_args`] can do besides serving (the default).
 #[derive(Clone, Debug, Subcommand)]
 pub enum Command {
     /// Print the YAML to run this server in a cluster behind the aggregator: Namespace,
@@ -271,24 +271,24 @@ pub enum Command {
 /// A server under construction.
 ///
 /// ```no_run
-/// use apiserver::{ApiGroup, ApiServer};
+/// use apiserver::{APIGroup, APIServer};
 /// # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, apiserver::Resource)]
 /// # #[resource(group = "example.com", version = "v1", kind = "Thing", namespaced)]
 /// # struct Thing { metadata: apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta }
 /// # async fn run() -> Result<(), apiserver::server::ServerError> {
-/// ApiServer::from_args()
-///     .group(ApiGroup::new("example.com").version("v1", |v| v.resource::<Thing>()))
+/// APIServer::from_args()
+///     .group(APIGroup::new("example.com").version("v1", |v| v.resource::<Thing>()))
 ///     .run()
 ///     .await
 /// # }
 /// ```
-pub struct ApiServer {
+pub struct APIServer {
     options: ServerOptions,
     aggregator: AggregatorOptions,
     command: Option<Command>,
-    groups: Vec<ApiGroup>,
+    groups: Vec<APIGroup>,
     backend: Option<Arc<dyn Backend>>,
-    openapi: OpenApiInfo,
+    openapi: OpenAPIInfo,
     malloc_arena_max: Option<u32>,
     version: VersionInfo,
 }
@@ -323,7 +323,7 @@ impl RunningServer {
     }
 
     /// The APIService registrar (with `--register-apiservice`).
-    pub fn apiservice_registrar(&self) -> Option<&ApiServiceRegistrar> {
+    pub fn apiservice_registrar(&self) -> Option<&APIServiceRegistrar> {
         self.aggregator
             .as_ref()
             .and_then(AggregatorHandle::registrar)
@@ -345,7 +345,7 @@ impl RunningServer {
     }
 }
 
-impl ApiServer {
+impl APIServer {
     /// A server with options from the command line; `--help` starts with [`DEFAULT_ABOUT`]
     /// (see [`from_args_about`](Self::from_args_about) to describe your own server).
     ///
@@ -356,7 +356,7 @@ impl ApiServer {
     }
 
     /// [`from_args`](Self::from_args) with `about` as the first paragraph of `--help`, e.g.
-    /// your crate's description: `ApiServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))`.
+    /// your crate's description: `APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))`.
     pub fn from_args_about(about: &str) -> Self {
         Self::from_cli(parse_cli(about, std::env::args_os()))
     }
@@ -375,7 +375,7 @@ impl ApiServer {
             command: None,
             groups: Vec::new(),
             backend: None,
-            openapi: OpenApiInfo::default(),
+            openapi: OpenAPIInfo::default(),
             malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
             version: VersionInfo::default(),
         }
@@ -405,14 +405,14 @@ impl ApiServer {
     }
 
     /// Adds an API group.
-    pub fn group(mut self, group: ApiGroup) -> Self {
+    pub fn group(mut self, group: APIGroup) -> Self {
         self.groups.push(group);
         self
     }
 
     /// The `info` of the OpenAPI documents (title and version).
     pub fn openapi_info(mut self, title: impl Into<String>, version: impl Into<String>) -> Self {
-        self.openapi = OpenApiInfo {
+        self.openapi = OpenAPIInfo {
             title: title.into(),
             version: version.into(),
         };
@@ -420,10 +420,10 @@ impl ApiServer {
     }
 
     /// One APIService per served group version, for registration and `manifests`.
-    fn apiservice_versions(&self) -> Vec<ApiServiceVersion> {
+    fn apiservice_versions(&self) -> Vec<APIServiceVersion> {
         self.groups
             .iter()
-            .flat_map(ApiGroup::apiservice_versions)
+            .flat_map(APIGroup::apiservice_versions)
             .collect()
     }
 
@@ -628,7 +628,7 @@ impl ApiServer {
         auth: AuthSetup,
         admission: Admission,
     ) -> Router {
-        let state = Arc::new(ApiState {
+        let state = Arc::new(APIState {
             resources: InstalledResources::new(groups),
             max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
             shutdown: health.shutdown.clone(),
@@ -638,7 +638,7 @@ impl ApiServer {
         let router = Router::new()
             .merge(health::router(health))
             .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
-            .merge(OpenApiDocuments::build(&served, &self.openapi).router())
+            .merge(OpenAPIDocuments::build(&served, &self.openapi).router())
             .merge(endpoints::resource_router(state))
             .fallback(|| async { Error::path_not_found().into_response() });
         let config = FilterConfig {

@@ -6,7 +6,7 @@
 //! here and keep the resident size per stored object near the object's own size
 //! (`book/src/benchmarks.md`).
 
-/// Arenas [`ApiServer::run`](super::ApiServer::run) allows unless told otherwise.
+/// Arenas [`APIServer::run`](super::APIServer::run) allows unless told otherwise.
 pub const DEFAULT_MALLOC_ARENA_MAX: u32 = 2;
 
 /// Caps glibc's malloc arenas at `max`, unless `MALLOC_ARENA_MAX` is set in the environment

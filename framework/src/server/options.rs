@@ -24,7 +24,7 @@ pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 1000;
 
 /// Options of the secure serving, storage, and authentication and authorization.
 ///
-/// Flatten it into your own `clap` parser, or let [`ApiServer::from_args`](crate::ApiServer::from_args) parse it.
+/// Flatten it into your own `clap` parser, or let [`APIServer::from_args`](crate::APIServer::from_args) parse it.
 #[derive(Clone, Debug, Args)]
 pub struct ServerOptions {
     /// The port to serve HTTPS on.

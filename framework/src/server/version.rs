@@ -11,7 +11,7 @@ pub const KUBERNETES_VERSION: (u32, u32, u32) = (1, 33, 0);
 ///
 /// The default reports the Kubernetes release the framework follows ([`KUBERNETES_VERSION`]),
 /// as sample-apiserver reports the release it was built from; set your own with
-/// [`ApiServer::version_info`](crate::ApiServer::version_info).
+/// [`APIServer::version_info`](crate::APIServer::version_info).
 ///
 /// ```
 /// use apiserver::server::VersionInfo;

@@ -5,7 +5,7 @@
 //! `apiserver = { version = "…", features = ["testing"] }` under `[dev-dependencies]`.
 //!
 //! ```no_run
-//! # async fn t(group: apiserver::ApiGroup) {
+//! # async fn t(group: apiserver::APIGroup) {
 //! use apiserver::testing::TestServer;
 //! let dir = std::env::temp_dir().join("my-test");
 //! let server = TestServer::start(&dir, vec![group]).await;
@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::server::{ApiGroup, ApiServer, RunningServer, ServerOptions, StorageBackendKind};
+use crate::server::{APIGroup, APIServer, RunningServer, ServerOptions, StorageBackendKind};
 
 /// A server started for a test.
 pub struct TestServer {
@@ -47,14 +47,14 @@ pub struct KubectlOutput {
 
 impl TestServer {
     /// Starts a server with `groups`, its SQLite file and certificates in `dir`.
-    pub async fn start(dir: &Path, groups: Vec<ApiGroup>) -> TestServer {
+    pub async fn start(dir: &Path, groups: Vec<APIGroup>) -> TestServer {
         Self::start_with(dir, groups, StorageBackendKind::Sqlite, 0).await
     }
 
     /// Starts a server on `backend`, on `port` (0: any free port).
     pub async fn start_with(
         dir: &Path,
-        groups: Vec<ApiGroup>,
+        groups: Vec<APIGroup>,
         backend: StorageBackendKind,
         port: u16,
     ) -> TestServer {
@@ -82,8 +82,8 @@ impl TestServer {
     }
 
     /// Starts a server with these options.
-    pub async fn start_with_options(options: ServerOptions, groups: Vec<ApiGroup>) -> TestServer {
-        let mut server = ApiServer::new(options);
+    pub async fn start_with_options(options: ServerOptions, groups: Vec<APIGroup>) -> TestServer {
+        let mut server = APIServer::new(options);
         for g in groups {
             server = server.group(g);
         }

@@ -22,7 +22,7 @@ use crate::registry::context::RequestContext;
 
 /// Shared state of the resource handlers.
 #[derive(Debug)]
-pub struct ApiState {
+pub struct APIState {
     /// Installed resources.
     pub resources: InstalledResources,
     /// Largest accepted request body, in bytes (kube-apiserver: 3 MiB).
@@ -41,11 +41,11 @@ pub(crate) struct Call {
     pub(crate) resource: Arc<InstalledResource>,
     pub(crate) ctx: RequestContext,
     pub(crate) query: Query,
-    pub(crate) state: Arc<ApiState>,
+    pub(crate) state: Arc<APIState>,
 }
 
 /// The axum handler of every `/apis/{group}/{version}/...` resource path.
-pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Response {
+pub async fn handle(State(state): State<Arc<APIState>>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     // Taken, not cloned: nothing after the handler reads it.
     let info = parts
@@ -64,7 +64,7 @@ pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Res
     response
 }
 
-fn prepare(state: Arc<ApiState>, parts: Parts, body: Body, info: RequestInfo) -> Result<Call> {
+fn prepare(state: Arc<APIState>, parts: Parts, body: Body, info: RequestInfo) -> Result<Call> {
     if !info.is_resource_request {
         return Err(Error::path_not_found());
     }
