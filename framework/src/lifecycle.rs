@@ -49,6 +49,47 @@ impl ShutdownSignal {
     }
 }
 
+/// Why a readiness check fails: a reason for people (a deployment mistake and its fix, shown
+/// by `/readyz?verbose`), and the error behind it when there is one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason}")]
+pub struct NotReady {
+    reason: String,
+    #[source]
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl NotReady {
+    /// Not ready, for `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// Not ready because of `error`, which is also the reason shown.
+    pub fn from_error(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            reason: error.to_string(),
+            source: Some(Arc::new(error)),
+        }
+    }
+
+    /// The reason shown.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// Two verdicts are the same when they give the same reason (a check that fails again for
+/// the same reason is not news).
+impl PartialEq for NotReady {
+    fn eq(&self, other: &Self) -> bool {
+        self.reason == other.reason
+    }
+}
+
 /// A readiness check of a component: `/readyz` fails while it fails. Unlike the built-in
 /// checks, its reason is shown in `/readyz?verbose` too (it names a deployment mistake and
 /// its fix, never a secret), and at `/readyz/{name}`.
@@ -56,5 +97,5 @@ pub trait ReadyzCheck: Send + Sync {
     /// The check's name (`/readyz/{name}`, `?exclude={name}`).
     fn name(&self) -> &str;
     /// `Ok`, or why not.
-    fn check(&self) -> Result<(), String>;
+    fn check(&self) -> Result<(), NotReady>;
 }

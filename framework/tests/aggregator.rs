@@ -283,6 +283,7 @@ async fn a_new_serving_certificate_is_registered_and_checked() {
         problem
             .as_ref()
             .unwrap_err()
+            .reason()
             .contains("not valid for things-api.things.svc (it names elsewhere.example.com)"),
         "{problem:?}"
     );

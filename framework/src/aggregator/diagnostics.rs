@@ -24,6 +24,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 use crate::aggregator::registration::{self, APIServiceRegistrar};
 use crate::aggregator::{APIServiceVersion, Findings};
+use crate::lifecycle::NotReady;
 
 /// `/readyz` check: the authentication ConfigMap is readable.
 pub const AUTHENTICATION_CONFIG: &str = "extension-apiserver-authentication";
@@ -113,7 +114,7 @@ pub async fn run(
         let name = apiservice.metadata.name.clone().unwrap_or_default();
         let result = match &spec.ca_bundle {
             Some(ca) if !ca.0.is_empty() => verify_chain(&config.serving_chain, &ca.0),
-            _ => Err("it has no caBundle".to_string()),
+            _ => Err(ServingChainError::NoCaBundle),
         };
         if let Err(e) = result {
             bad_bundles.push(format!(
@@ -126,7 +127,7 @@ pub async fn run(
     let bundles = if bad_bundles.is_empty() {
         Ok(())
     } else {
-        Err(bad_bundles.join("; "))
+        Err(NotReady::new(bad_bundles.join("; ")))
     };
     record(findings, CA_BUNDLE, bundles);
     if let (None, Some((namespace, name))) = (registrar, &config.service) {
@@ -157,14 +158,14 @@ pub async fn run(
         let result = if elsewhere.is_empty() {
             Ok(())
         } else {
-            Err(elsewhere.join("; "))
+            Err(NotReady::new(elsewhere.join("; ")))
         };
         record(findings, registration::READYZ_CHECK, result);
     }
 }
 
 /// Records `result`, logging a problem when it is new or changed, and its end.
-fn record(findings: &Findings, check: &str, result: Result<(), String>) {
+fn record(findings: &Findings, check: &str, result: Result<(), NotReady>) {
     let previous = findings.get(check);
     if previous.as_ref() != Some(&result) {
         match &result {
@@ -183,7 +184,7 @@ fn status_code(error: &kube::Error) -> Option<u16> {
     }
 }
 
-async fn authentication_config(client: &kube::Client) -> Result<(), String> {
+async fn authentication_config(client: &kube::Client) -> Result<(), NotReady> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
     match api.get_opt("extension-apiserver-authentication").await {
         Ok(Some(_)) => Ok(()),
@@ -196,19 +197,19 @@ async fn authentication_config(client: &kube::Client) -> Result<(), String> {
             );
             Ok(())
         }
-        Err(e) if status_code(&e) == Some(403) => Err(format!(
+        Err(e) if status_code(&e) == Some(403) => Err(NotReady::new(format!(
             "cannot read ConfigMap kube-system/extension-apiserver-authentication (403 Forbidden: \
              {}): bind the Role extension-apiserver-authentication-reader in kube-system to the \
              server's service account (a RoleBinding in kube-system; see the `manifests` command)",
             api_message(&e)
-        )),
-        Err(e) => Err(format!(
+        ))),
+        Err(e) => Err(NotReady::new(format!(
             "reading ConfigMap kube-system/extension-apiserver-authentication: {e}"
-        )),
+        ))),
     }
 }
 
-async fn auth_delegator(client: &kube::Client) -> Result<(), String> {
+async fn auth_delegator(client: &kube::Client) -> Result<(), NotReady> {
     let fix = "bind the ClusterRole system:auth-delegator to the server's service account \
                (a ClusterRoleBinding; see the `manifests` command)";
     let reviews: Api<TokenReview> = Api::all(client.clone());
@@ -252,7 +253,7 @@ async fn auth_delegator(client: &kube::Client) -> Result<(), String> {
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!("{}: {fix}", problems.join("; ")))
+        Err(NotReady::new(format!("{}: {fix}", problems.join("; "))))
     }
 }
 
@@ -266,7 +267,7 @@ fn api_message(error: &kube::Error) -> String {
 async fn apiservices(
     client: &kube::Client,
     versions: &[APIServiceVersion],
-) -> Result<Vec<APIService>, String> {
+) -> Result<Vec<APIService>, NotReady> {
     let api: Api<APIService> = Api::all(client.clone());
     let mut found = Vec::new();
     for version in versions {
@@ -275,12 +276,12 @@ async fn apiservices(
             Ok(Some(a)) => found.push(a),
             Ok(None) => {}
             Err(e) if status_code(&e) == Some(403) => {
-                return Err(format!(
+                return Err(NotReady::new(format!(
                     "cannot read APIService {name} (403 Forbidden): grant get on \
                      apiservices.apiregistration.k8s.io to the server's service account"
-                ))
+                )))
             }
-            Err(e) => return Err(format!("reading APIService {name}: {e}")),
+            Err(e) => return Err(NotReady::new(format!("reading APIService {name}: {e}"))),
         }
     }
     Ok(found)
@@ -311,9 +312,9 @@ pub fn subject_alt_names(cert: &CertificateDer<'_>) -> Vec<String> {
 }
 
 /// Whether the leaf of `chain` is valid for `host` (exactly or by a `*.` wildcard).
-pub fn serving_names(chain: &[CertificateDer<'_>], host: &str) -> Result<(), String> {
+pub fn serving_names(chain: &[CertificateDer<'_>], host: &str) -> Result<(), NotReady> {
     let Some(leaf) = chain.first() else {
-        return Err("no serving certificate".into());
+        return Err(NotReady::new("no serving certificate"));
     };
     let names = subject_alt_names(leaf);
     let matches = |n: &String| {
@@ -326,7 +327,7 @@ pub fn serving_names(chain: &[CertificateDer<'_>], host: &str) -> Result<(), Str
     if names.iter().any(matches) {
         return Ok(());
     }
-    Err(format!(
+    Err(NotReady::new(format!(
         "the serving certificate is not valid for {host} (it names {}): the aggregator \
          connects to the Service by that name; issue the certificate with {host} among its \
          DNS names",
@@ -335,30 +336,54 @@ pub fn serving_names(chain: &[CertificateDer<'_>], host: &str) -> Result<(), Str
         } else {
             names.join(", ")
         }
-    ))
+    )))
+}
+
+/// Why a caBundle does not verify the serving certificate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServingChainError {
+    /// There is no serving certificate.
+    #[error("no serving certificate")]
+    NoServingCertificate,
+    /// The APIService has no caBundle.
+    #[error("it has no caBundle")]
+    NoCaBundle,
+    /// The caBundle holds no usable certificate.
+    #[error(transparent)]
+    CaBundle(#[from] crate::tls::TlsError),
+    /// No verifier could be made of the caBundle.
+    #[error(transparent)]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
+    /// The certificate names nothing a client could ask for.
+    #[error(transparent)]
+    Name(#[from] rustls::pki_types::InvalidDnsNameError),
+    /// The chain does not verify.
+    #[error(transparent)]
+    Verify(#[from] rustls::Error),
 }
 
 /// Whether `ca_pem` (a caBundle) verifies the serving `chain` (leaf first), as the
 /// aggregator's TLS client would, for a name the leaf carries.
-pub fn verify_chain(chain: &[CertificateDer<'static>], ca_pem: &[u8]) -> Result<(), String> {
+pub fn verify_chain(
+    chain: &[CertificateDer<'static>],
+    ca_pem: &[u8],
+) -> Result<(), ServingChainError> {
     let Some(leaf) = chain.first() else {
-        return Err("no serving certificate".into());
+        return Err(ServingChainError::NoServingCertificate);
     };
-    let roots = crate::tls::certs::parse_certs_pem(ca_pem).map_err(|e| e.to_string())?;
-    let store = crate::tls::root_store(&roots).map_err(|e| e.to_string())?;
+    let roots = crate::tls::certs::parse_certs_pem(ca_pem)?;
+    let store = crate::tls::root_store(&roots)?;
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
         Arc::new(store),
         crate::tls::crypto_provider(),
     )
-    .build()
-    .map_err(|e| e.to_string())?;
+    .build()?;
     let name = subject_alt_names(leaf)
         .into_iter()
         .find(|n| !n.starts_with("*."))
         .unwrap_or_else(|| "localhost".into());
-    let server_name = ServerName::try_from(name).map_err(|e| e.to_string())?;
-    verifier
-        .verify_server_cert(leaf, &chain[1..], &server_name, &[], UnixTime::now())
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let server_name = ServerName::try_from(name)?;
+    verifier.verify_server_cert(leaf, &chain[1..], &server_name, &[], UnixTime::now())?;
+    Ok(())
 }

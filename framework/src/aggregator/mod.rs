@@ -27,7 +27,7 @@ pub use registration::{
     APIServiceRegistrar, RegistrationConfig, RegistrationError, RegistrationOutcome,
 };
 
-use crate::lifecycle::ReadyzCheck;
+use crate::lifecycle::{NotReady, ReadyzCheck};
 
 /// The `groupPriorityMinimum` of a group unless its [`APIGroup`](crate::APIGroup) says
 /// otherwise (sample-apiserver's value: above the built-in groups' defaults of kube-apiserver
@@ -101,17 +101,17 @@ pub fn default_ca_bundle(chain: &[CertificateDer<'_>]) -> Option<String> {
 /// them.
 #[derive(Clone, Default)]
 pub struct Findings {
-    inner: Arc<Mutex<BTreeMap<String, Result<(), String>>>>,
+    inner: Arc<Mutex<BTreeMap<String, Result<(), NotReady>>>>,
 }
 
 impl Findings {
     /// Records the result of `check`.
-    pub fn set(&self, check: &str, result: Result<(), String>) {
+    pub fn set(&self, check: &str, result: Result<(), NotReady>) {
         self.lock().insert(check.to_string(), result);
     }
 
     /// The last result of `check`, if any.
-    pub fn get(&self, check: &str) -> Option<Result<(), String>> {
+    pub fn get(&self, check: &str) -> Option<Result<(), NotReady>> {
         self.lock().get(check).cloned()
     }
 
@@ -129,7 +129,7 @@ impl Findings {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Result<(), String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Result<(), NotReady>>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -144,10 +144,10 @@ impl ReadyzCheck for FindingCheck {
         &self.name
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), NotReady> {
         self.findings
             .get(&self.name)
-            .unwrap_or_else(|| Err("not checked yet".into()))
+            .unwrap_or_else(|| Err(NotReady::new("not checked yet")))
     }
 }
 
@@ -203,7 +203,7 @@ impl AggregatorHandle {
         &self,
         chain: Vec<CertificateDer<'static>>,
         self_signed_ca: Option<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CaBundleError> {
         let versions = self.lock_diagnostics().versions.clone();
         let serving = ServingInfo {
             chain: chain.clone(),
@@ -267,10 +267,19 @@ pub struct ServingInfo {
 
 /// The caBundle to register: `--apiservice-ca-file`, else the self-signed serving CA, else
 /// the last certificate of the serving chain ([`default_ca_bundle`]).
-pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<Vec<u8>, String> {
+pub fn ca_bundle(
+    options: &AggregatorOptions,
+    serving: &ServingInfo,
+) -> Result<Vec<u8>, CaBundleError> {
     if let Some(file) = &options.ca_file {
-        let pem = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        crate::tls::certs::parse_certs_pem(&pem).map_err(|e| format!("{}: {e}", file.display()))?;
+        let pem = std::fs::read(file).map_err(|source| CaBundleError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        crate::tls::certs::parse_certs_pem(&pem).map_err(|source| CaBundleError::Parse {
+            path: file.clone(),
+            source,
+        })?;
         return Ok(pem);
     }
     if let Some(ca) = &serving.self_signed_ca {
@@ -278,7 +287,34 @@ pub fn ca_bundle(options: &AggregatorOptions, serving: &ServingInfo) -> Result<V
     }
     default_ca_bundle(&serving.chain)
         .map(String::into_bytes)
-        .ok_or_else(|| "no serving certificate".into())
+        .ok_or(CaBundleError::NoServingCertificate)
+}
+
+/// Why no caBundle could be made for the APIServices.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaBundleError {
+    /// `--apiservice-ca-file` could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--apiservice-ca-file` holds no usable certificate.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: crate::tls::TlsError,
+    },
+    /// There is no serving certificate to take the CA from.
+    #[error("no serving certificate")]
+    NoServingCertificate,
 }
 
 /// Why the aggregator integration could not be set up at start.
@@ -288,6 +324,9 @@ pub enum WireError {
     /// The flags contradict each other or name unusable files.
     #[error("{0}")]
     Config(String),
+    /// No caBundle could be made for the APIServices.
+    #[error(transparent)]
+    CaBundle(#[from] CaBundleError),
     /// No client to the core kube-apiserver could be made.
     #[error(transparent)]
     CoreAPI(#[from] crate::core_api::CoreAPIError),
@@ -400,7 +439,7 @@ fn registrar(
     let registrar = APIServiceRegistrar::with_findings(client.clone(), config, findings.clone());
     let ca = match options.insecure_skip_tls_verify {
         true => None,
-        false => Some(ca_bundle(options, serving).map_err(WireError::Config)?),
+        false => Some(ca_bundle(options, serving)?),
     };
     Ok((registrar, ca))
 }

@@ -18,6 +18,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::aggregator::{APIServiceVersion, Findings};
+use crate::lifecycle::NotReady;
 
 /// The name of the `/readyz` check with the registration's result.
 pub const READYZ_CHECK: &str = "apiservice-registration";
@@ -206,7 +207,7 @@ impl APIServiceRegistrar {
         let summary = if problems.is_empty() {
             Ok(())
         } else {
-            Err(problems.join("; "))
+            Err(NotReady::new(problems.join("; ")))
         };
         // One log line per problem when it appears, not at every retry.
         if self.findings.get(READYZ_CHECK).as_ref() != Some(&summary) {

@@ -26,18 +26,18 @@ pub use requestheader::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use sar::SubjectAccessReviewAuthorizer;
 pub use token_webhook::TokenReviewAuthenticator;
 pub use user::UserInfo;
-pub use x509::X509Authenticator;
+pub use x509::{CertificateError, ChainError, X509Authenticator};
 
 /// Why a request's credentials were rejected.
 ///
 /// An error means "credentials were presented and are bad" (→ 401); finding no credentials of
 /// its kind is `Ok(None)` instead, so the next authenticator gets a turn.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
     /// A client certificate did not verify against the client CA, or maps to no user.
     #[error("invalid client certificate: {0}")]
-    InvalidCertificate(String),
+    InvalidCertificate(#[source] CertificateError),
     /// Credentials of another kind (token, proxy headers) were rejected.
     #[error("invalid credentials: {0}")]
     InvalidCredentials(String),

@@ -8,7 +8,7 @@
 use async_trait::async_trait;
 use http::HeaderMap;
 
-use super::{user::UserInfo, AuthError, Authenticator, X509Authenticator};
+use super::{user::UserInfo, AuthError, Authenticator, CertificateError, X509Authenticator};
 use crate::tls::PeerCertificates;
 use crate::tls::TlsError;
 
@@ -82,9 +82,9 @@ impl RequestHeaderAuthenticator {
         if self.allowed_names.contains(&cn) {
             Ok(())
         } else {
-            Err(AuthError::InvalidCertificate(format!(
-                "x509: subject with cn={cn} is not in the allowed list"
-            )))
+            Err(AuthError::InvalidCertificate(
+                CertificateError::NotAllowed { common_name: cn },
+            ))
         }
     }
 

@@ -141,6 +141,26 @@ async fn review_call(
         .map_err(|e| AuthError::Unavailable(format!("TokenReview: {e}")))
 }
 
+/// Why a review call to the core kube-apiserver failed (after its retries).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReviewCallError {
+    /// The review did not encode.
+    #[error("encoding the review: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// The request could not be built.
+    #[error("building the request: {0}")]
+    Request(#[from] http::Error),
+    /// kube-apiserver answered with an error `Status`.
+    #[error("{} ({})", .0.message, .0.code)]
+    Refused(Box<kube::core::Status>),
+    /// The call did not reach kube-apiserver, or its answer did not decode.
+    #[error(transparent)]
+    Transport(kube::Error),
+    /// No answer came in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// POSTs `body` to `path` of the core kube-apiserver and returns the decoded answer, retrying
 /// as `k8s.io/apiserver`'s webhooks do (`DefaultAuthWebhookRetryBackoff`: up to 5 tries,
 /// 500 ms × 1.5ⁿ) on transport errors, 429 and 5xx; each call bounded by
@@ -149,10 +169,10 @@ pub(crate) async fn create(
     client: &kube::Client,
     path: &str,
     body: &Value,
-) -> Result<Value, String> {
-    let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+) -> Result<Value, ReviewCallError> {
+    let bytes = serde_json::to_vec(body)?;
     let mut delay = Duration::from_millis(500);
-    let mut last_error = String::new();
+    let mut last_error = ReviewCallError::Timeout(CORE_API_TIMEOUT);
     for attempt in 0..5 {
         if attempt > 0 {
             tokio::time::sleep(delay).await;
@@ -161,21 +181,21 @@ pub(crate) async fn create(
         let request = http::Request::post(path)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json")
-            .body(bytes.clone())
-            .map_err(|e| e.to_string())?;
+            .body(bytes.clone())?;
         let result = tokio::time::timeout(CORE_API_TIMEOUT, client.request::<Value>(request)).await;
-        match result {
+        last_error = match result {
             Ok(Ok(answer)) => return Ok(answer),
             Ok(Err(kube::Error::Api(status))) => {
                 let retry = status.code == 429 || status.code >= 500;
-                last_error = format!("{} ({})", status.message, status.code);
+                let refused = ReviewCallError::Refused(status);
                 if !retry {
-                    return Err(last_error);
+                    return Err(refused);
                 }
+                refused
             }
-            Ok(Err(e)) => last_error = e.to_string(),
-            Err(_) => last_error = format!("no answer within {CORE_API_TIMEOUT:?}"),
-        }
+            Ok(Err(e)) => ReviewCallError::Transport(e),
+            Err(_) => ReviewCallError::Timeout(CORE_API_TIMEOUT),
+        };
     }
     Err(last_error)
 }

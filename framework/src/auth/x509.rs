@@ -17,6 +17,91 @@ use super::{user::UserInfo, AuthError, Authenticator};
 use crate::tls::{chain_digest, PeerCertificates};
 use crate::tls::{crypto_provider, TlsError};
 
+/// Why a client certificate was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertificateError {
+    /// The leaf is not an X.509 certificate.
+    #[error("parsing certificate: {0}")]
+    Parse(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
+    /// The chain does not verify against the CA bundle.
+    #[error("verifying certificate: {0}")]
+    Verify(#[source] ChainError),
+    /// A front proxy's certificate verified, but its common name is not an allowed one.
+    #[error("x509: subject with cn={common_name} is not in the allowed list")]
+    NotAllowed {
+        /// The certificate's common name.
+        common_name: String,
+    },
+}
+
+/// Why a certificate chain does not verify; the texts read as Go's `crypto/x509`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChainError {
+    /// webpki's verdict on a chain with an X.509 v3 leaf.
+    #[error("{0}")]
+    Webpki(#[source] rustls::Error),
+    /// A certificate of the chain does not parse.
+    #[error("x509: malformed certificate: {0}")]
+    Malformed(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
+    /// A certificate is used outside its validity (unix seconds).
+    #[error(
+        "x509: certificate has expired or is not yet valid: current time {} is outside {}..{}",
+        fmt_time(*now), fmt_time(*not_before), fmt_time(*not_after)
+    )]
+    OutsideValidity {
+        /// When it was checked.
+        now: i64,
+        /// Its notBefore.
+        not_before: i64,
+        /// Its notAfter.
+        not_after: i64,
+    },
+    /// No path leads to a CA of the bundle.
+    #[error("x509: certificate signed by unknown authority")]
+    UnknownAuthority,
+    /// An intermediate is not a CA.
+    #[error("x509: certificate is not authorized to sign other certificates")]
+    NotAuthorizedToSign,
+    /// An issuer's pathLenConstraint is exceeded.
+    #[error("x509: too many intermediates for path length constraint")]
+    TooManyIntermediates,
+    /// An issuer's extended key usage excludes client authentication.
+    #[error("x509: certificate specifies an incompatible key usage")]
+    IncompatibleKeyUsage,
+    /// A critical extension Go's `crypto/x509` does not handle (its OID).
+    #[error("x509: unhandled critical extension {0}")]
+    UnhandledCriticalExtension(String),
+    /// An extension of a certificate does not parse.
+    #[error("x509: {subject}: {extension}: {source}")]
+    BadExtension {
+        /// The certificate's subject.
+        subject: String,
+        /// The extension's name.
+        extension: &'static str,
+        /// What the parser said.
+        #[source]
+        source: x509_parser::error::X509Error,
+    },
+    /// A certificate's signature by its issuer does not verify.
+    #[error("x509: signature of {subject} by its issuer: {source}")]
+    Signature {
+        /// The signed certificate's subject.
+        subject: String,
+        /// Why the signature was refused.
+        #[source]
+        source: crate::tls::SignatureError,
+    },
+}
+
+/// A unix time as RFC 3339, as Go prints times in x509 errors.
+fn fmt_time(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| secs.to_string())
+}
+
 /// How long a verified chain is trusted without re-verifying, so an HTTP/2 connection's
 /// thousands of requests cost one signature check, while a replaced CA takes effect soon.
 const CACHE_TTL_SECS: i64 = 60;
@@ -100,9 +185,9 @@ impl X509Authenticator {
             return Ok(hit);
         }
         let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
-            .map_err(|e| AuthError::InvalidCertificate(format!("parsing certificate: {e}")))?;
+            .map_err(|e| AuthError::InvalidCertificate(CertificateError::Parse(e)))?;
         self.verify(leaf, &parsed, intermediates, now)
-            .map_err(|e| AuthError::InvalidCertificate(format!("verifying certificate: {e}")))?;
+            .map_err(|e| AuthError::InvalidCertificate(CertificateError::Verify(e)))?;
         let (user, not_after) = user_from_certificate(&parsed);
         self.remember(key, user.clone(), not_after.min(now + CACHE_TTL_SECS));
         Ok(user)
@@ -116,14 +201,14 @@ impl X509Authenticator {
         parsed: &X509Certificate<'_>,
         intermediates: &[CertificateDer<'static>],
         now: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), ChainError> {
         if is_legacy(parsed) {
             return self.legacy.verify(parsed, intermediates, now);
         }
         self.verifier
             .verify_client_cert(leaf, intermediates, UnixTime::now())
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(ChainError::Webpki)
     }
 
     fn cached(&self, key: &[u8; 32], now: i64) -> Option<Option<UserInfo>> {

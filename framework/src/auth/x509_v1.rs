@@ -17,6 +17,7 @@ use rustls::pki_types::{CertificateDer, SignatureVerificationAlgorithm};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::X509Version;
 
+use super::x509::ChainError;
 use crate::tls::signature::{signature_algorithm, PublicKey};
 
 /// Most intermediates a path may have (Go has no limit but the signature budget below).
@@ -57,7 +58,7 @@ impl LegacyLeafVerifier {
         leaf: &X509Certificate<'_>,
         intermediates: &[CertificateDer<'_>],
         now: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), ChainError> {
         check_validity(leaf, now)?;
         // The bundle was checked when the authenticator was made; a root that does not
         // parse as x509-parser sees it simply issues nothing.
@@ -77,16 +78,14 @@ impl LegacyLeafVerifier {
         if search.reaches_root(leaf, &mut Vec::new()) {
             return Ok(());
         }
-        Err(search
-            .hint
-            .unwrap_or_else(|| "x509: certificate signed by unknown authority".into()))
+        Err(search.hint.unwrap_or(ChainError::UnknownAuthority))
     }
 }
 
-fn parse<'a>(der: &'a CertificateDer<'_>) -> Result<X509Certificate<'a>, String> {
+fn parse<'a>(der: &'a CertificateDer<'_>) -> Result<X509Certificate<'a>, ChainError> {
     x509_parser::parse_x509_certificate(der.as_ref())
         .map(|(_, cert)| cert)
-        .map_err(|e| format!("x509: malformed certificate: {e}"))
+        .map_err(ChainError::Malformed)
 }
 
 /// A depth-first search for a path from a leaf to a root, as Go's `buildChains`.
@@ -98,7 +97,7 @@ struct PathSearch<'s, 'c> {
     budget: usize,
     /// Why the last issuer that signed a link was refused: Go reports that rather than
     /// "unknown authority" when no path is left.
-    hint: Option<String>,
+    hint: Option<ChainError>,
 }
 
 impl PathSearch<'_, '_> {
@@ -164,12 +163,10 @@ fn check_signature(
     child: &X509Certificate<'_>,
     issuer: &X509Certificate<'_>,
     algorithms: &'static [&'static dyn SignatureVerificationAlgorithm],
-) -> Result<(), String> {
-    let refused = |e| {
-        format!(
-            "x509: signature of {} by its issuer: {e:?}",
-            child.subject()
-        )
+) -> Result<(), ChainError> {
+    let refused = |source| ChainError::Signature {
+        subject: child.subject().to_string(),
+        source,
     };
     let signed_with = signature_algorithm(child.as_raw()).map_err(refused)?;
     let key = PublicKey::from_spki(issuer.public_key().raw).map_err(refused)?;
@@ -190,52 +187,56 @@ fn check_issuer(
     role: Role,
     below: usize,
     now: i64,
-) -> Result<(), String> {
+) -> Result<(), ChainError> {
     check_critical_extensions(cert)?;
     check_validity(cert, now)?;
     let constraints = cert
         .basic_constraints()
-        .map_err(|e| format!("x509: {}: basicConstraints: {e}", cert.subject()))?
+        .map_err(|e| bad_extension(cert, "basicConstraints", e))?
         .map(|ext| ext.value);
     if role == Role::Intermediate && !constraints.is_some_and(|c| c.ca) {
-        return Err("x509: certificate is not authorized to sign other certificates".into());
+        return Err(ChainError::NotAuthorizedToSign);
     }
     let max_path_len = constraints.and_then(|c| c.path_len_constraint);
     if max_path_len.is_some_and(|max| below > max as usize) {
-        return Err("x509: too many intermediates for path length constraint".into());
+        return Err(ChainError::TooManyIntermediates);
     }
     let usage = cert
         .extended_key_usage()
-        .map_err(|e| format!("x509: {}: extKeyUsage: {e}", cert.subject()))?;
+        .map_err(|e| bad_extension(cert, "extKeyUsage", e))?;
     if usage.is_some_and(|u| !u.value.any && !u.value.client_auth) {
-        return Err("x509: certificate specifies an incompatible key usage".into());
+        return Err(ChainError::IncompatibleKeyUsage);
     }
     Ok(())
 }
 
 /// Go's validity check: `now` within notBefore..=notAfter.
-fn check_validity(cert: &X509Certificate<'_>, now: i64) -> Result<(), String> {
+fn check_validity(cert: &X509Certificate<'_>, now: i64) -> Result<(), ChainError> {
     let validity = cert.validity();
-    let (from, until) = (
+    let (not_before, not_after) = (
         validity.not_before.timestamp(),
         validity.not_after.timestamp(),
     );
-    if now < from || now > until {
-        return Err(format!(
-            "x509: certificate has expired or is not yet valid: current time {} is outside \
-             {}..{}",
-            fmt_time(now),
-            fmt_time(from),
-            fmt_time(until)
-        ));
+    if now < not_before || now > not_after {
+        return Err(ChainError::OutsideValidity {
+            now,
+            not_before,
+            not_after,
+        });
     }
     Ok(())
 }
 
-fn fmt_time(secs: i64) -> String {
-    jiff::Timestamp::from_second(secs)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| secs.to_string())
+fn bad_extension(
+    cert: &X509Certificate<'_>,
+    extension: &'static str,
+    source: x509_parser::error::X509Error,
+) -> ChainError {
+    ChainError::BadExtension {
+        subject: cert.subject().to_string(),
+        extension,
+        source,
+    }
 }
 
 /// Extensions Go's `crypto/x509` understands, so a critical one is no reason to refuse:
@@ -258,7 +259,7 @@ const HANDLED_EXTENSIONS: [&str; 13] = [
     "1.3.6.1.5.5.7.1.1",
 ];
 
-fn check_critical_extensions(cert: &X509Certificate<'_>) -> Result<(), String> {
+fn check_critical_extensions(cert: &X509Certificate<'_>) -> Result<(), ChainError> {
     let unhandled = cert
         .extensions()
         .iter()
@@ -266,7 +267,7 @@ fn check_critical_extensions(cert: &X509Certificate<'_>) -> Result<(), String> {
         .map(|ext| ext.oid.to_id_string())
         .find(|oid| !HANDLED_EXTENSIONS.contains(&oid.as_str()));
     match unhandled {
-        Some(oid) => Err(format!("x509: unhandled critical extension {oid}")),
+        Some(oid) => Err(ChainError::UnhandledCriticalExtension(oid)),
         None => Ok(()),
     }
 }

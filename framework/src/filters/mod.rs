@@ -125,7 +125,7 @@ mod tests {
             parts: &http::request::Parts,
         ) -> Result<Option<UserInfo>, AuthError> {
             match parts.headers.get("x-user").and_then(|v| v.to_str().ok()) {
-                Some("bad") => Err(AuthError::InvalidCertificate("bad".into())),
+                Some("bad") => Err(AuthError::InvalidCredentials("bad".into())),
                 Some(name) => Ok(Some(UserInfo::new(name, []).with_authenticated_group())),
                 None => Ok(None),
             }

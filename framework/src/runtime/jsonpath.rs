@@ -103,7 +103,7 @@ impl JsonPath {
                 .ok_or_else(|| JsonPathError::Parse("unclosed action".to_string()))?,
             None => trimmed,
         };
-        let steps = parse_steps(inner).map_err(JsonPathError::Parse)?;
+        let steps = parse_steps(inner)?;
         Ok(Self {
             text: text.to_string(),
             steps,
@@ -113,7 +113,7 @@ impl JsonPath {
     /// All values the path selects, or kube's error (an index out of bounds, indexing a
     /// non-array, comparing several values at once). Missing keys are not errors.
     pub fn find<'a>(&self, root: &'a Value) -> Result<Vec<Cow<'a, Value>>, JsonPathError> {
-        eval(&self.steps, vec![Cow::Borrowed(root)]).map_err(JsonPathError::Eval)
+        eval(&self.steps, vec![Cow::Borrowed(root)])
     }
 
     /// All values the path selects; nothing on error.
@@ -200,7 +200,7 @@ struct Reader<'s> {
     pos: usize,
 }
 
-fn parse_steps(src: &str) -> Result<Vec<Step>, String> {
+fn parse_steps(src: &str) -> Result<Vec<Step>, JsonPathError> {
     let mut reader = Reader { src, pos: 0 };
     let mut steps = Vec::new();
     while let Some(step) = reader.next_step(steps.last())? {
@@ -220,14 +220,16 @@ impl<'s> Reader<'s> {
 
     /// The next step, `Some(None)` for input that adds none (`@`, `$`, spaces), `None` at
     /// the end.
-    fn next_step(&mut self, last: Option<&Step>) -> Result<Option<Option<Step>>, String> {
+    fn next_step(&mut self, last: Option<&Step>) -> Result<Option<Option<Step>>, JsonPathError> {
         let rest = self.rest();
         if rest.starts_with("[?(") {
             return self.filter().map(|f| Some(Some(f)));
         }
         if let Some(after) = rest.strip_prefix("..") {
             if last == Some(&Step::Recursive) {
-                return Err("invalid multiple recursive descent".into());
+                return Err(JsonPathError::Parse(
+                    "invalid multiple recursive descent".into(),
+                ));
             }
             // Before a name the second dot stays, to be read as the start of a field.
             let name_follows = after.starts_with(|c: char| c == '_' || c.is_alphanumeric());
@@ -242,17 +244,17 @@ impl<'s> Reader<'s> {
                 self.bump(c);
                 None
             }
-            '\r' | '\n' => return Err("unclosed action".into()),
+            '\r' | '\n' => return Err(JsonPathError::Parse("unclosed action".into())),
             '[' => Some(self.bracket()?),
             '"' | '\'' => Some(Step::Literal(Value::String(self.quoted(c)?))),
             '.' => Some(self.field()),
             '+' | '-' | '0'..='9' => Some(self.number()?),
             c if c == '_' || c.is_alphanumeric() => Some(self.identifier()?),
             c => {
-                return Err(format!(
+                return Err(JsonPathError::Parse(format!(
                     "unrecognized character in action: U+{:04X} '{c}'",
                     u32::from(c)
-                ))
+                )))
             }
         };
         Ok(Some(step))
@@ -284,7 +286,7 @@ impl<'s> Reader<'s> {
         Step::Field(name)
     }
 
-    fn number(&mut self) -> Result<Step, String> {
+    fn number(&mut self) -> Result<Step, JsonPathError> {
         let rest = self.rest();
         let sign = usize::from(rest.starts_with(['+', '-']));
         let len = sign
@@ -297,23 +299,26 @@ impl<'s> Reader<'s> {
             .parse::<i64>()
             .map(|i| i as f64)
             .or_else(|_| text.parse::<f64>());
-        let value = value.map_err(|_| format!("cannot parse number {text}"))?;
+        let value =
+            value.map_err(|_| JsonPathError::Parse(format!("cannot parse number {text}")))?;
         Ok(Step::Literal(Value::from(value)))
     }
 
-    fn identifier(&mut self) -> Result<Step, String> {
+    fn identifier(&mut self) -> Result<Step, JsonPathError> {
         let rest = self.rest();
         let len = rest.find(is_terminator).unwrap_or(rest.len());
         self.pos += len;
         match &rest[..len] {
             "true" => Ok(Step::Literal(Value::Bool(true))),
             "false" => Ok(Step::Literal(Value::Bool(false))),
-            other => Err(format!("unrecognized identifier {other}")),
+            other => Err(JsonPathError::Parse(format!(
+                "unrecognized identifier {other}"
+            ))),
         }
     }
 
     /// A quoted string with Go's escapes; the quote may be escaped inside.
-    fn quoted(&mut self, quote: char) -> Result<String, String> {
+    fn quoted(&mut self, quote: char) -> Result<String, JsonPathError> {
         let rest = self.rest();
         let mut escaped = false;
         let end = rest.char_indices().skip(1).find(|&(_, c)| {
@@ -322,25 +327,26 @@ impl<'s> Reader<'s> {
             closes
         });
         let Some((end, _)) = end else {
-            return Err("unterminated quoted string".into());
+            return Err(JsonPathError::Parse("unterminated quoted string".into()));
         };
         let raw = &rest[..=end];
         if raw.contains('\n') {
-            return Err("unterminated quoted string".into());
+            return Err(JsonPathError::Parse("unterminated quoted string".into()));
         }
         self.pos += end + 1;
-        unquote(&raw[1..end], quote)
-            .ok_or_else(|| format!("unquote string {raw} error invalid syntax"))
+        unquote(&raw[1..end], quote).ok_or_else(|| {
+            JsonPathError::Parse(format!("unquote string {raw} error invalid syntax"))
+        })
     }
 
     /// `[...]`: `*`, a union, a quoted key, or a slice.
-    fn bracket(&mut self) -> Result<Step, String> {
+    fn bracket(&mut self) -> Result<Step, JsonPathError> {
         let rest = self.rest();
         let Some(close) = rest
             .find([']', '\n'])
             .filter(|&i| rest.as_bytes()[i] == b']')
         else {
-            return Err("unterminated array".into());
+            return Err(JsonPathError::Parse("unterminated array".into()));
         };
         self.pos += close + 1;
         let inner = &rest[1..close];
@@ -362,12 +368,12 @@ impl<'s> Reader<'s> {
     }
 
     /// `[?( left op right )]` or `[?( path )]`.
-    fn filter(&mut self) -> Result<Step, String> {
+    fn filter(&mut self) -> Result<Step, JsonPathError> {
         self.pos += 3;
         let rest = self.rest();
         let close = filter_end(rest)?;
         if !rest[close + 1..].starts_with(']') {
-            return Err("unclosed array expect ]".into());
+            return Err(JsonPathError::Parse("unclosed array expect ]".into()));
         }
         self.pos += close + 2;
         parse_filter(&rest[..close]).map(|f| Step::Filter(Box::new(f)))
@@ -375,7 +381,7 @@ impl<'s> Reader<'s> {
 }
 
 /// Where the `)` closing a filter is: the first one outside a quoted string.
-fn filter_end(rest: &str) -> Result<usize, String> {
+fn filter_end(rest: &str) -> Result<usize, JsonPathError> {
     let (mut open, mut closed, mut pair) = (false, false, '"');
     let mut prev = '\0';
     for (i, c) in rest.char_indices() {
@@ -388,14 +394,14 @@ fn filter_end(rest: &str) -> Result<usize, String> {
         }
         prev = c;
     }
-    Err("unterminated filter".into())
+    Err(JsonPathError::Parse("unterminated filter".into()))
 }
 
 fn is_op_char(c: char) -> bool {
     matches!(c, '!' | '<' | '>' | '=')
 }
 
-fn parse_filter(text: &str) -> Result<Filter, String> {
+fn parse_filter(text: &str) -> Result<Filter, JsonPathError> {
     let split = text.find(is_op_char).filter(|&i| i > 0);
     let Some(op_start) = split else {
         return Ok(Filter {
@@ -426,7 +432,11 @@ fn parse_filter(text: &str) -> Result<Filter, String> {
         ">" => FilterOp::Gt,
         "<=" => FilterOp::Le,
         ">=" => FilterOp::Ge,
-        other => return Err(format!("unrecognized filter operator {other}")),
+        other => {
+            return Err(JsonPathError::Parse(format!(
+                "unrecognized filter operator {other}"
+            )))
+        }
     };
     Ok(Filter {
         left: parse_steps(left)?,
@@ -436,7 +446,7 @@ fn parse_filter(text: &str) -> Result<Filter, String> {
 }
 
 /// `start[:end[:step]]`, each part an optional signed integer.
-fn parse_slice(text: &str) -> Result<Slice, String> {
+fn parse_slice(text: &str) -> Result<Slice, JsonPathError> {
     let parts: Vec<&str> = text.split(':').collect();
     let well_formed = parts.len() <= 3
         && parts.iter().all(|p| {
@@ -444,15 +454,15 @@ fn parse_slice(text: &str) -> Result<Slice, String> {
             digits.bytes().all(|b| b.is_ascii_digit())
         });
     if !well_formed {
-        return Err(format!("invalid array index {text}"));
+        return Err(JsonPathError::Parse(format!("invalid array index {text}")));
     }
-    let number = |p: &str| -> Result<Option<i64>, String> {
+    let number = |p: &str| -> Result<Option<i64>, JsonPathError> {
         match p {
             "" => Ok(None),
             p => p
                 .parse()
                 .map(Some)
-                .map_err(|_| format!("array index {p} is not a number")),
+                .map_err(|_| JsonPathError::Parse(format!("array index {p} is not a number"))),
         }
     };
     let start = number(parts[0])?;
@@ -515,14 +525,14 @@ fn hex_char(chars: &mut std::str::Chars<'_>, digits: usize) -> Option<char> {
 // ---------------------------------------------------------------------------------------
 // Evaluation
 
-fn eval<'a>(steps: &[Step], mut nodes: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, String> {
+fn eval<'a>(steps: &[Step], mut nodes: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, JsonPathError> {
     for step in steps {
         nodes = apply(step, nodes)?;
     }
     Ok(nodes)
 }
 
-fn apply<'a>(step: &Step, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, String> {
+fn apply<'a>(step: &Step, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, JsonPathError> {
     match step {
         Step::Field(name) if name.is_empty() => Ok(input),
         Step::Field(name) => Ok(input.into_iter().flat_map(|n| field(n, name)).collect()),
@@ -604,7 +614,7 @@ fn go_type_name(v: &Value) -> &'static str {
     }
 }
 
-fn slice_all<'a>(s: &Slice, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, String> {
+fn slice_all<'a>(s: &Slice, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, JsonPathError> {
     let mut out = Vec::new();
     for node in input {
         match &*node {
@@ -619,14 +629,19 @@ fn slice_all<'a>(s: &Slice, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, Strin
                 // Indexes are distinct and in bounds, so each element is taken once.
                 out.extend(indexes.into_iter().filter_map(|i| kids[i].take()));
             }
-            other => return Err(format!("{} is not array or slice", go_type_name(other))),
+            other => {
+                return Err(JsonPathError::Eval(format!(
+                    "{} is not array or slice",
+                    go_type_name(other)
+                )))
+            }
         }
     }
     Ok(out)
 }
 
 /// The indexes a slice selects in an array of `len`, with kube's bounds errors.
-fn slice_indexes(s: &Slice, len: i64) -> Result<Vec<usize>, String> {
+fn slice_indexes(s: &Slice, len: i64) -> Result<Vec<usize>, JsonPathError> {
     let start = s.start.map_or(0, |i| if i < 0 { i + len } else { i });
     let mut end = s.end.unwrap_or(len);
     if end < 0 || (end == 0 && s.derived_end) {
@@ -636,30 +651,30 @@ fn slice_indexes(s: &Slice, len: i64) -> Result<Vec<usize>, String> {
         return Ok(Vec::new());
     }
     if start >= len || start < 0 {
-        return Err(format!(
+        return Err(JsonPathError::Eval(format!(
             "array index out of bounds: index {start}, length {len}"
-        ));
+        )));
     }
     if end > len || end < 0 {
-        return Err(format!(
+        return Err(JsonPathError::Eval(format!(
             "array index out of bounds: index {}, length {len}",
             end - 1
-        ));
+        )));
     }
     if start > end {
-        return Err(format!(
+        return Err(JsonPathError::Eval(format!(
             "starting index {start} is greater than ending index {end}"
-        ));
+        )));
     }
     let step = match s.step {
-        Some(step) if step <= 0 => return Err("step must be > 0".into()),
+        Some(step) if step <= 0 => return Err(JsonPathError::Eval("step must be > 0".into())),
         Some(step) => step as usize,
         None => 1,
     };
     Ok((start as usize..end as usize).step_by(step).collect())
 }
 
-fn filter_all<'a>(f: &Filter, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, String> {
+fn filter_all<'a>(f: &Filter, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, JsonPathError> {
     let mut out = Vec::new();
     for node in input {
         // kube filters arrays and maps by element, and anything else as itself.
@@ -673,12 +688,16 @@ fn filter_all<'a>(f: &Filter, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, Str
     Ok(out)
 }
 
-fn keep(f: &Filter, candidate: &Node<'_>) -> Result<bool, String> {
+fn keep(f: &Filter, candidate: &Node<'_>) -> Result<bool, JsonPathError> {
     let one = || vec![Cow::Borrowed(&**candidate)];
     // A left side that fails is "missing", as kube allows missing keys here.
     let lefts = eval(&f.left, one()).unwrap_or_default();
     let rights = eval(&f.right, one())?;
-    let too_many = || Err("can only compare one element at a time".to_string());
+    let too_many = || {
+        Err(JsonPathError::Eval(
+            "can only compare one element at a time".into(),
+        ))
+    };
     match (lefts.as_slice(), f.op, rights.as_slice()) {
         ([], _, _) => Ok(false),
         ([_, _, ..], _, _) => too_many(),

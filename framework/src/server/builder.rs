@@ -44,6 +44,18 @@ pub enum ServerError {
     /// The configuration is inconsistent (e.g. a resource registered under the wrong version).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// Delegated authentication or authorization could not be set up.
+    #[error(transparent)]
+    Auth(#[from] delegating::AuthSetupError),
+    /// The admission flags name plugins that do not exist.
+    #[error(transparent)]
+    Admission(#[from] crate::admission::AdmissionOptionsError),
+    /// Reaching the core kube-apiserver or registering the APIServices failed.
+    #[error(transparent)]
+    Aggregator(#[from] crate::aggregator::WireError),
+    /// The task serving requests panicked or was cancelled.
+    #[error("the server task ended abnormally: {0}")]
+    Task(#[from] tokio::task::JoinError),
     /// Certificates or keys could not be loaded or created.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -53,15 +65,6 @@ pub enum ServerError {
     /// Listening or serving failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
-}
-
-impl From<delegating::AuthSetupError> for ServerError {
-    fn from(e: delegating::AuthSetupError) -> Self {
-        match e {
-            delegating::AuthSetupError::Config(message) => Self::Config(message),
-            delegating::AuthSetupError::Tls(e) => Self::Tls(e),
-        }
-    }
 }
 
 /// The serving side of TLS: the cert dir's self-signed material, the serving certificate (from
@@ -332,16 +335,12 @@ impl RunningServer {
     /// Stops accepting, ends watches, waits for in-flight requests.
     pub async fn shutdown(self) -> Result<(), ServerError> {
         self.shutdown.trigger();
-        self.task
-            .await
-            .map_err(|e| ServerError::Config(e.to_string()))?
+        self.task.await?
     }
 
     /// Waits until the server stops by itself (SIGTERM / SIGINT).
     pub async fn wait(self) -> Result<(), ServerError> {
-        self.task
-            .await
-            .map_err(|e| ServerError::Config(e.to_string()))?
+        self.task.await?
     }
 }
 
@@ -552,11 +551,10 @@ impl APIServer {
             secure_port: addr.port(),
             versions: self.apiservice_versions(),
         };
-        let wiring = crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone())
-            .await
-            .map_err(|e| ServerError::Config(e.to_string()))?;
-        let admission = crate::admission::build(&options.admission, wiring.core.as_ref(), shutdown)
-            .map_err(|e| ServerError::Config(e.to_string()))?;
+        let wiring =
+            crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone()).await?;
+        let admission =
+            crate::admission::build(&options.admission, wiring.core.as_ref(), shutdown)?;
         Ok(Bound {
             listener,
             addr,
@@ -720,7 +718,7 @@ async fn open_etcd3(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerE
             options.etcd_certfile.as_deref(),
             options.etcd_keyfile.as_deref(),
         );
-        Some(tls.map_err(|e| ServerError::Config(format!("etcd TLS: {e}")))?)
+        Some(tls?)
     } else {
         None
     };

@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 
-pub use crate::lifecycle::ReadyzCheck;
+pub use crate::lifecycle::{NotReady, ReadyzCheck};
 use crate::server::version::VersionInfo;
 use crate::storage::Backend;
 
@@ -48,16 +48,16 @@ pub fn router(state: HealthState) -> Router {
 }
 
 /// A check's name, result, and whether `?verbose` may show its reason.
-type Check = (String, Result<(), String>, bool);
+type Check = (String, Result<(), NotReady>, bool);
 
 /// The checks of one endpoint, run now. Liveness only says the process serves; readiness
 /// also needs storage and no shutdown in progress.
 async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
     let mut checks: Vec<Check> = vec![("ping".into(), Ok(()), false)];
     if endpoint == "readyz" {
-        let storage = state.backend.ready().await.map_err(|e| e.to_string());
+        let storage = state.backend.ready().await.map_err(NotReady::from_error);
         let shutdown = if state.shutdown.is_shutting_down() {
-            Err("process is shutting down".to_string())
+            Err(NotReady::new("process is shutting down"))
         } else {
             Ok(())
         };

@@ -65,21 +65,32 @@ impl std::fmt::Display for TlsVersion {
 }
 
 impl FromStr for TlsVersion {
-    type Err = String;
+    type Err = TlsVersionError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, TlsVersionError> {
         match s.trim() {
             "VersionTLS12" => Ok(Self::Tls12),
             "VersionTLS13" => Ok(Self::Tls13),
-            old @ ("VersionTLS10" | "VersionTLS11") => Err(format!(
-                "{old} is not supported: TLS 1.0 and 1.1 are insecure; \
-                 use VersionTLS12 or VersionTLS13"
-            )),
-            other => Err(format!(
-                "unknown TLS version {other:?}; use VersionTLS12 or VersionTLS13"
-            )),
+            old @ ("VersionTLS10" | "VersionTLS11") => {
+                Err(TlsVersionError::Insecure(old.to_string()))
+            }
+            other => Err(TlsVersionError::Unknown(other.to_string())),
         }
     }
+}
+
+/// Why a `--tls-min-version` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsVersionError {
+    /// TLS 1.0 or 1.1, which Go still knows but which are insecure.
+    #[error(
+        "{0} is not supported: TLS 1.0 and 1.1 are insecure; use VersionTLS12 or VersionTLS13"
+    )]
+    Insecure(String),
+    /// Not a version name of Go's `crypto/tls`.
+    #[error("unknown TLS version {0:?}; use VersionTLS12 or VersionTLS13")]
+    Unknown(String),
 }
 
 /// How a cipher suite name of Go's `crypto/tls` is treated by `--tls-cipher-suites`.
@@ -430,7 +441,7 @@ mod tests {
         assert_eq!("VersionTLS12".parse(), Ok(TlsVersion::Tls12));
         assert_eq!("VersionTLS13".parse(), Ok(TlsVersion::Tls13));
         let old = "VersionTLS11".parse::<TlsVersion>().unwrap_err();
-        assert!(old.contains("not supported"), "{old}");
+        assert!(old.to_string().contains("not supported"), "{old}");
         assert!("TLS1.2".parse::<TlsVersion>().is_err());
         assert_eq!(TlsVersion::default().to_string(), "VersionTLS12");
     }

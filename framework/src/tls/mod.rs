@@ -16,6 +16,7 @@ use rustls::RootCertStore;
 
 pub(crate) use peer::chain_digest;
 pub use peer::PeerCertificates;
+pub use signature::SignatureError;
 
 /// Why certificates or the TLS configuration could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -11,13 +11,17 @@ use rustls::pki_types::{CertificateDer, SignatureVerificationAlgorithm};
 use x509_parser::asn1_rs::{Any, FromDer, Tag};
 
 /// Why a signature was not accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SignatureError {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
     /// The key or certificate is not the DER it should be.
+    #[error("malformed key or certificate")]
     BadEncoding,
     /// None of the algorithms fits the key (or the signature algorithm is not supported).
+    #[error("unsupported signature algorithm")]
     UnsupportedAlgorithm,
     /// The signature does not verify.
+    #[error("invalid signature")]
     Invalid,
 }
 

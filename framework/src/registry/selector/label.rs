@@ -460,7 +460,7 @@ struct Parser {
     pos: usize,
 }
 
-type ParseResult<T> = Result<T, String>;
+type ParseResult<T> = Result<T, SelectorError>;
 
 impl Parser {
     /// The next token, in value position.
@@ -480,7 +480,7 @@ impl Parser {
     }
 
     fn parse(mut self) -> Result<Vec<Requirement>, SelectorError> {
-        self.requirements().map_err(SelectorError::new)
+        self.requirements()
     }
 
     fn requirements(&mut self) -> ParseResult<Vec<Requirement>> {
@@ -490,32 +490,32 @@ impl Parser {
                 Token::Ident(_) | Token::Bang => {}
                 Token::End => return Ok(out),
                 t => {
-                    return Err(format!(
+                    return Err(SelectorError::new(format!(
                         "found '{}', expected: !, identifier, or 'end of string'",
                         t.literal()
-                    ))
+                    )))
                 }
             }
             let r = self
                 .requirement()
-                .map_err(|e| format!("unable to parse requirement: {e}"))?;
+                .map_err(|e| SelectorError::new(format!("unable to parse requirement: {e}")))?;
             out.push(r);
             match self.next_value() {
                 Token::End => return Ok(out),
                 Token::Comma => match self.peek_value() {
                     Token::Ident(_) | Token::Bang => {}
                     t => {
-                        return Err(format!(
+                        return Err(SelectorError::new(format!(
                             "found '{}', expected: identifier after ','",
                             t.literal()
-                        ))
+                        )))
                     }
                 },
                 t => {
-                    return Err(format!(
+                    return Err(SelectorError::new(format!(
                         "found '{}', expected: ',' or 'end of string'",
                         t.literal()
-                    ))
+                    )))
                 }
             }
         }
@@ -543,10 +543,13 @@ impl Parser {
             token = self.next_value();
         }
         let Token::Ident(key) = token else {
-            return Err(format!("found '{}', expected: identifier", token.literal()));
+            return Err(SelectorError::new(format!(
+                "found '{}', expected: identifier",
+                token.literal()
+            )));
         };
         if let Some(e) = key_error(&key, "<nil>") {
-            return Err(e);
+            return Err(SelectorError::new(e));
         }
         let alone = matches!(self.peek_value(), Token::End | Token::Comma);
         let unary = match (negated, alone) {
@@ -567,10 +570,10 @@ impl Parser {
             Token::NotIn => Operator::NotIn,
             Token::NotEquals => Operator::NotEquals,
             t => {
-                return Err(format!(
+                return Err(SelectorError::new(format!(
                     "found '{}', expected: in, notin, =, ==, !=, gt, lt",
                     t.literal()
-                ))
+                )))
             }
         };
         Ok(op)
@@ -580,7 +583,10 @@ impl Parser {
     fn value_set(&mut self) -> ParseResult<BTreeSet<String>> {
         let t = self.next_value();
         if t != Token::OpenParen {
-            return Err(format!("found '{}' expected: '('", t.literal()));
+            return Err(SelectorError::new(format!(
+                "found '{}' expected: '('",
+                t.literal()
+            )));
         }
         match self.peek_value() {
             Token::Ident(_) | Token::Comma => {
@@ -592,10 +598,10 @@ impl Parser {
                 self.next_value();
                 Ok(BTreeSet::from([String::new()]))
             }
-            t => Err(format!(
+            t => Err(SelectorError::new(format!(
                 "found '{}', expected: ',', ')' or identifier",
                 t.literal()
-            )),
+            ))),
         }
     }
 
@@ -609,7 +615,12 @@ impl Parser {
                     match self.peek_value() {
                         Token::Comma => continue,
                         Token::CloseParen => return Ok(set),
-                        t => return Err(format!("found '{}', expected: ',' or ')'", t.literal())),
+                        t => {
+                            return Err(SelectorError::new(format!(
+                                "found '{}', expected: ',' or ')'",
+                                t.literal()
+                            )))
+                        }
                     }
                 }
                 Token::Comma => {
@@ -623,10 +634,10 @@ impl Parser {
                     }
                 }
                 t => {
-                    return Err(format!(
+                    return Err(SelectorError::new(format!(
                         "found '{}', expected: ',', or identifier",
                         t.literal()
-                    ))
+                    )))
                 }
             }
         }
@@ -639,13 +650,16 @@ impl Parser {
         }
         match self.next_value() {
             Token::Ident(v) => Ok(BTreeSet::from([v])),
-            t => Err(format!("found '{}', expected: identifier", t.literal())),
+            t => Err(SelectorError::new(format!(
+                "found '{}', expected: identifier",
+                t.literal()
+            ))),
         }
     }
 }
 
 fn build(key: &str, op: Operator, values: Vec<String>) -> ParseResult<Requirement> {
-    Requirement::new(key, op, values).map_err(|e| e.to_string())
+    Requirement::new(key, op, values)
 }
 
 #[cfg(test)]
