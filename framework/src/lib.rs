@@ -66,7 +66,7 @@ pub use apiserver_macros::Resource;
 pub use error::{Error, Result, StatusReason};
 pub use runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, PrinterColumn, Resource,
-    ResourceInfo, Scope,
+    ResourceInfo, ScaleInfo, Scope,
 };
 pub use server::{APIGroup, APIServer};
 

@@ -136,6 +136,7 @@ fn namespaced_info_has_every_key() {
         short_names: &["fl"],
         categories: &["all", "wardle"],
         status: true,
+        scale: None,
         printer_columns: &[
             PrinterColumn {
                 name: "Reference",

@@ -6,6 +6,7 @@
 
 mod keys;
 mod printcolumn;
+mod scale;
 mod value;
 
 use std::collections::HashSet;
@@ -15,6 +16,7 @@ use syn::{Attribute, LitStr, Meta, Path, Type};
 use crate::ctxt::Ctxt;
 use keys::Keys;
 pub use printcolumn::PrintColumn;
+pub use scale::Scale;
 
 const KEYS: &[&str] = &[
     "group",
@@ -24,6 +26,7 @@ const KEYS: &[&str] = &[
     "singular",
     "namespaced",
     "status",
+    "scale",
     "shortnames",
     "categories",
     "printcolumn",
@@ -57,6 +60,8 @@ pub struct ResourceAttrs {
     pub namespaced: bool,
     /// `status = "Type"`.
     pub status: Option<Status>,
+    /// `scale(...)`.
+    pub scale: Option<Scale>,
     /// `shortnames = [...]`.
     pub shortnames: Vec<LitStr>,
     /// `categories = [...]`.
@@ -117,6 +122,7 @@ impl ResourceAttrs {
             "singular" => self.singular = value::string(cx, item),
             "namespaced" => self.namespaced = value::flag(cx, item),
             "status" => self.status = Status::from_meta(cx, item),
+            "scale" => self.scale = Scale::from_meta(cx, item),
             "shortnames" => self.shortnames = value::strings(cx, item),
             "categories" => self.categories = value::strings(cx, item),
             "printcolumn" => self.printcolumns.extend(PrintColumn::from_meta(cx, item)),

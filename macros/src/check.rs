@@ -5,7 +5,7 @@
 use syn::LitStr;
 
 use crate::ast::Container;
-use crate::attrs::{PrintColumn, ResourceAttrs};
+use crate::attrs::{PrintColumn, ResourceAttrs, Scale};
 use crate::ctxt::Ctxt;
 use crate::names;
 
@@ -37,6 +37,9 @@ pub fn check(cx: &Ctxt, cont: &Container) {
     check_fields(cx, cont);
     for column in &cont.attrs.printcolumns {
         check_printcolumn(cx, column);
+    }
+    if let Some(scale) = &cont.attrs.scale {
+        check_scale(cx, scale);
     }
     for field in &cont.attrs.selectable_fields {
         check_selectable_field(cx, field);
@@ -162,6 +165,56 @@ fn check_printcolumn(cx: &Ctxt, column: &PrintColumn) {
     }
     if let Some(format) = column.format.as_ref().filter(|f| !f.value().is_empty()) {
         one_of(cx, format, "column format", COLUMN_FORMATS);
+    }
+}
+
+/// The rules apiextensions-apiserver applies to a CRD's `subresources.scale`: both replicas
+/// paths given, the desired under `.spec`, the observed under `.status`, the selector under
+/// either; each a plain dotted path.
+fn check_scale(cx: &Ctxt, scale: &Scale) {
+    let required = [
+        (
+            "spec_replicas_path",
+            r#"spec_replicas_path = ".spec.replicas""#,
+        ),
+        (
+            "status_replicas_path",
+            r#"status_replicas_path = ".status.replicas""#,
+        ),
+    ];
+    for (key, example) in required {
+        if !scale.given.contains(key) {
+            cx.error_spanned_by(
+                &scale.item,
+                format!("scale(...) needs a `{key}`, e.g. `{example}`"),
+            );
+        }
+    }
+    let paths = [
+        (&scale.spec_replicas_path, &[".spec."][..]),
+        (&scale.status_replicas_path, &[".status."][..]),
+        (&scale.label_selector_path, &[".spec.", ".status."][..]),
+    ];
+    for (lit, roots) in paths {
+        let Some(lit) = lit else { continue };
+        let value = lit.value();
+        let valid = roots.iter().any(|root| {
+            value.strip_prefix(root).is_some_and(|rest| {
+                rest.split('.')
+                    .all(|s| !s.is_empty() && !s.contains(['[', ']', '*']))
+            })
+        });
+        if !valid {
+            let under = roots
+                .iter()
+                .map(|r| format!("`{}`", r.trim_end_matches('.')));
+            let under: Vec<String> = under.collect();
+            let msg = format!(
+                "invalid scale path {value:?}: must be a dotted JSONPath under {}",
+                under.join(" or ")
+            );
+            cx.error_spanned_by(lit, msg);
+        }
     }
 }
 

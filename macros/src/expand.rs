@@ -107,6 +107,25 @@ fn resource_info(attrs: &ResourceAttrs, names: &Names, krate: &Path) -> TokenStr
     let short_names = &attrs.shortnames;
     let categories = &attrs.categories;
     let status = attrs.status.is_some();
+    let scale = match &attrs.scale {
+        Some(scale) => {
+            let path = |lit: &Option<LitStr>| lit.as_ref().map(LitStr::value).unwrap_or_default();
+            let spec = path(&scale.spec_replicas_path);
+            let status = path(&scale.status_replicas_path);
+            let selector = match &scale.label_selector_path {
+                Some(lit) => quote!(::core::option::Option::Some(#lit)),
+                None => quote!(::core::option::Option::None),
+            };
+            quote! {
+                ::core::option::Option::Some(#krate::ScaleInfo {
+                    spec_replicas_path: #spec,
+                    status_replicas_path: #status,
+                    label_selector_path: #selector,
+                })
+            }
+        }
+        None => quote!(::core::option::Option::None),
+    };
     let columns = attrs
         .printcolumns
         .iter()
@@ -123,6 +142,7 @@ fn resource_info(attrs: &ResourceAttrs, names: &Names, krate: &Path) -> TokenStr
             short_names: &[#(#short_names),*],
             categories: &[#(#categories),*],
             status: #status,
+            scale: #scale,
             printer_columns: &[#(#columns),*],
             selectable_fields: &[#(#selectable_fields),*],
         }

@@ -77,8 +77,9 @@ fn resource(resource: &ServedResource) -> APIResourceDiscovery {
         .iter()
         .map(|sub| APISubresourceDiscovery {
             subresource: Some(sub.name.clone()),
-            // Subresources served by the framework (status) return the parent's kind.
-            response_kind: Some(gvk(info)),
+            // The kind the subresource serves: the parent's (status), or `autoscaling/v1`
+            // `Scale`.
+            response_kind: Some(gvk(&sub.info)),
             accepted_types: Vec::new(),
             verbs: sorted_verbs(&sub.verbs),
         })

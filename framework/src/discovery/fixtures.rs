@@ -86,6 +86,7 @@ const FLUNDER: ResourceInfo = ResourceInfo {
     short_names: &["fl"],
     categories: &["all"],
     status: true,
+    scale: None,
     printer_columns: &[],
     selectable_fields: &[],
 };
@@ -98,6 +99,7 @@ const FISCHER: ResourceInfo = ResourceInfo {
     short_names: &[],
     categories: &[],
     status: false,
+    scale: None,
     ..FLUNDER
 };
 
@@ -137,6 +139,7 @@ fn flunders(version: &'static str) -> ServedResource {
         subresources: vec![ServedSubresource {
             name: "status".into(),
             verbs: vec!["get", "patch", "update"],
+            info: ResourceInfo { version, ..FLUNDER },
         }],
         patch_types: PATCH_TYPES.to_vec(),
         schema: schema_of::<Flunder>,

@@ -74,13 +74,20 @@ fn resource_entries(resource: &ServedResource) -> Vec<APIResource> {
         storage_version_hash: Some(storage_version_hash(info.group, info.version, info.kind)),
         ..APIResource::default()
     };
-    // Subresources report the parent's kind and, like kube's status storages, no singular name.
-    let subresources = resource.subresources.iter().map(|sub| APIResource {
-        name: format!("{}/{}", info.plural, sub.name),
-        namespaced: info.namespaced(),
-        kind: info.kind.to_string(),
-        verbs: sorted_verbs(&sub.verbs),
-        ..APIResource::default()
+    // Subresources report the kind they serve (the parent's for status) and, like kube's
+    // status and scale storages, no singular name; group and version only when they differ
+    // from the parent's (`autoscaling`/`v1` for scale).
+    let subresources = resource.subresources.iter().map(|sub| {
+        let foreign = (sub.info.group, sub.info.version) != (info.group, info.version);
+        APIResource {
+            name: format!("{}/{}", info.plural, sub.name),
+            namespaced: info.namespaced(),
+            group: foreign.then(|| sub.info.group.to_string()),
+            version: foreign.then(|| sub.info.version.to_string()),
+            kind: sub.info.kind.to_string(),
+            verbs: sorted_verbs(&sub.verbs),
+            ..APIResource::default()
+        }
     });
     std::iter::once(main).chain(subresources).collect()
 }

@@ -37,6 +37,8 @@ pub(crate) mod meta {
     pub(crate) const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
     /// `APIGroupList` (`/apis`).
     pub(crate) const API_GROUP_LIST: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroupList";
+    /// `autoscaling/v1` `Scale`, served by scale subresources.
+    pub(crate) const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
     /// `APIGroup` (`/apis/{group}`).
     pub(crate) const API_GROUP: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup";
     /// `APIResourceList` (`/apis/{group}/{version}`).
@@ -49,8 +51,13 @@ const KIND_DOC: &str = "Kind is a string value representing the REST resource th
 const METADATA_DOC: &str = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 const LIST_METADATA_DOC: &str = "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
 
-/// `com.example.wardle.v1alpha1`: the reversed group and the version, as kube prefixes CRDs.
+/// `com.example.wardle.v1alpha1`: the reversed group and the version, as kube prefixes CRDs;
+/// `io.k8s.api.autoscaling.v1` for a built-in group (no dot), as Kubernetes names its own
+/// types (a scale subresource serves `autoscaling/v1` `Scale`).
 fn namespace(group: &str, version: &str) -> String {
+    if !group.is_empty() && !group.contains('.') {
+        return format!("io.k8s.api.{group}.{version}");
+    }
     let mut parts: Vec<&str> = group.split('.').filter(|p| !p.is_empty()).rev().collect();
     parts.push(version);
     parts.join(".")
@@ -153,6 +160,7 @@ fn meta_definitions(groups: &[ServedGroup]) -> BTreeMap<String, Value> {
     generator.subschema_for::<APIGroupList>();
     generator.subschema_for::<APIGroup>();
     generator.subschema_for::<APIResourceList>();
+    generator.subschema_for::<k8s_openapi::api::autoscaling::v1::Scale>();
     let mut schemas: BTreeMap<String, Value> =
         generator.take_definitions(false).into_iter().collect();
     add_meta_extensions(&mut schemas, groups);
@@ -180,6 +188,10 @@ fn add_meta_extensions(schemas: &mut BTreeMap<String, Value>, groups: &[ServedGr
         (meta::API_GROUP_LIST, core("APIGroupList")),
         (meta::API_GROUP, core("APIGroup")),
         (meta::API_RESOURCE_LIST, core("APIResourceList")),
+        (
+            meta::SCALE,
+            vec![("autoscaling", "v1", "Scale".to_string())],
+        ),
         (meta::DELETE_OPTIONS, everywhere("DeleteOptions")),
         (meta::WATCH_EVENT, everywhere("WatchEvent")),
     ];
@@ -488,6 +500,7 @@ mod tests {
             "com.example.wardle.v1alpha1"
         );
         assert_eq!(namespace("", "v1"), "v1");
+        assert_eq!(namespace("autoscaling", "v1"), "io.k8s.api.autoscaling.v1");
     }
 
     #[test]

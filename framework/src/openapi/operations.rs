@@ -238,7 +238,7 @@ impl<'a> Routes<'a> {
     /// `.../flunders/{name}`: get, replace, patch, delete.
     fn item(&self) -> Option<PathItem> {
         let path = format!("{}/{}/{{name}}", self.prefix(), self.scoped());
-        let mut ops = self.object_ops(&path, "", &self.resource.verbs);
+        let mut ops = self.object_ops(&path, "", &self.resource.verbs, self.info);
         if self.has("delete") {
             let doc = format!("delete{}{}", article(self.info.kind), self.info.kind);
             let mut op = self.op("delete", "delete", self.named("delete", ""), &path, doc);
@@ -253,12 +253,20 @@ impl<'a> Routes<'a> {
     /// `.../flunders/{name}/status`: the subresource's get, update and patch.
     fn subresource(&self, sub: &ServedSubresource) -> Option<PathItem> {
         let path = format!("{}/{}/{{name}}/{}", self.prefix(), self.scoped(), sub.name);
-        let ops = self.object_ops(&path, &sub.name, &sub.verbs);
+        let ops = self.object_ops(&path, &sub.name, &sub.verbs, &sub.info);
         self.path_item(path, ops)
     }
 
-    /// get, update and patch of an object or of its subresource `sub`.
-    fn object_ops(&self, path: &str, sub: &str, verbs: &[&str]) -> Vec<Operation> {
+    /// get, update and patch of an object or of its subresource `sub`, which reads and writes
+    /// objects of `served` (the resource's own kind, or `autoscaling/v1` `Scale`).
+    fn object_ops(
+        &self,
+        path: &str,
+        sub: &str,
+        verbs: &[&str],
+        served: &ResourceInfo,
+    ) -> Vec<Operation> {
+        let schema = kind_name(served);
         let kind = self.info.kind;
         let described = |verb: &str| match sub {
             "" => format!("{verb} the specified {kind}"),
@@ -284,11 +292,11 @@ impl<'a> Routes<'a> {
             );
             op.parameters.extend(params::write_options(false));
             op.body = Some(Body {
-                schema: self.kind.clone(),
+                schema: schema.clone(),
                 required: true,
                 consumes: vec!["*/*"],
             });
-            op.responses = vec![ok(&self.kind), created(&self.kind)];
+            op.responses = vec![ok(&schema), created(&schema)];
             ops.push(op);
         }
         if verbs.contains(&"patch") {
@@ -302,8 +310,16 @@ impl<'a> Routes<'a> {
                 consumes,
             });
             // Server-side apply answers 201 when it creates the object.
-            op.responses = vec![ok(&self.kind), created(&self.kind)];
+            op.responses = vec![ok(&schema), created(&schema)];
             ops.push(op);
+        }
+        for op in &mut ops {
+            if op.method == "get" {
+                op.responses = vec![ok(&schema)];
+            }
+            if let Some((_, gvk)) = &mut op.resource {
+                *gvk = *served;
+            }
         }
         ops
     }

@@ -75,6 +75,7 @@ fn served_resources(paths: ResourcesStorageMap) -> Vec<ServedResource> {
                 Some(ServedSubresource {
                     name: name.to_string(),
                     verbs: s.verbs(),
+                    info: s.info,
                 })
             })
             .collect();

@@ -23,6 +23,9 @@ pub struct ServedSubresource {
     pub name: String,
     /// The verbs the subresource supports, e.g. `["get", "patch", "update"]`.
     pub verbs: Vec<&'static str>,
+    /// What it serves: the parent's kind (`status`), or another (`scale`: `autoscaling/v1`
+    /// `Scale`).
+    pub info: ResourceInfo,
 }
 
 /// One resource of one group version.

@@ -8,5 +8,5 @@ pub mod resource;
 
 pub use field_error::{FieldError, FieldErrorType};
 pub use resource::{
-    ColumnType, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, Scope,
+    ColumnType, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, ScaleInfo, Scope,
 };

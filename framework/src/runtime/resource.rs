@@ -100,6 +100,20 @@ pub enum GarbageCollectionPolicy {
     Unsupported,
 }
 
+/// Where the scale subresource (`{plural}/scale`, an `autoscaling/v1` `Scale`) finds its
+/// numbers in the object: a CRD's `subresources.scale`. Paths are dotted JSONPaths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleInfo {
+    /// The desired replicas, under `.spec` (e.g. `.spec.replicas`): `Scale.spec.replicas`.
+    pub spec_replicas_path: &'static str,
+    /// The observed replicas, under `.status` (e.g. `.status.replicas`):
+    /// `Scale.status.replicas`.
+    pub status_replicas_path: &'static str,
+    /// The label selector in its string form, under `.spec` or `.status` (e.g.
+    /// `.status.selector`): `Scale.status.selector`, which a HorizontalPodAutoscaler needs.
+    pub label_selector_path: Option<&'static str>,
+}
+
 /// Everything static about one kind: its names, scope, subresources and presentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResourceInfo {
@@ -121,6 +135,8 @@ pub struct ResourceInfo {
     pub categories: &'static [&'static str],
     /// Whether the type has a `status` subresource (`/status`).
     pub status: bool,
+    /// The scale subresource (`/scale`), when the type has one.
+    pub scale: Option<ScaleInfo>,
     /// Extra columns for `kubectl get`.
     pub printer_columns: &'static [PrinterColumn],
     /// Fields usable in field selectors besides `metadata.name` and `metadata.namespace`,
@@ -226,6 +242,7 @@ pub(crate) const TEST_INFO: ResourceInfo = ResourceInfo {
     short_names: &[],
     categories: &[],
     status: true,
+    scale: None,
     printer_columns: &[],
     selectable_fields: &[],
 };

@@ -151,6 +151,9 @@ impl VersionBuilder {
             if T::INFO.status {
                 paths.push((format!("{plural}/status"), store.status_rest_storage()));
             }
+            if let Some(scale) = store.scale_rest_storage() {
+                paths.push((format!("{plural}/scale"), scale));
+            }
             paths
         });
         self.factories

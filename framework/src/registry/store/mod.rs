@@ -8,6 +8,7 @@ mod codec;
 mod delete;
 mod filter;
 mod list;
+mod scale;
 mod watch;
 mod write;
 
@@ -31,6 +32,7 @@ use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
 
 pub use list::ContinueToken;
+pub use scale::ScaleStore;
 
 /// How often a write retries after losing a compare-and-swap race (or a generated name
 /// collides) before giving up.
@@ -208,6 +210,18 @@ impl<T: Resource> Store<T> {
             .with_deleter(me.clone())
             .with_collection_deleter(me.clone())
             .with_watcher(me)
+    }
+
+    /// `get`, `update` and `patch` of the scale subresource (`flunders/scale`), an
+    /// `autoscaling/v1` `Scale`, when `T` declares `scale(...)`.
+    pub fn scale_rest_storage(&self) -> Option<RestStorage> {
+        let paths = T::INFO.scale?;
+        let scale = Arc::new(ScaleStore::new(self.clone(), paths));
+        let info = scale::scale_info(&T::INFO);
+        let storage = RestStorage::new::<k8s_openapi::api::autoscaling::v1::Scale>(info)
+            .with_getter(scale.clone())
+            .with_updater(scale);
+        Some(storage)
     }
 
     /// `get`, `update` and `patch` of the status subresource (`flunders/status`).
