@@ -5,6 +5,8 @@
 
 use apiserver::prelude::*;
 
+pub mod v1beta1;
+
 /// The API group.
 pub const GROUP: &str = "wardle.example.com";
 
