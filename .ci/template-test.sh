@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 bash .ci/cargo-generate.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+# cargo-generate without its git feature takes the projects' author from $USER.
+export USER="${USER:-$(id -un)}"
 
 tmp=$(mktemp -d)
 server_pid=
