@@ -76,3 +76,8 @@ pub use kube_core;
 pub use schemars;
 pub use serde;
 pub use serde_json;
+
+/// The crate's README (what crates.io shows), compiled as a doc test so its example stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
