@@ -1,5 +1,7 @@
 //! A harness for users' own tests: start a real server (TLS, real storage) on a loopback port
-//! in a directory of the test's, and drive it with kubectl or any Kubernetes client.
+//! and drive it with kube-rs or kubectl ([`TestServer`]), and check a resource against the
+//! Kubernetes API conventions with one macro call ([`conformance!`](crate::testing::conformance!),
+//! see [`conformance`](mod@conformance)).
 //!
 //! Behind the cargo feature `testing`, so production binaries do not carry it: list
 //! `apiserver = { version = "…", features = ["testing"] }` under `[dev-dependencies]`.
@@ -7,8 +9,8 @@
 //! ```no_run
 //! # async fn t(group: apiserver::APIGroup) {
 //! use apiserver::testing::TestServer;
-//! let dir = std::env::temp_dir().join("my-test");
-//! let server = TestServer::start(&dir, vec![group]).await;
+//! let server = TestServer::builder().group(group).start().await; // in memory
+//! let client: kube::Client = server.client();
 //! let out = server.kubectl(&["get", "flunders", "-A"]);
 //! assert!(out.success, "{}", out.stderr);
 //! server.stop().await;

@@ -40,8 +40,11 @@ pub struct TestServerBuilder {
     groups: Vec<APIGroup>,
     backend: StorageBackendKind,
     dir: Option<PathBuf>,
-    configure: Vec<Box<dyn FnOnce(&mut ServerOptions) + Send>>,
+    configure: Vec<Configure>,
 }
+
+/// A change to the options, from [`TestServerBuilder::options`].
+type Configure = Box<dyn FnOnce(&mut ServerOptions) + Send>;
 
 impl TestServerBuilder {
     /// Adds an API group (as [`APIServer::group`]).

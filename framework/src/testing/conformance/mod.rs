@@ -271,7 +271,7 @@ impl<K: Resource> Suite<K> {
 /// `GROUP` is an expression making an [`APIGroup`](crate::APIGroup) (evaluated once per
 /// test); `sample` and `invalid` are closures from a name to an object of `TYPE`. The
 /// expressions are evaluated inside the module, which imports the enclosing one (`super::*`).
-/// See [`testing::conformance`](crate::testing::conformance).
+/// See [`testing::conformance`](mod@crate::testing::conformance).
 #[macro_export]
 macro_rules! conformance {
     ($name:ident, group: $group:expr, resource: $ty:ty, sample: $sample:expr $(, $key:ident : $value:expr)* $(,)?) => {
