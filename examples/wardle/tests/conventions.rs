@@ -40,7 +40,7 @@ apiserver::testing::conformance!(
 
 apiserver::testing::conformance!(
     fischer_conventions,
-    group: wardle::api_group(),
+    groups: [wardle::api_group()],
     resource: Fischer,
     sample: |name| Fischer {
         disallowed_flunders: vec![format!("not-{name}")],

@@ -10,7 +10,7 @@ use super::Outcome;
 const TIER: &str = "conformance.example.com/tier";
 
 /// `labelSelector`, as `labels.Parse` reads it: `!=` and `notin` also select objects
-/// without the label.
+/// without the label; on a watch, objects entering and leaving the selection.
 pub(super) async fn label_selectors<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     ctx.create_sample("la", &[(TIER, "a")]).await?;
     ctx.create_sample("lb", &[(TIER, "b")]).await?;
@@ -41,7 +41,8 @@ pub(super) async fn label_selectors<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         ))
         .await?;
     expect_status(&reply, 400, "BadRequest", None)
-        .map_err(|e| format!("a malformed labelSelector: {e}"))
+        .map_err(|e| format!("a malformed labelSelector: {e}"))?;
+    super::watch::selection_changes(ctx, TIER).await
 }
 
 /// `fieldSelector` on the fields every object has, and on the resource's selectable fields

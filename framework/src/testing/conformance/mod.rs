@@ -80,7 +80,7 @@ pub enum Convention {
     /// `dryRun=All` answers as the write would and stores nothing.
     DryRun,
     /// `labelSelector` with `=`, `!=`, `in`, `notin`, exists and does-not-exist; a malformed
-    /// one is 400.
+    /// one is 400; a watch with a selector sees objects leave (DELETED) and enter (ADDED).
     LabelSelectors,
     /// `fieldSelector` on `metadata.name`, `metadata.namespace` and the selectable fields;
     /// an unsupported field is 400.

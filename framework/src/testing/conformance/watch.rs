@@ -190,3 +190,38 @@ async fn progress_bookmark<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     );
     Ok(())
 }
+
+/// A watch with a label selector, as the cacher filters one: an object that stops matching
+/// is DELETED for the watcher, one that starts matching is ADDED, others are not sent. The
+/// objects `la` (`label=a`), `lb` (`label=b`) and `ln` (no label) exist.
+pub(super) async fn selection_changes<K: Resource>(ctx: &Ctx<'_, K>, label: &str) -> Outcome {
+    let start = ctx.list("").await?;
+    let start = start["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let query = format!("resourceVersion={start}&timeoutSeconds=30&labelSelector={label}%3Da");
+    let mut events = ctx.watch(&query).await?;
+    // Each write also sets a step label of its own, so that none is a no-op.
+    let relabel = |name: &'static str, value: &'static str, step: &'static str| async move {
+        let mut object = ctx.get(&ctx.item(name)).await?.expect(200, "GET")?;
+        object["metadata"]["labels"][label] = Value::from(value);
+        object["metadata"]["labels"]["conformance.example.com/step"] = Value::from(step);
+        ctx.update(&object).await
+    };
+    let left = relabel("la", "b", "1").await?;
+    let entered = relabel("lb", "a", "2").await?;
+    relabel("ln", "c", "3").await?;
+    let changed = relabel("lb", "a", "4").await?;
+    let expected = [
+        seen("DELETED", "la", &resource_version(&left)),
+        seen("ADDED", "lb", &resource_version(&entered)),
+        seen("MODIFIED", "lb", &resource_version(&changed)),
+    ];
+    let got = take(&mut events, 3).await?;
+    ensure!(
+        got == expected,
+        "a watch of {label}=a must see la leave (DELETED), lb enter (ADDED) and change, nothing of ln: {expected:?}, got {got:?}"
+    );
+    Ok(())
+}
