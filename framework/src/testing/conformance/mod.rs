@@ -29,7 +29,8 @@
 //! ```
 //!
 //! Optional entries after `sample`: `invalid: |name| …` (an object your validation refuses:
-//! a 422 with your causes) and `sqlite: true` (run on a SQLite file instead of memory).
+//! a 422 with your causes), `sqlite: true` (run on a SQLite file instead of memory) and
+//! `options: |o| …` (change the [`ServerOptions`] of each server).
 //! Field selectors are checked on `metadata.name`, `metadata.namespace` and each
 //! `selectable_field` of the resource, with values taken from the samples.
 //!
@@ -46,7 +47,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::runtime::Resource;
-use crate::server::APIGroup;
+use crate::server::{APIGroup, ServerOptions};
 use crate::testing::TestServer;
 
 use client::Ctx;
@@ -151,6 +152,7 @@ impl fmt::Display for Convention {
 
 type GroupsFn = Arc<dyn Fn() -> Vec<APIGroup> + Send + Sync>;
 type SampleFn<K> = Arc<dyn Fn(&str) -> K + Send + Sync>;
+type OptionsFn = Arc<dyn Fn(&mut ServerOptions) + Send + Sync>;
 
 /// The suite for resource `K` of the user's groups.
 pub struct Suite<K> {
@@ -158,6 +160,7 @@ pub struct Suite<K> {
     sample: SampleFn<K>,
     invalid: Option<SampleFn<K>>,
     sqlite: bool,
+    options: Option<OptionsFn>,
 }
 
 impl<K> Clone for Suite<K> {
@@ -167,6 +170,7 @@ impl<K> Clone for Suite<K> {
             sample: self.sample.clone(),
             invalid: self.invalid.clone(),
             sqlite: self.sqlite,
+            options: self.options.clone(),
         }
     }
 }
@@ -184,6 +188,7 @@ impl<K: Resource> Suite<K> {
             sample: Arc::new(sample),
             invalid: None,
             sqlite: false,
+            options: None,
         }
     }
 
@@ -200,11 +205,22 @@ impl<K: Resource> Suite<K> {
         self
     }
 
+    /// Changes each server's options (as [`TestServerBuilder::options`](crate::testing::TestServerBuilder::options)),
+    /// e.g. an etcd3 backend with a `storage_prefix` of its own. The `expired_continue`
+    /// check compacts storage, which on etcd is etcd-wide.
+    pub fn options(mut self, options: impl Fn(&mut ServerOptions) + Send + Sync + 'static) -> Self {
+        self.options = Some(Arc::new(options));
+        self
+    }
+
     /// Checks `convention` on a fresh server; `Err` says what broke it.
     pub async fn check(&self, convention: Convention) -> Outcome {
         let mut builder = TestServer::builder().groups((self.groups)());
         if self.sqlite {
             builder = builder.sqlite();
+        }
+        if let Some(options) = self.options.clone() {
+            builder = builder.options(move |o| options(o));
         }
         let server = builder.start().await;
         let ctx = Ctx {
@@ -265,7 +281,7 @@ impl<K: Resource> Suite<K> {
 /// ```text
 /// conformance!(NAME, group: GROUP, resource: TYPE, sample: |name| OBJECT);
 /// conformance!(NAME, groups: [GROUP, ...], resource: TYPE, sample: |name| OBJECT,
-///              invalid: |name| OBJECT, sqlite: true);
+///              invalid: |name| OBJECT, sqlite: true, options: |o| CHANGE);
 /// ```
 ///
 /// `GROUP` is an expression making an [`APIGroup`](crate::APIGroup) (evaluated once per
