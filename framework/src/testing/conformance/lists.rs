@@ -315,34 +315,47 @@ fn check_table<K: Resource>(ctx: &Ctx<'_, K>, table: &Value, objects: &[Value]) 
         rows.len()
     );
     for (row, object) in rows.iter().zip(objects) {
-        let name = &object["metadata"]["name"];
-        let cells = row["cells"].as_array().cloned().unwrap_or_default();
-        ensure!(
-            cells.len() == columns.len(),
-            "a row has a cell per column, got {row}"
-        );
-        ensure!(
-            &cells[0] == name,
-            "a row's first cell is the object's name {name}, got {row}"
-        );
-        for (i, column) in printer.iter().enumerate() {
-            if let Some(want) = simple_path_value(object, column.json_path) {
-                ensure!(
-                    cells[i + 1] == want,
-                    "column {:?} of {name} shows {} ({}), got {}",
-                    column.name,
-                    want,
-                    column.json_path,
-                    cells[i + 1]
-                );
-            }
-        }
-        let meta = &row["object"];
-        ensure!(
-            meta["kind"] == "PartialObjectMetadata" && meta["apiVersion"] == "meta.k8s.io/v1" && &meta["metadata"]["name"] == name,
-            "a row's object is the object's PartialObjectMetadata (includeObject=Metadata, the default), got {meta}"
-        );
+        check_row(ctx, row, object, columns.len())?;
     }
+    Ok(())
+}
+
+/// A row of `object` in a table of `columns` columns: the name, the printer columns'
+/// values (for plain paths) and the object's `PartialObjectMetadata`.
+fn check_row<K: Resource>(
+    ctx: &Ctx<'_, K>,
+    row: &Value,
+    object: &Value,
+    columns: usize,
+) -> Outcome {
+    let printer = ctx.info().printer_columns;
+    let name = &object["metadata"]["name"];
+    let cells = row["cells"].as_array().cloned().unwrap_or_default();
+    ensure!(
+        cells.len() == columns,
+        "a row has a cell per column, got {row}"
+    );
+    ensure!(
+        &cells[0] == name,
+        "a row's first cell is the object's name {name}, got {row}"
+    );
+    for (i, column) in printer.iter().enumerate() {
+        if let Some(want) = simple_path_value(object, column.json_path) {
+            ensure!(
+                cells[i + 1] == want,
+                "column {:?} of {name} shows {} ({}), got {}",
+                column.name,
+                want,
+                column.json_path,
+                cells[i + 1]
+            );
+        }
+    }
+    let meta = &row["object"];
+    ensure!(
+        meta["kind"] == "PartialObjectMetadata" && meta["apiVersion"] == "meta.k8s.io/v1" && &meta["metadata"]["name"] == name,
+        "a row's object is the object's PartialObjectMetadata (includeObject=Metadata, the default), got {meta}"
+    );
     Ok(())
 }
 

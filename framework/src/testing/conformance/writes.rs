@@ -175,12 +175,28 @@ pub(super) async fn generate_name<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
 }
 
 pub(super) async fn finalizers<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
-    let info = ctx.info();
     let mut object = ctx.object("held", ctx.ns());
     object["metadata"]["finalizers"] = json!([FINALIZER]);
     ctx.create(&object).await?;
     let uri = ctx.item("held");
-    let reply = ctx.delete(&uri, None).await?;
+    held_by_finalizers(ctx, &uri).await?;
+    let mut released = ctx.get(&uri).await?.expect(200, "GET")?;
+    released["metadata"]["finalizers"] = json!([]);
+    ctx.update(&released).await?;
+    let gone =
+        within_seconds(|| async { matches!(ctx.get(&uri).await, Ok(r) if r.code == 404) }).await;
+    ensure!(
+        gone,
+        "removing the last finalizer of a deleted object must delete it"
+    );
+    Ok(())
+}
+
+/// DELETE of the object at `uri`, which has [`FINALIZER`]: it stays, being deleted, and
+/// takes no new finalizer; a second DELETE changes nothing.
+async fn held_by_finalizers<K: Resource>(ctx: &Ctx<'_, K>, uri: &str) -> Outcome {
+    let info = ctx.info();
+    let reply = ctx.delete(uri, None).await?;
     let deleted = reply.expect(
         200,
         "DELETE of an object with finalizers (kube-apiserver answers 200 with the object)",
@@ -190,7 +206,7 @@ pub(super) async fn finalizers<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         "DELETE of an object with finalizers answers the object with deletionTimestamp, got {deleted}"
     );
     let held = ctx
-        .get(&uri)
+        .get(uri)
         .await?
         .expect(200, "GET while finalizers hold the object")?;
     ensure!(
@@ -204,7 +220,7 @@ pub(super) async fn finalizers<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     );
     let mut more = held.clone();
     more["metadata"]["finalizers"] = json!([FINALIZER, "conformance.example.com/another"]);
-    let reply = ctx.put(&uri, &more).await?;
+    let reply = ctx.put(uri, &more).await?;
     expect_status(
         &reply,
         422,
@@ -212,29 +228,32 @@ pub(super) async fn finalizers<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         Some(("held", info.group, info.kind)),
     )
     .map_err(|e| format!("adding a finalizer to an object being deleted: {e}"))?;
-    let again = ctx.delete(&uri, None).await?;
+    let again = ctx.delete(uri, None).await?;
     ensure!(
         again.code == 200 || again.code == 202,
         "a second DELETE of an object being deleted answers 200 or 202, got {} {}",
         again.code,
         again.body
     );
-    ctx.get(&uri)
+    ctx.get(uri)
         .await?
         .expect(200, "GET after a second DELETE: finalizers still hold it")?;
-    let mut released = ctx.get(&uri).await?.expect(200, "GET")?;
-    released["metadata"]["finalizers"] = json!([]);
-    ctx.update(&released).await?;
-    let gone =
-        within_seconds(|| async { matches!(ctx.get(&uri).await, Ok(r) if r.code == 404) }).await;
-    ensure!(
-        gone,
-        "removing the last finalizer of a deleted object must delete it"
-    );
     Ok(())
 }
 
 pub(super) async fn dry_run<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
+    dry_run_create(ctx).await?;
+    let stored = ctx.create_sample("kept", &[]).await?;
+    dry_run_writes(ctx, &stored).await?;
+    ensure!(
+        names(&ctx.list("").await?) == ["kept"],
+        "dry runs stored objects"
+    );
+    Ok(())
+}
+
+/// `POST ?dryRun=All` answers 201 and stores nothing; `dryRun=Some` is refused.
+async fn dry_run_create<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     let collection = ctx.collection(ctx.ns());
     let object = ctx.object("dry", ctx.ns());
     let reply = ctx
@@ -251,11 +270,27 @@ pub(super) async fn dry_run<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         "a dry-run create stored the object: {}",
         reply.body
     );
-
-    let stored = ctx.create_sample("kept", &[]).await?;
-    let uri = ctx.item("kept");
+    // ValidateCreateOptions: anything but All is 422 Invalid on CreateOptions.
     let reply = ctx
-        .put(&format!("{uri}?dryRun=All"), &relabeled(&stored, "dry"))
+        .post(
+            &format!("{collection}?dryRun=Some"),
+            &ctx.object("dry2", ctx.ns()),
+        )
+        .await?;
+    expect_status(
+        &reply,
+        422,
+        "Invalid",
+        Some(("", "meta.k8s.io", "CreateOptions")),
+    )
+    .map_err(|e| format!("dryRun=Some: {e}"))
+}
+
+/// Dry-run PUT, PATCH and DELETE of `stored` answer as the write would and change nothing.
+async fn dry_run_writes<K: Resource>(ctx: &Ctx<'_, K>, stored: &Value) -> Outcome {
+    let uri = ctx.item(&name_of(stored));
+    let reply = ctx
+        .put(&format!("{uri}?dryRun=All"), &relabeled(stored, "dry"))
         .await?;
     let answered = reply.expect(200, "PUT ?dryRun=All")?;
     ensure!(
@@ -285,27 +320,9 @@ pub(super) async fn dry_run<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         .await?
         .expect(200, "GET after dry-run writes")?;
     ensure!(
-        resource_version(&now) == resource_version(&stored)
+        resource_version(&now) == resource_version(stored)
             && now["metadata"]["labels"][LABEL].is_null(),
         "dry-run writes changed the stored object: {now}"
-    );
-    // ValidateCreateOptions: anything but All is 422 Invalid on CreateOptions.
-    let reply = ctx
-        .post(
-            &format!("{collection}?dryRun=Some"),
-            &ctx.object("dry2", ctx.ns()),
-        )
-        .await?;
-    expect_status(
-        &reply,
-        422,
-        "Invalid",
-        Some(("", "meta.k8s.io", "CreateOptions")),
-    )
-    .map_err(|e| format!("dryRun=Some: {e}"))?;
-    ensure!(
-        names(&ctx.list("").await?) == ["kept"],
-        "dry runs stored objects"
     );
     Ok(())
 }
