@@ -3,6 +3,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube_core::response::{Status, StatusCause, StatusDetails, StatusSummary};
 use serde::Serialize;
 
@@ -68,6 +69,21 @@ impl Error {
     pub fn with_details(mut self, details: StatusDetails) -> Self {
         self.status.details = Some(details);
         self
+    }
+
+    /// The same error with `metadata.continue`: the token a 410 for an expired `continue`
+    /// offers to go on with (kube-apiserver's "inconsistent continue").
+    pub fn with_continue(mut self, token: String) -> Self {
+        self.status.metadata = Some(ListMeta {
+            continue_: Some(token),
+            ..ListMeta::default()
+        });
+        self
+    }
+
+    /// `metadata.continue`, when the error offers one.
+    pub fn continue_token(&self) -> Option<&str> {
+        self.status.metadata.as_ref()?.continue_.as_deref()
     }
 
     fn details_for(info: &ResourceInfo, name: &str) -> StatusDetails {
@@ -533,10 +549,17 @@ fn empty_details() -> StatusDetails {
 
 /// A `Status` as JSON, with `kind: Status`, `apiVersion: v1` and empty `metadata`.
 pub fn status_json(status: &Status) -> serde_json::Value {
+    // The status's own list metadata (a continue token) is the body's `metadata`.
+    let metadata = status
+        .metadata
+        .as_ref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .and_then(|m| m.as_object().cloned())
+        .unwrap_or_default();
     let body = StatusBody {
         kind: "Status",
         api_version: "v1",
-        metadata: serde_json::Map::new(),
+        metadata,
         status,
     };
     serde_json::to_value(body).unwrap_or(serde_json::Value::Null)

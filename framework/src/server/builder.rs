@@ -684,7 +684,7 @@ fn cli_command(about: &str) -> clap::Command {
     Cli::command().about(about.to_string()).long_about(None)
 }
 
-async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+pub(crate) async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
     Ok(match options.storage_backend {
         StorageBackendKind::Memory => Arc::new(MemoryBackend::new()),
         StorageBackendKind::Sqlite => {

@@ -22,6 +22,10 @@ const SELECTOR_PAGE: usize = 500;
 /// How long a list waits for a `resourceVersion` not yet reached before a 504.
 const FUTURE_REVISION_WAIT: Duration = Duration::from_secs(3);
 
+/// The revision of kube-apiserver's "inconsistent continue" token, which a 410 for an expired
+/// `continue` carries: go on from the same key at the latest revision.
+const LATEST: Revision = -1;
+
 /// The decoded `continue` parameter: the revision of the first page and where to go on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContinueToken {
@@ -60,7 +64,10 @@ impl ContinueToken {
             .map_err(|e| bad(e.to_string()))?;
         let token: ContinueToken =
             serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        if token.v != "meta.k8s.io/v1" || token.rv <= 0 || token.start.contains("..") {
+        if token.v != "meta.k8s.io/v1"
+            || (token.rv <= 0 && token.rv != LATEST)
+            || token.start.contains("..")
+        {
             return Err(bad(String::new()));
         }
         Ok(token)
@@ -99,7 +106,7 @@ pub(crate) async fn list(
             .backend
             .list(&request)
             .await
-            .map_err(|e| list_error(inner, e))?;
+            .map_err(|e| page_error(inner, e, options))?;
         revision = page.revision;
         let count = page.items.len();
         for (i, kv) in page.items.iter().enumerate() {
@@ -194,6 +201,9 @@ fn continue_from_cache(
     let Ok(token) = ContinueToken::decode(token) else {
         return Ok(None);
     };
+    if token.rv == LATEST {
+        return Ok(None);
+    }
     let start_after = format!("{prefix}{}", token.start.trim_end_matches('\u{0}'));
     let relative = cache.relative(prefix);
     cache
@@ -329,7 +339,8 @@ async fn start_point(
         }
         let token = ContinueToken::decode(token)?;
         let start = token.start.trim_end_matches('\u{0}');
-        return Ok((token.rv, Some(format!("{prefix}{start}"))));
+        let revision = if token.rv == LATEST { 0 } else { token.rv };
+        return Ok((revision, Some(format!("{prefix}{start}"))));
     }
     match (rv, options.resource_version_match) {
         (None, ResourceVersionMatch::Unset) => Ok((0, None)),
@@ -381,6 +392,27 @@ async fn wait_for_revision(inner: &Inner, rv: Revision) -> Result<()> {
     }
 }
 
+/// A backend page's error. A `continue` whose revision is compacted gets kube-apiserver's
+/// 410 with an "inconsistent continue" token: the same key, at the latest revision.
+fn page_error(inner: &Inner, e: StorageError, options: &ListOptions) -> Error {
+    let token = options
+        .continue_token
+        .as_deref()
+        .and_then(|t| ContinueToken::decode(t).ok());
+    match (e, token) {
+        (StorageError::Compacted { .. }, Some(token)) => {
+            let latest = ContinueToken {
+                rv: LATEST,
+                ..token
+            };
+            Error::expired(INCONSISTENT_CONTINUE).with_continue(latest.encode())
+        }
+        (e, _) => list_error(inner, e),
+    }
+}
+
+const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
 fn list_error(inner: &Inner, e: StorageError) -> Error {
     match e {
         StorageError::Compacted { .. } => Error::expired(
@@ -406,6 +438,31 @@ mod tests {
         assert_eq!(ContinueToken::decode(&encoded).unwrap(), token);
         assert_eq!(
             ContinueToken::decode("not-base64!").unwrap_err().code(),
+            400
+        );
+    }
+
+    #[test]
+    fn latest_revision_token_decodes_and_zero_does_not() {
+        let token = |rv| ContinueToken {
+            v: "meta.k8s.io/v1".into(),
+            rv,
+            start: "default/b\u{0}".into(),
+        };
+        assert_eq!(
+            ContinueToken::decode(&token(LATEST).encode()).unwrap().rv,
+            LATEST
+        );
+        assert_eq!(
+            ContinueToken::decode(&token(0).encode())
+                .unwrap_err()
+                .code(),
+            400
+        );
+        assert_eq!(
+            ContinueToken::decode(&token(-2).encode())
+                .unwrap_err()
+                .code(),
             400
         );
     }
