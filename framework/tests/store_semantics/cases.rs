@@ -1207,7 +1207,11 @@ async fn list_at_exact_old_revision_shows_old_state() {
     assert_eq!(names(&result), ["a"]);
     assert_eq!(items(&result)[0]["spec"]["color"], "red");
     backend.compact(revision(&backend).await).await.unwrap();
-    assert_error(store.list(&ns(), &old).await, 410, "Expired");
+    let e = assert_error(store.list(&ns(), &old).await, 410, "Expired");
+    assert_eq!(
+        e.message(),
+        "The resourceVersion for the provided list is too old."
+    );
 }
 
 #[tokio::test]

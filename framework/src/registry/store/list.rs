@@ -415,9 +415,10 @@ const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old 
 
 fn list_error(inner: &Inner, e: StorageError) -> Error {
     match e {
-        StorageError::Compacted { .. } => Error::expired(
-            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-        ),
+        // A list at a compacted resourceVersion (no continue): etcd3's `interpretListError`.
+        StorageError::Compacted { .. } => {
+            Error::expired("The resourceVersion for the provided list is too old.")
+        }
         other => inner.storage_error("", other),
     }
 }
