@@ -131,3 +131,22 @@ fn anchors_are_mdbooks() {
     assert_eq!(anchor(" `manifests`"), "manifests");
     assert_eq!(anchor(" TLS"), "tls");
 }
+
+/// rustdoc compiles a block without an info string as Rust and mdBook highlights nothing: every
+/// block names its language (`rust`, `toml`, `sh`, `yaml`, `text`...).
+#[test]
+fn every_code_block_names_its_language() {
+    let mut bare = Vec::new();
+    for (name, text) in chapters() {
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if let Some(info) = line.strip_prefix("```") {
+                if !fenced && info.trim().is_empty() {
+                    bare.push(format!("{name}:{}", i + 1));
+                }
+                fenced = !fenced;
+            }
+        }
+    }
+    assert!(bare.is_empty(), "code blocks without a language: {bare:?}");
+}
