@@ -363,6 +363,15 @@ impl APIServer {
         Self::from_cli(parse_cli(about, std::env::args_os()))
     }
 
+    /// The command line [`from_args`](Self::from_args) parses, as a `clap::Command`: every
+    /// flag of [`ServerOptions`] and [`AggregatorOptions`] and the `manifests` subcommand
+    /// ([`Command`]), with their value names, defaults and help. For documentation generated
+    /// from the definitions themselves (the book's flag reference is), shell completions or
+    /// man pages.
+    pub fn cli() -> clap::Command {
+        cli_command(DEFAULT_ABOUT)
+    }
+
     fn from_cli(cli: Cli) -> Self {
         let mut server = Self::new(cli.options).aggregator_options(cli.aggregator);
         server.command = cli.command;
