@@ -4,7 +4,7 @@
 //! preconditions, dry run, selectors, pagination, watch) and knows nothing of HTTP. Storage
 //! keys follow kube-apiserver: `{prefix}/{group}/{plural}/{namespace}/{name}`.
 
-mod codec;
+pub(crate) mod codec;
 mod delete;
 mod filter;
 mod list;
@@ -190,6 +190,11 @@ impl<T: Resource> Store<T> {
     /// Whether a watch cache serves this store.
     pub fn has_watch_cache(&self) -> bool {
         self.inner.cache.is_some()
+    }
+
+    /// `{prefix}/{group}/{plural}/`: every key of this store starts with it.
+    pub(crate) fn key_root(&self) -> &str {
+        &self.inner.key_root
     }
 
     /// The static description of `T`.
