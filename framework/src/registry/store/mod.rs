@@ -8,6 +8,7 @@ pub(crate) mod codec;
 mod delete;
 mod filter;
 mod list;
+mod reader;
 mod watch;
 mod write;
 
@@ -31,6 +32,7 @@ use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
 
 pub use list::ContinueToken;
+pub use reader::Reader;
 
 /// How often a write retries after losing a compare-and-swap race (or a generated name
 /// collides) before giving up.
