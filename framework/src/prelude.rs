@@ -1,10 +1,10 @@
 //! What a server needs in one import: `use apiserver::prelude::*;`.
 //!
 //! The types to declare a resource (the [`Resource`](macro@crate::Resource) derive and trait,
-//! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), and to serve it
-//! ([`APIServer`], [`APIGroup`]); and for a computed resource, its ([`Provider`] with
-//! [`async_trait`], [`ComputedOptions`], and a [`Reader`] of stored objects from the
-//! [`StorageConfig`]). serde's and schemars' derives expand to paths of those crates,
+//! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), to serve it
+//! ([`APIServer`], [`APIGroup`]), and to serve a computed resource ([`Provider`] with
+//! [`async_trait`](macro@async_trait), [`ComputedOptions`], and a [`Reader`] of stored objects
+//! from the [`StorageConfig`]). serde's and schemars' derives expand to paths of those crates,
 //! so a server still lists `serde` and `schemars` among its dependencies.
 //!
 //! ```no_run

@@ -304,7 +304,7 @@ async fn a_relist_shows_watchers_what_changed() {
     );
 
     provider.set(vec![thing("a", "x", 2), thing("b", "y", 3)]);
-    let mut changes = vec![next_event(&mut events).await, next_event(&mut events).await];
+    let mut changes = [next_event(&mut events).await, next_event(&mut events).await];
     changes.sort_by_key(|(_, o)| o["metadata"]["name"].as_str().unwrap().to_string());
     assert_eq!(
         (changes[0].0, changes[0].1["size"].as_i64()),
