@@ -1,10 +1,13 @@
 //! The mirror: the provider's objects kept in an in-memory backend of their own, so that the
 //! generic [`Store`] serves them (its keys, revisions, selectors, pages, watch cache). Each
 //! sync asks the provider and writes the diff; one sync at a time, so that an older answer
-//! never overwrites a newer one.
+//! never overwrites a newer one, and a read that waited for another's sync to finish takes
+//! its answer when that sync began after the read arrived (many concurrent reads, one
+//! provider call).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -23,8 +26,9 @@ pub(crate) struct Mirror<P: Provider> {
     pub(crate) backend: Arc<dyn Backend>,
     /// The store that serves the mirror (a watch cache in front when on).
     pub(crate) store: Store<P::Object>,
-    /// Held for the whole of a sync: the provider's answer and the writes of its diff.
-    syncing: Mutex<()>,
+    /// Held for the whole of a sync (the provider's answer and the writes of its diff), with
+    /// when the latest syncs began.
+    syncing: Mutex<Synced>,
 }
 
 impl<P: Provider> Mirror<P> {
@@ -38,14 +42,22 @@ impl<P: Provider> Mirror<P> {
             provider,
             backend,
             store,
-            syncing: Mutex::new(()),
+            syncing: Mutex::default(),
         }
     }
 
     /// Lists `namespace` (or everything) at the provider and makes the mirror equal to it.
     pub(crate) async fn sync_list(&self, namespace: Option<&str>) -> Result<()> {
-        let _one_at_a_time = self.syncing.lock().await;
-        self.sync_list_locked(namespace).await
+        let arrived = Instant::now();
+        let namespace = self.scoped(namespace);
+        let mut synced = self.syncing.lock().await;
+        if synced.covers(namespace, arrived) {
+            return Ok(());
+        }
+        let began = Instant::now();
+        self.sync_list_locked(namespace).await?;
+        synced.record(namespace, began);
+        Ok(())
     }
 
     async fn sync_list_locked(&self, namespace: Option<&str>) -> Result<()> {
@@ -63,8 +75,12 @@ impl<P: Provider> Mirror<P> {
 
     /// Asks the provider for one object and makes the mirror's copy equal to it.
     pub(crate) async fn sync_get(&self, namespace: Option<&str>, name: &str) -> Result<()> {
-        let _one_at_a_time = self.syncing.lock().await;
+        let arrived = Instant::now();
         let namespace = self.scoped(namespace);
+        let synced = self.syncing.lock().await;
+        if synced.covers(namespace, arrived) {
+            return Ok(());
+        }
         let key = self.key(namespace, name);
         let desired = match self.provider.get(namespace, name).await? {
             None => None,
@@ -82,9 +98,14 @@ impl<P: Provider> Mirror<P> {
 
     /// Applies one change the provider pushed.
     pub(crate) async fn apply(&self, change: Change<P::Object>) -> Result<()> {
-        let _one_at_a_time = self.syncing.lock().await;
+        let mut synced = self.syncing.lock().await;
         match change {
-            Change::Relist => self.sync_list_locked(None).await,
+            Change::Relist => {
+                let began = Instant::now();
+                self.sync_list_locked(None).await?;
+                synced.record(None, began);
+                Ok(())
+            }
             Change::Applied(object) => {
                 let (key, value) = self.keyed(object, None)?;
                 self.reconcile_one(key, Some(value)).await
@@ -193,6 +214,35 @@ impl<P: Provider> Mirror<P> {
             "the provider of {}: {message}",
             info::<P>().group_resource()
         ))
+    }
+}
+
+/// When the latest completed list syncs began: of everything, and of single namespaces.
+#[derive(Debug, Default)]
+struct Synced {
+    all: Option<Instant>,
+    namespaces: HashMap<String, Instant>,
+}
+
+impl Synced {
+    /// Whether a completed sync of `namespace` (or of everything) began at or after `arrived`:
+    /// its answer is as fresh as one asked for now.
+    fn covers(&self, namespace: Option<&str>, arrived: Instant) -> bool {
+        let fresh = |began: Option<&Instant>| began.is_some_and(|began| *began >= arrived);
+        fresh(self.all.as_ref()) || fresh(namespace.and_then(|ns| self.namespaces.get(ns)))
+    }
+
+    fn record(&mut self, namespace: Option<&str>, began: Instant) {
+        match namespace {
+            Some(ns) => {
+                self.namespaces.insert(ns.to_string(), began);
+            }
+            None => {
+                // A sync of everything covers every namespace: the map never outgrows them.
+                self.all = Some(began);
+                self.namespaces.clear();
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The computed storage against a provider the tests change: what a client sees through the
 //! REST verbs.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -62,6 +63,10 @@ fn thing(ns: &str, name: &str, size: i64) -> Thing {
 struct Things {
     now: Mutex<Vec<Thing>>,
     changes: Mutex<Option<mpsc::UnboundedReceiver<Change<Thing>>>>,
+    /// How many lists were asked for.
+    lists: AtomicUsize,
+    /// How long a list takes.
+    delay: Duration,
 }
 
 impl Things {
@@ -75,6 +80,8 @@ impl Provider for Things {
     type Object = Thing;
 
     async fn list(&self, namespace: Option<&str>) -> Result<Vec<Thing>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
         let now = self.now.lock().unwrap().clone();
         Ok(now
             .into_iter()
@@ -358,4 +365,32 @@ async fn pushed_changes_reach_watchers_without_a_relist() {
         json!(4),
         "three changes and the other namespace's object"
     );
+}
+
+#[tokio::test]
+async fn concurrent_reads_share_a_provider_call_and_later_ones_ask_again() {
+    let provider = Arc::new(Things {
+        delay: Duration::from_millis(50),
+        ..Things::default()
+    });
+    provider.set(vec![thing("a", "x", 1)]);
+    let storage = storage(&provider, ComputedOptions::default());
+    let ctx = RequestContext::namespaced("a");
+    let options = ListOptions::default();
+    let reads = (0..10).map(|_| storage.list(&ctx, &options));
+    for list in futures::future::join_all(reads).await {
+        assert_eq!(list.unwrap().items.len(), 1);
+    }
+    // The first read's call, and one that began after all the others had arrived.
+    assert_eq!(provider.lists.load(Ordering::SeqCst), 2);
+    provider.set(vec![]);
+    assert!(storage
+        .list(&ctx, &ListOptions::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    let get = storage.get(&ctx, "x", &GetOptions::default()).await;
+    assert_eq!(get.unwrap_err().code(), 404);
+    assert_eq!(provider.lists.load(Ordering::SeqCst), 4);
 }
