@@ -944,4 +944,75 @@ mod tests {
         let default = cli_command(DEFAULT_ABOUT).render_long_help().to_string();
         assert!(default.starts_with(DEFAULT_ABOUT), "{default}");
     }
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use crate::registry::context::RequestContext;
+    use crate::registry::options::WriteOptions;
+    use crate::registry::rest::Creater;
+    use crate::runtime::resource::TEST_INFO;
+    use crate::runtime::ResourceInfo;
+
+    #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    struct Flunder {
+        #[serde(default)]
+        metadata: ObjectMeta,
+        #[serde(default)]
+        spec: serde_json::Value,
+    }
+
+    impl Resource for Flunder {
+        const INFO: ResourceInfo = TEST_INFO;
+        fn metadata(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn metadata_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    fn config() -> StorageConfig {
+        let backend = Arc::new(crate::storage::MemoryBackend::new());
+        StorageConfig::new(backend, "/registry", true, ShutdownSignal::new())
+    }
+
+    #[tokio::test]
+    async fn storage_config_reads_the_stores_it_serves() {
+        let config = config();
+        let flunder =
+            serde_json::json!({"metadata": {"name": "f", "namespace": "ns"}, "spec": {"x": 1}});
+        let ctx = RequestContext::namespaced("ns");
+        let store = config.store::<Flunder>();
+        assert!(store.has_watch_cache());
+        store
+            .create(&ctx, flunder, &WriteOptions::default())
+            .await
+            .unwrap();
+        let reader = config.reader::<Flunder>();
+        let read = reader
+            .get(Some("ns"), "f")
+            .await
+            .unwrap()
+            .expect("the flunder");
+        assert_eq!(read.spec["x"], 1);
+        assert!(read.metadata.resource_version.is_some());
+        assert!(reader.get(Some("ns"), "g").await.unwrap().is_none());
+        assert_eq!(reader.list(None).await.unwrap().len(), 1);
+        assert!(reader.list(Some("other")).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_storage_of_another_version_is_refused() {
+        let info = ResourceInfo {
+            version: "v2",
+            ..TEST_INFO
+        };
+        let group = APIGroup::new(TEST_INFO.group).version(TEST_INFO.version, |v| {
+            v.storage_with("flunders", move |_| RestStorage::new::<Flunder>(info))
+        });
+        let Err(ServerError::Config(message)) = group.build(&config()) else {
+            panic!("a v2 storage under v1alpha1 must be refused");
+        };
+        assert!(message.contains("a resource of wardle.example.com/v2 was registered under wardle.example.com/v1alpha1"), "{message}");
+    }
 }
