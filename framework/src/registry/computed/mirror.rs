@@ -111,7 +111,8 @@ impl<P: Provider> Mirror<P> {
                 self.reconcile_one(key, Some(value)).await
             }
             Change::Deleted { namespace, name } => {
-                let key = self.key(self.scoped(namespace.as_deref()), &name);
+                let namespace = self.namespace_of(&name, namespace, None)?;
+                let key = self.key(namespace.as_deref(), &name);
                 self.reconcile_one(key, None).await
             }
         }
@@ -167,29 +168,36 @@ impl<P: Provider> Mirror<P> {
             Some(name) if !name.contains('/') => name.to_string(),
             _ => return Err(self.provider_error("answered an object without a valid name")),
         };
-        let namespace = object::namespace(&value).map(str::to_string);
-        let namespace = match (info::<P>().scope, namespace, listed) {
-            (Scope::Cluster, None, _) => None,
-            (Scope::Cluster, Some(ns), _) => {
-                let message =
-                    format!("answered {name:?} in namespace {ns:?} for a cluster-scoped kind");
-                return Err(self.provider_error(message));
-            }
-            (Scope::Namespaced, Some(ns), Some(listed)) if ns != listed => {
-                let message = format!("answered {ns}/{name} for namespace {listed:?}");
-                return Err(self.provider_error(message));
-            }
-            (Scope::Namespaced, Some(ns), _) => Some(ns),
-            (Scope::Namespaced, None, Some(listed)) => {
-                set_meta(&mut value, "namespace", serde_json::json!(listed));
-                Some(listed.to_string())
-            }
-            (Scope::Namespaced, None, None) => {
-                let message = format!("answered {name:?} without a namespace");
-                return Err(self.provider_error(message));
-            }
-        };
+        let given = object::namespace(&value).map(str::to_string);
+        let namespace = self.namespace_of(&name, given, listed)?;
+        if let (Some(ns), None) = (&namespace, object::namespace(&value)) {
+            let ns = serde_json::json!(ns);
+            set_meta(&mut value, "namespace", ns);
+        }
         Ok((self.key(namespace.as_deref(), &name), value))
+    }
+
+    /// The namespace of object `name` that says it is in `given`, answered for a list of
+    /// `listed`: an error when the kind's scope or the list rules it out.
+    fn namespace_of(
+        &self,
+        name: &str,
+        given: Option<String>,
+        listed: Option<&str>,
+    ) -> Result<Option<String>> {
+        let message = match (info::<P>().scope, given, listed) {
+            (Scope::Cluster, None, _) => return Ok(None),
+            (Scope::Namespaced, Some(ns), Some(listed)) if ns != listed => {
+                format!("answered {ns}/{name} for namespace {listed:?}")
+            }
+            (Scope::Namespaced, Some(ns), _) if !ns.contains('/') => return Ok(Some(ns)),
+            (Scope::Namespaced, None, Some(listed)) => return Ok(Some(listed.to_string())),
+            (Scope::Cluster, Some(ns), _) => {
+                format!("answered {name:?} in namespace {ns:?} for a cluster-scoped kind")
+            }
+            (Scope::Namespaced, ns, _) => format!("answered {name:?} in namespace {ns:?}"),
+        };
+        Err(self.provider_error(message))
     }
 
     /// The namespace a request reads: none for a cluster-scoped kind.

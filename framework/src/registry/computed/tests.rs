@@ -85,7 +85,11 @@ impl Provider for Things {
         let now = self.now.lock().unwrap().clone();
         Ok(now
             .into_iter()
-            .filter(|t| namespace.is_none() || t.metadata.namespace.as_deref() == namespace)
+            .filter(|t| {
+                let ns = t.metadata.namespace.as_deref();
+                // A thing without a namespace is in every namespace asked for.
+                namespace.is_none() || ns.is_none() || ns == namespace
+            })
             .collect())
     }
 
@@ -393,4 +397,21 @@ async fn concurrent_reads_share_a_provider_call_and_later_ones_ask_again() {
     let get = storage.get(&ctx, "x", &GetOptions::default()).await;
     assert_eq!(get.unwrap_err().code(), 404);
     assert_eq!(provider.lists.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn an_object_answered_for_a_namespace_is_in_it() {
+    let provider = Arc::new(Things::default());
+    let mut homeless = thing("a", "x", 1);
+    homeless.metadata.namespace = None;
+    provider.set(vec![homeless]);
+    let storage = storage(&provider, ComputedOptions::default());
+    let (in_a, options) = (RequestContext::namespaced("a"), ListOptions::default());
+    let x = storage.list(&in_a, &options).await.unwrap().items[0]
+        .to_value()
+        .unwrap();
+    assert_eq!(x["metadata"]["namespace"], "a");
+    // Across namespaces it has none: the provider's mistake.
+    let all = storage.list(&RequestContext::cluster(), &options).await;
+    assert_eq!(all.unwrap_err().code(), 500);
 }
