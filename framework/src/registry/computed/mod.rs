@@ -7,8 +7,9 @@
 //! selectors, `limit`/`continue` (410 once a token's revision is compacted), tables,
 //! resourceVersion and watch events with bookmarks. Each read first writes the diff of the
 //! provider's answer to the mirror, so reads are fresh and a resourceVersion moves only when
-//! an object changes; watches see the provider's pushed changes, or the diff of a re-list
-//! at an interval. Only `get`, `list` and `watch` are served: writes are 405.
+//! an object changes (and never goes back, across restarts too); watches see the provider's
+//! pushed changes, or the diff of a re-list at an interval. Only `get`, `list` and `watch`
+//! are served: writes are 405.
 //!
 //! Serve one with [`VersionBuilder::computed`](crate::server::VersionBuilder::computed); the
 //! book's "Computed and external resources" chapter walks through it.
@@ -19,7 +20,7 @@ mod provider;
 mod upkeep;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -35,7 +36,7 @@ use crate::registry::rest::{
 };
 use crate::registry::store::Store;
 use crate::runtime::Resource;
-use crate::storage::{Backend, MemoryBackend};
+use crate::storage::{Backend, MemoryBackend, Revision};
 
 use mirror::Mirror;
 use upkeep::{Upkeep, Watching};
@@ -162,7 +163,7 @@ impl<P: Provider> ComputedStorage<P> {
 
     /// [`new`](Self::new) with a provider shared with other code.
     pub fn shared(provider: Arc<P>, options: ComputedOptions) -> Self {
-        let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::starting_at(first_revision()));
         let mut store = Store::<P::Object>::new(backend.clone(), "");
         if let Some(interval) = options.bookmark_interval {
             store = store.with_bookmark_interval(interval);
@@ -219,6 +220,18 @@ impl<P: Provider> ComputedStorage<P> {
             .with_lister(me.clone())
             .with_watcher(me)
     }
+}
+
+/// Where a mirror's revisions start: the microseconds since the Unix epoch. The mirror is
+/// rebuilt when the server restarts; starting above every revision the previous run gave out
+/// (it would have to have made more than a million changes a second to reach this one), a
+/// client resuming a watch or a list from one of those gets 410 Expired and lists again,
+/// instead of silently missing the changes a reused revision would hide.
+fn first_revision() -> Revision {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Revision::try_from(since_epoch.as_micros()).unwrap_or(Revision::MAX / 2)
 }
 
 #[async_trait]
