@@ -71,6 +71,7 @@ pub use runtime::{
 pub use server::{APIGroup, APIServer};
 
 /// Re-exports for generated code and users.
+pub use async_trait::async_trait;
 pub use k8s_openapi;
 pub use kube_core;
 pub use schemars;

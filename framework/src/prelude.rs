@@ -1,8 +1,10 @@
 //! What a server needs in one import: `use apiserver::prelude::*;`.
 //!
 //! The types to declare a resource (the [`Resource`](macro@crate::Resource) derive and trait,
-//! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), and to serve it
-//! ([`APIServer`], [`APIGroup`]). serde's and schemars' derives expand to paths of those crates,
+//! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), to serve it
+//! ([`APIServer`], [`APIGroup`]), and to serve a computed resource ([`Provider`] with
+//! [`async_trait`](macro@async_trait), [`ComputedOptions`], and a [`Reader`] of stored objects
+//! from the [`StorageConfig`]). serde's and schemars' derives expand to paths of those crates,
 //! so a server still lists `serde` and `schemars` among its dependencies.
 //!
 //! ```no_run
@@ -29,8 +31,13 @@ pub use schemars::JsonSchema;
 pub use serde::{Deserialize, Serialize};
 
 pub use crate::error::{Error, StatusReason};
+pub use crate::registry::computed::{Change, ComputedOptions, Provider};
+pub use crate::registry::store::Reader;
 pub use crate::runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, Resource, ResourceInfo, Scope,
 };
-pub use crate::server::{APIGroup, APIServer, ServerError, ServerOptions, VersionBuilder};
+pub use crate::server::{
+    APIGroup, APIServer, ServerError, ServerOptions, StorageConfig, VersionBuilder,
+};
 pub use apiserver_macros::Resource;
+pub use async_trait::async_trait;

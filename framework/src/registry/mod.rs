@@ -1,5 +1,6 @@
 //! API semantics: REST storage traits, the generic store, strategies and group assembly.
 
+pub mod computed;
 pub mod context;
 pub mod group;
 pub mod options;

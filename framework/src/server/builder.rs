@@ -4,9 +4,11 @@
 //! at start opens the storage backend, instantiates every store, builds the
 //! `APIGroupInfo`s, discovery and OpenAPI documents once, and serves them behind the filters.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::response::IntoResponse;
@@ -24,9 +26,10 @@ use crate::error::Error;
 use crate::filters::{self, FilterConfig};
 use crate::lifecycle::ShutdownSignal;
 use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
+use crate::registry::computed::{ComputedOptions, ComputedStorage, Provider};
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
-use crate::registry::store::Store;
+use crate::registry::store::{Reader, Store};
 use crate::runtime::Resource;
 use crate::server::health::{self, HealthState, ReadyzCheck};
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
@@ -123,18 +126,96 @@ struct Bound {
 
 type StorageFactory = Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;
 
-/// What the stores of a server share: where they store, and how.
-struct StorageConfig {
+/// What the storage of a server shares: the backend the options opened, the key prefix, the
+/// watch cache setting, and the stores made so far. Storage of your own gets it through
+/// [`VersionBuilder::storage_with`] and [`VersionBuilder::computed_with`], to read stored
+/// resources of the same server ([`reader`](Self::reader)) without copying how the server
+/// opens its backend.
+pub struct StorageConfig {
     backend: Arc<dyn Backend>,
     prefix: String,
     watch_cache: bool,
+    shutdown: ShutdownSignal,
+    /// One store per type, so that everything reading `T` shares its watch cache.
+    stores: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for StorageConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageConfig")
+            .field("prefix", &self.prefix)
+            .field("watch_cache", &self.watch_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StorageConfig {
+    /// The configuration of `backend`, keys under `prefix` (`--etcd-prefix`), with or
+    /// without watch caches (`--watch-cache`), background work ending with `shutdown`.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        prefix: &str,
+        watch_cache: bool,
+        shutdown: ShutdownSignal,
+    ) -> Self {
+        Self {
+            backend,
+            prefix: prefix.to_string(),
+            watch_cache,
+            shutdown,
+            stores: Mutex::default(),
+        }
+    }
+
+    /// The storage backend (`--storage-backend`, or the one given to [`APIServer::backend`]).
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The key prefix (`--etcd-prefix`, default `/registry`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether stores have a watch cache (`--watch-cache`).
+    pub fn watch_cache(&self) -> bool {
+        self.watch_cache
+    }
+
+    /// Fires when the server shuts down: background work of your storage stops on it.
+    pub fn shutdown(&self) -> &ShutdownSignal {
+        &self.shutdown
+    }
+
+    /// The generic store of `T` on the server's backend: the one that serves `T` when `T` is
+    /// served with [`VersionBuilder::resource`] (one per type, its watch cache shared).
+    pub fn store<T: Resource>(&self) -> Store<T> {
+        let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = stores.entry(TypeId::of::<T>()).or_insert_with(|| {
+            let mut store = Store::<T>::new(self.backend.clone(), &self.prefix);
+            if self.watch_cache {
+                store = store.with_watch_cache();
+            }
+            Box::new(store)
+        });
+        entry
+            .downcast_ref::<Store<T>>()
+            .expect("stores are keyed by their type")
+            .clone()
+    }
+
+    /// Reads stored objects of `T` (typed, without HTTP): for a computed resource made from
+    /// another resource, or for admission-like checks in storage of your own.
+    pub fn reader<T: Resource>(&self) -> Reader<T> {
+        self.store::<T>().reader()
+    }
 }
 
 /// The resources of one version of a group.
 #[derive(Default)]
 pub struct VersionBuilder {
     version: String,
-    factories: Vec<(String, StorageFactory)>,
+    factories: Vec<StorageFactory>,
 }
 
 impl VersionBuilder {
@@ -142,10 +223,7 @@ impl VersionBuilder {
     /// `{plural}/status`.
     pub fn resource<T: Resource>(mut self) -> Self {
         let factory: StorageFactory = Box::new(|config| {
-            let mut store = Store::<T>::new(config.backend.clone(), &config.prefix);
-            if config.watch_cache {
-                store = store.with_watch_cache();
-            }
+            let store = config.store::<T>();
             let plural = T::INFO.plural;
             let mut paths = vec![(plural.to_string(), store.rest_storage())];
             if T::INFO.status {
@@ -156,18 +234,85 @@ impl VersionBuilder {
             }
             paths
         });
-        self.factories
-            .push((format!("{}/{}", T::INFO.group, T::INFO.version), factory));
+        self.factories.push(factory);
+        self
+    }
+
+    /// Serves a computed or external resource: `provider` says what the objects are, the
+    /// framework serves them read-only (`get`, `list`, `watch`) with selectors, pages, tables,
+    /// resourceVersions and watch events (see [`registry::computed`](crate::registry::computed)).
+    pub fn computed<P: Provider>(self, provider: P) -> Self {
+        let provider = Arc::new(provider);
+        self.computed_shared(ComputedOptions::default(), move |_| provider.clone())
+    }
+
+    /// [`computed`](Self::computed) with options, the provider made from the server's
+    /// [`StorageConfig`] (e.g. with a [`reader`](StorageConfig::reader) of a stored resource).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use apiserver::prelude::*;
+    /// # use apiserver::registry::store::Reader;
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Book", namespaced)]
+    /// # struct Book { #[serde(default)] metadata: ObjectMeta }
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Shelf", namespaced)]
+    /// # struct Shelf { #[serde(default)] metadata: ObjectMeta }
+    /// struct Shelves { books: Reader<Book> }
+    /// # #[apiserver::async_trait]
+    /// # impl Provider for Shelves {
+    /// #     type Object = Shelf;
+    /// #     async fn list(&self, _: Option<&str>) -> apiserver::Result<Vec<Shelf>> { Ok(vec![]) }
+    /// # }
+    /// let group = APIGroup::new("example.com").version("v1", |v| {
+    ///     v.resource::<Book>().computed_with(
+    ///         ComputedOptions::default().relist_interval(Duration::from_secs(2)),
+    ///         |storage| Shelves { books: storage.reader::<Book>() },
+    ///     )
+    /// });
+    /// ```
+    pub fn computed_with<P: Provider>(
+        self,
+        options: ComputedOptions,
+        make: impl Fn(&StorageConfig) -> P + Send + Sync + 'static,
+    ) -> Self {
+        self.computed_shared(options, move |config| Arc::new(make(config)))
+    }
+
+    fn computed_shared<P: Provider>(
+        mut self,
+        options: ComputedOptions,
+        make: impl Fn(&StorageConfig) -> Arc<P> + Send + Sync + 'static,
+    ) -> Self {
+        let factory: StorageFactory = Box::new(move |config| {
+            let cached = options.has_watch_cache() && config.watch_cache;
+            let options = options.clone().watch_cache(cached);
+            let storage = ComputedStorage::shared(make(config), options);
+            storage.stop_on(config.shutdown.clone());
+            let plural = <P::Object as Resource>::INFO.plural;
+            vec![(plural.to_string(), storage.rest_storage())]
+        });
+        self.factories.push(factory);
         self
     }
 
     /// Serves a storage of your own at `path` (`things` or `things/subresource`), for
-    /// computed or external resources.
-    pub fn storage(mut self, path: &str, storage: RestStorage) -> Self {
+    /// computed or external resources that a [`Provider`] does not fit.
+    pub fn storage(self, path: &str, storage: RestStorage) -> Self {
+        self.storage_with(path, move |_| storage.clone())
+    }
+
+    /// [`storage`](Self::storage), made from the server's [`StorageConfig`]: to reach the
+    /// configured backend or read stored resources ([`StorageConfig::reader`]).
+    pub fn storage_with(
+        mut self,
+        path: &str,
+        make: impl Fn(&StorageConfig) -> RestStorage + Send + Sync + 'static,
+    ) -> Self {
         let path = path.to_string();
-        let gv = format!("{}/{}", storage.info.group, storage.info.version);
-        let factory: StorageFactory = Box::new(move |_| vec![(path.clone(), storage.clone())]);
-        self.factories.push((gv, factory));
+        self.factories
+            .push(Box::new(move |config| vec![(path.clone(), make(config))]));
         self
     }
 }
@@ -237,13 +382,16 @@ impl APIGroup {
         let mut info = APIGroupInfo::new(&self.name);
         for version in &self.versions {
             let expected = format!("{}/{}", self.name, version.version);
-            for (gv, factory) in &version.factories {
-                if *gv != expected {
-                    return Err(ServerError::Config(format!(
-                        "a resource of {gv} was registered under {expected}"
-                    )));
-                }
+            for factory in &version.factories {
                 for (path, storage) in factory(config) {
+                    let gv = format!("{}/{}", storage.info.group, storage.info.version);
+                    // A subresource may serve another kind (`scale`: autoscaling/v1 Scale).
+                    let subresource = path.contains('/');
+                    if gv != expected && !subresource {
+                        return Err(ServerError::Config(format!(
+                            "a resource of {gv} was registered under {expected}"
+                        )));
+                    }
                     info.add(&version.version, &path, storage);
                 }
             }
@@ -494,9 +642,16 @@ impl APIServer {
 
     async fn start_with_signal(self, os_signals: bool) -> Result<RunningServer, ServerError> {
         crate::tls::install_crypto_provider();
-        let (backend, groups) = self.open_storage().await?;
-        let tls = ServingTls::load(&self.options)?;
         let shutdown = ShutdownSignal::new();
+        let (backend, groups) = match self.open_storage(&shutdown).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                // Ends what the storage started (computed resources' upkeep).
+                shutdown.trigger();
+                return Err(e);
+            }
+        };
+        let tls = ServingTls::load(&self.options)?;
         let client_ca = tls.certs.client_ca();
         let auth = delegating::build(&self.options.auth, &client_ca, shutdown.clone()).await?;
         let mode = auth.mode;
@@ -528,16 +683,20 @@ impl APIServer {
     }
 
     /// The storage backend (given, or opened from the options) and the groups' storage on it.
-    async fn open_storage(&self) -> Result<(Arc<dyn Backend>, Vec<APIGroupInfo>), ServerError> {
+    async fn open_storage(
+        &self,
+        shutdown: &ShutdownSignal,
+    ) -> Result<(Arc<dyn Backend>, Vec<APIGroupInfo>), ServerError> {
         let backend = match self.backend.clone() {
             Some(b) => b,
             None => open_backend(&self.options).await?,
         };
-        let config = StorageConfig {
-            backend: backend.clone(),
-            prefix: self.options.storage_prefix.clone(),
-            watch_cache: self.options.watch_cache,
-        };
+        let config = StorageConfig::new(
+            backend.clone(),
+            &self.options.storage_prefix,
+            self.options.watch_cache,
+            shutdown.clone(),
+        );
         let groups = self
             .groups
             .iter()
@@ -796,5 +955,76 @@ mod tests {
         }
         let default = cli_command(DEFAULT_ABOUT).render_long_help().to_string();
         assert!(default.starts_with(DEFAULT_ABOUT), "{default}");
+    }
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use crate::registry::context::RequestContext;
+    use crate::registry::options::WriteOptions;
+    use crate::registry::rest::Creater;
+    use crate::runtime::resource::TEST_INFO;
+    use crate::runtime::ResourceInfo;
+
+    #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    struct Flunder {
+        #[serde(default)]
+        metadata: ObjectMeta,
+        #[serde(default)]
+        spec: serde_json::Value,
+    }
+
+    impl Resource for Flunder {
+        const INFO: ResourceInfo = TEST_INFO;
+        fn metadata(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn metadata_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    fn config() -> StorageConfig {
+        let backend = Arc::new(crate::storage::MemoryBackend::new());
+        StorageConfig::new(backend, "/registry", true, ShutdownSignal::new())
+    }
+
+    #[tokio::test]
+    async fn storage_config_reads_the_stores_it_serves() {
+        let config = config();
+        let flunder =
+            serde_json::json!({"metadata": {"name": "f", "namespace": "ns"}, "spec": {"x": 1}});
+        let ctx = RequestContext::namespaced("ns");
+        let store = config.store::<Flunder>();
+        assert!(store.has_watch_cache());
+        store
+            .create(&ctx, flunder, &WriteOptions::default())
+            .await
+            .unwrap();
+        let reader = config.reader::<Flunder>();
+        let read = reader
+            .get(Some("ns"), "f")
+            .await
+            .unwrap()
+            .expect("the flunder");
+        assert_eq!(read.spec["x"], 1);
+        assert!(read.metadata.resource_version.is_some());
+        assert!(reader.get(Some("ns"), "g").await.unwrap().is_none());
+        assert_eq!(reader.list(None).await.unwrap().len(), 1);
+        assert!(reader.list(Some("other")).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_storage_of_another_version_is_refused() {
+        let info = ResourceInfo {
+            version: "v2",
+            ..TEST_INFO
+        };
+        let group = APIGroup::new(TEST_INFO.group).version(TEST_INFO.version, |v| {
+            v.storage_with("flunders", move |_| RestStorage::new::<Flunder>(info))
+        });
+        let Err(ServerError::Config(message)) = group.build(&config()) else {
+            panic!("a v2 storage under v1alpha1 must be refused");
+        };
+        assert!(message.contains("a resource of wardle.example.com/v2 was registered under wardle.example.com/v1alpha1"), "{message}");
     }
 }

@@ -11,7 +11,9 @@ pub mod serving_cert;
 pub mod tls;
 pub mod version;
 
-pub use builder::{APIGroup, APIServer, Command, RunningServer, ServerError, VersionBuilder};
+pub use builder::{
+    APIGroup, APIServer, Command, RunningServer, ServerError, StorageConfig, VersionBuilder,
+};
 pub use options::{ServerOptions, StorageBackendKind};
 pub use version::VersionInfo;
 

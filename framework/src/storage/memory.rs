@@ -43,6 +43,24 @@ impl MemoryBackend {
         }
     }
 
+    /// An empty store at `revision`: its first write is `revision + 1`, and reads and watches
+    /// at older revisions get [`StorageError::Compacted`], as if their history had been
+    /// compacted away. For a store that replaces an earlier one of the same keys (rebuilt
+    /// when the process restarts, say): starting above every revision the earlier one gave
+    /// out, a client resuming from one of those is told to start over instead of missing
+    /// the changes a reused revision would hide.
+    pub fn starting_at(revision: Revision) -> Self {
+        let state = State {
+            revision,
+            compacted: revision,
+            ..State::default()
+        };
+        Self {
+            store: Arc::new(Store(Mutex::new(state))),
+            notifier: Notifier::new(revision),
+        }
+    }
+
     fn write(&self, key: &str, write: Write) -> Result<KeyValue, StorageError> {
         let mut state = self.store.lock();
         let revision = state.revision + 1;
@@ -264,6 +282,45 @@ mod tests {
     #[tokio::test]
     async fn lagging_watcher_is_compacted() {
         tests::lagging_watcher_is_compacted(&MemoryBackend::new()).await;
+    }
+
+    #[tokio::test]
+    async fn a_store_starting_at_a_revision_has_no_history_before_it() {
+        use crate::storage::{Backend, ListRequest, StorageError};
+        let store = MemoryBackend::starting_at(1000);
+        assert_eq!(store.current_revision().await.unwrap(), 1000);
+        let kv = store.create("/a/x", "1".into()).await.unwrap();
+        assert_eq!(kv.mod_revision, 1001);
+        let at = |revision| ListRequest {
+            prefix: "/a/".into(),
+            revision,
+            ..ListRequest::default()
+        };
+        assert_eq!(store.list(&at(1001)).await.unwrap().items.len(), 1);
+        assert_eq!(store.list(&at(1000)).await.unwrap().items.len(), 0);
+        let too_old = store.list(&at(7)).await.unwrap_err();
+        assert!(
+            matches!(too_old, StorageError::Compacted { .. }),
+            "{too_old:?}"
+        );
+        let watch = store.watch("/a/", 7).await;
+        let failed = match watch {
+            Err(e) => e,
+            Ok(mut events) => futures::StreamExt::next(&mut events)
+                .await
+                .unwrap()
+                .unwrap_err(),
+        };
+        assert!(
+            matches!(failed, StorageError::Compacted { .. }),
+            "{failed:?}"
+        );
+        let mut events = store.watch("/a/", 1000).await.unwrap();
+        let event = futures::StreamExt::next(&mut events)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(event.revision(), 1001);
     }
 
     #[tokio::test]

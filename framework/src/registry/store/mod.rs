@@ -4,10 +4,11 @@
 //! preconditions, dry run, selectors, pagination, watch) and knows nothing of HTTP. Storage
 //! keys follow kube-apiserver: `{prefix}/{group}/{plural}/{namespace}/{name}`.
 
-mod codec;
+pub(crate) mod codec;
 mod delete;
 mod filter;
 mod list;
+mod reader;
 mod scale;
 mod watch;
 mod write;
@@ -32,6 +33,7 @@ use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
 
 pub use list::ContinueToken;
+pub use reader::Reader;
 pub use scale::ScaleStore;
 
 /// How often a write retries after losing a compare-and-swap race (or a generated name
@@ -192,6 +194,11 @@ impl<T: Resource> Store<T> {
     /// Whether a watch cache serves this store.
     pub fn has_watch_cache(&self) -> bool {
         self.inner.cache.is_some()
+    }
+
+    /// `{prefix}/{group}/{plural}/`: every key of this store starts with it.
+    pub(crate) fn key_root(&self) -> &str {
+        &self.inner.key_root
     }
 
     /// The static description of `T`.

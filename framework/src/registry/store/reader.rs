@@ -1,0 +1,105 @@
+//! A typed, read-only view of a store: how a computed resource's provider, or storage of
+//! your own, reads the objects of another resource of the same server, without HTTP.
+
+use serde_json::Value;
+
+use super::Store;
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::options::{GetOptions, ListOptions};
+use crate::registry::rest::{Getter, Lister};
+use crate::runtime::Resource;
+
+/// Reads stored objects of `T` as `T`.
+///
+/// Get one from [`StorageConfig::reader`](crate::server::StorageConfig::reader) (the
+/// server's backend), or from any [`Store`] with [`Store::reader`]:
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use apiserver::prelude::*;
+/// # use apiserver::registry::store::Store;
+/// # use apiserver::storage::MemoryBackend;
+/// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+/// # #[resource(group = "example.com", version = "v1", kind = "Book", namespaced)]
+/// # struct Book { #[serde(default)] metadata: ObjectMeta }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let books = Store::<Book>::new(Arc::new(MemoryBackend::new()), "/registry").reader();
+/// assert!(books.list(Some("default")).await?.is_empty());
+/// assert!(books.get(Some("default"), "dune").await?.is_none());
+/// # Ok::<(), apiserver::Error>(())
+/// # }).unwrap();
+/// ```
+pub struct Reader<T: Resource> {
+    store: Store<T>,
+}
+
+impl<T: Resource> Clone for Reader<T> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+        }
+    }
+}
+
+impl<T: Resource> Store<T> {
+    /// A typed, read-only view of this store.
+    pub fn reader(&self) -> Reader<T> {
+        Reader {
+            store: self.clone(),
+        }
+    }
+}
+
+impl<T: Resource> Reader<T> {
+    /// Object `name` of `namespace` (`None` for a cluster-scoped kind), if it exists.
+    pub async fn get(&self, namespace: Option<&str>, name: &str) -> Result<Option<T>> {
+        let got = self
+            .store
+            .get_object(&context(namespace), name, &GetOptions::default())
+            .await;
+        match got {
+            Ok(object) => decode(object.into_value()?).map(Some),
+            Err(e) if e.code() == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every object of `namespace`, or of all namespaces (`None`), in name order (by
+    /// namespace first).
+    pub async fn list(&self, namespace: Option<&str>) -> Result<Vec<T>> {
+        self.list_with(namespace, &ListOptions::default()).await
+    }
+
+    /// The objects of `namespace` (or all) that `options` select (label and field
+    /// selectors; a `limit` gives only the first page).
+    pub async fn list_with(
+        &self,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Vec<T>> {
+        let list = self.store.list(&context(namespace), options).await?;
+        list.items
+            .into_iter()
+            .map(|object| decode(object.into_value()?))
+            .collect()
+    }
+}
+
+fn context(namespace: Option<&str>) -> RequestContext {
+    match namespace {
+        Some(ns) => RequestContext::namespaced(ns),
+        None => RequestContext::cluster(),
+    }
+}
+
+/// `apiVersion` and `kind` are not fields of `T`: taken out so a type that denies unknown
+/// fields decodes too.
+fn decode<T: Resource>(mut object: Value) -> Result<T> {
+    if let Some(map) = object.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    serde_json::from_value(object)
+        .map_err(|e| Error::internal(format!("stored {} does not decode: {e}", T::INFO.kind)))
+}
