@@ -2,13 +2,9 @@
 //! framework adds to the provider's list: selectors, pages, columns, 404, watch, and 405 for
 //! writes.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
-use apiserver::testing::{KubectlOutput, TestServer};
+use apiserver::testing::{KubectlOutput, KubectlWatch, TestServer};
 
 /// Seven books by six authors in `default`.
 const SHELF: [(&str, &str, &str, i64); 7] = [
@@ -197,66 +193,27 @@ async fn a_missing_author_is_404_and_writes_are_refused() {
     server.stop().await;
 }
 
-/// Runs `kubectl get authors -w`, collecting its lines on a channel.
-fn spawn_watch(
-    server: &TestServer,
-    extra: &[&str],
-) -> (std::process::Child, mpsc::Receiver<String>) {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&server.kubeconfig)
-        .args([
-            "get",
-            "authors",
-            "-w",
-            "--output-watch-events",
-            "--no-headers",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, rx)
-}
-
-/// Waits (at most 20 s) for a watch line starting with `words`.
-fn expect_line(rx: &mpsc::Receiver<String>, words: &[&str]) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while std::time::Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-            let parts: Vec<&str> = line.split_whitespace().collect();
-            if words
-                .iter()
-                .enumerate()
-                .all(|(i, w)| parts.get(i) == Some(w))
-            {
-                return;
-            }
-            seen.push(line);
-        }
-    }
-    panic!("no watch line starting with {words:?}; saw {seen:?}");
+/// Runs `kubectl get authors -w` with `extra` arguments.
+fn watch_authors(server: &TestServer, extra: &[&str]) -> KubectlWatch {
+    let mut args = vec![
+        "get",
+        "authors",
+        "-w",
+        "--output-watch-events",
+        "--no-headers",
+    ];
+    args.extend_from_slice(extra);
+    server.kubectl_watch(&args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_follows_the_books() {
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_shelf(dir.path()).await;
-    let (mut all, all_rx) = spawn_watch(&server, &[]);
-    let (mut scifi, scifi_rx) = spawn_watch(&server, &["-l", "genre=scifi"]);
-    expect_line(&all_rx, &["ADDED", "austen", "1", "470"]);
-    expect_line(&scifi_rx, &["ADDED", "herbert", "1", "600"]);
+    let all = watch_authors(&server, &[]);
+    let scifi = watch_authors(&server, &["-l", "genre=scifi"]);
+    all.expect_line(&["ADDED", "austen", "1", "470"]);
+    scifi.expect_line(&["ADDED", "herbert", "1", "600"]);
 
     // A new author.
     let file = write(
@@ -265,8 +222,8 @@ async fn watch_follows_the_books() {
         &book_yaml("foundation", "asimov", "scifi", 250),
     );
     ok(server.kubectl(&["create", "-f", &file]));
-    expect_line(&all_rx, &["ADDED", "asimov", "1", "250"]);
-    expect_line(&scifi_rx, &["ADDED", "asimov", "1", "250"]);
+    all.expect_line(&["ADDED", "asimov", "1", "250"]);
+    scifi.expect_line(&["ADDED", "asimov", "1", "250"]);
 
     // A book's pages change its author's total.
     ok(server.kubectl(&[
@@ -277,8 +234,8 @@ async fn watch_follows_the_books() {
         "-p",
         r#"{"spec":{"pages":700}}"#,
     ]));
-    expect_line(&all_rx, &["MODIFIED", "herbert", "1", "700"]);
-    expect_line(&scifi_rx, &["MODIFIED", "herbert", "1", "700"]);
+    all.expect_line(&["MODIFIED", "herbert", "1", "700"]);
+    scifi.expect_line(&["MODIFIED", "herbert", "1", "700"]);
 
     // A fantasy book makes Asimov `mixed`: gone from the scifi selection.
     let file = write(
@@ -287,16 +244,12 @@ async fn watch_follows_the_books() {
         &book_yaml("magic", "asimov", "fantasy", 50),
     );
     ok(server.kubectl(&["create", "-f", &file]));
-    expect_line(&all_rx, &["MODIFIED", "asimov", "2", "300"]);
-    expect_line(&scifi_rx, &["DELETED", "asimov"]);
+    all.expect_line(&["MODIFIED", "asimov", "2", "300"]);
+    scifi.expect_line(&["DELETED", "asimov"]);
 
     // The last book of an author: the author is gone.
     ok(server.kubectl(&["delete", "book", "emma"]));
-    expect_line(&all_rx, &["DELETED", "austen"]);
+    all.expect_line(&["DELETED", "austen"]);
 
-    for child in [&mut all, &mut scifi] {
-        child.kill().unwrap();
-        let _ = child.wait();
-    }
     server.stop().await;
 }

@@ -17,13 +17,6 @@ backend_tests! {
     persistent: [survives_restart_and_watch_resumes],
 }
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
-use apiserver::testing::TestServer;
-
 /// `kubectl delete --cascade` sets the garbage collector's finalizers as on kube-apiserver
 /// (the object stays until the cluster's collector removes them), and `kubectl replace` of a
 /// file without a resourceVersion still works: kubectl reads it first, as the server needs.
@@ -214,58 +207,13 @@ async fn selectors_and_chunks(backend: Backend) {
     server.stop().await;
 }
 
-/// Runs `kubectl get fl -w`, collecting its lines on a channel.
-fn spawn_watch(
-    server: &TestServer,
-    extra: &[&str],
-) -> (std::process::Child, mpsc::Receiver<String>) {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&server.kubeconfig)
-        .args(["get", "fl", "-w", "--output-watch-events", "--no-headers"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, rx)
-}
-
-fn expect_line(rx: &mpsc::Receiver<String>, words: &[&str]) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while std::time::Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-            let parts: Vec<&str> = line.split_whitespace().collect();
-            if words
-                .iter()
-                .enumerate()
-                .all(|(i, w)| parts.get(i) == Some(w))
-            {
-                return;
-            }
-            seen.push(line);
-        }
-    }
-    panic!("no watch line starting with {words:?}; saw {seen:?}");
-}
-
 async fn watch_sees_changes(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let server = start(backend, dir.path()).await;
     let file = write(dir.path(), "w.yaml", &flunder_yaml("w", "one", "app: w"));
     ok(server.kubectl(&["create", "-f", &file]));
-    let (mut child, rx) = spawn_watch(&server, &[]);
-    expect_line(&rx, &["ADDED", "w", "one"]);
+    let watch = server.kubectl_watch(&["get", "fl", "-w", "--output-watch-events", "--no-headers"]);
+    watch.expect_line(&["ADDED", "w", "one"]);
     ok(server.kubectl(&[
         "patch",
         "fl",
@@ -274,14 +222,12 @@ async fn watch_sees_changes(backend: Backend) {
         "-p",
         r#"{"spec":{"reference":"two"}}"#,
     ]));
-    expect_line(&rx, &["MODIFIED", "w", "two"]);
+    watch.expect_line(&["MODIFIED", "w", "two"]);
     let file2 = write(dir.path(), "v.yaml", &flunder_yaml("v", "new", "app: v"));
     ok(server.kubectl(&["create", "-f", &file2]));
-    expect_line(&rx, &["ADDED", "v", "new"]);
+    watch.expect_line(&["ADDED", "v", "new"]);
     ok(server.kubectl(&["delete", "fl", "w"]));
-    expect_line(&rx, &["DELETED", "w", "two"]);
-    child.kill().unwrap();
-    let _ = child.wait();
+    watch.expect_line(&["DELETED", "w", "two"]);
     server.stop().await;
 }
 

@@ -80,3 +80,72 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)]) -> Kubect
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// A `kubectl` that keeps running (`get -w`), its output lines collected as they come; killed
+/// when dropped.
+pub struct KubectlWatch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl KubectlWatch {
+    /// Starts kubectl with `kubeconfig` and `args` (e.g. `["get", "fl", "-w",
+    /// "--output-watch-events", "--no-headers"]`).
+    pub fn start(kubeconfig: &Path, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl runs");
+        let stdout = child.stdout.take().expect("kubectl's stdout is piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Waits (at most 20 s) for a line whose first whitespace-separated words are `words`,
+    /// skipping others; panics with the lines seen if none comes.
+    pub fn expect_line(&self, words: &[&str]) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut seen = Vec::new();
+        while std::time::Instant::now() < deadline {
+            let Ok(line) = self
+                .lines
+                .recv_timeout(std::time::Duration::from_millis(200))
+            else {
+                continue;
+            };
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            if words
+                .iter()
+                .enumerate()
+                .all(|(i, w)| parts.get(i) == Some(w))
+            {
+                return;
+            }
+            seen.push(line);
+        }
+        panic!("no line starting with {words:?}; saw {seen:?}");
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -214,6 +214,12 @@ impl TestServer {
         kubectl(&self.kubeconfig, args, env)
     }
 
+    /// Starts a kubectl that keeps running against the server (`get -w`), to read its lines
+    /// as they come.
+    pub fn kubectl_watch(&self, args: &[&str]) -> super::KubectlWatch {
+        super::KubectlWatch::start(&self.kubeconfig, args)
+    }
+
     /// Stops the server and waits for it.
     pub async fn stop(self) {
         self.running.shutdown().await.expect("server stops cleanly");
