@@ -125,6 +125,7 @@ pub(crate) const PATCH_TYPES: [&str; 4] = [
 fn flunders(version: &'static str) -> ServedResource {
     ServedResource {
         info: ResourceInfo { version, ..FLUNDER },
+        storage_version: version,
         // Deliberately out of order: discovery sorts verbs as kube does.
         verbs: vec![
             "watch",
@@ -149,6 +150,7 @@ fn flunders(version: &'static str) -> ServedResource {
 fn fischers(version: &'static str) -> ServedResource {
     ServedResource {
         info: ResourceInfo { version, ..FISCHER },
+        storage_version: version,
         verbs: ALL_VERBS.to_vec(),
         subresources: Vec::new(),
         patch_types: PATCH_TYPES[..2].to_vec(),
@@ -178,6 +180,7 @@ pub(crate) fn groups() -> Vec<ServedGroup> {
             version: "v1",
             ..FISCHER
         },
+        storage_version: "v1",
         verbs: vec!["get", "list"],
         subresources: Vec::new(),
         patch_types: Vec::new(),

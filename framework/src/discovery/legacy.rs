@@ -70,8 +70,12 @@ fn resource_entries(resource: &ServedResource) -> Vec<APIResource> {
         verbs: sorted_verbs(&resource.verbs),
         short_names: non_empty(info.short_names),
         categories: non_empty(info.categories),
-        // A resource is stored in the version it is served in (one version per type).
-        storage_version_hash: Some(storage_version_hash(info.group, info.version, info.kind)),
+        // Every served version of a resource names the one it is stored in.
+        storage_version_hash: Some(storage_version_hash(
+            info.group,
+            resource.storage_version,
+            info.kind,
+        )),
         ..APIResource::default()
     };
     // Subresources report the kind they serve (the parent's for status) and, like kube's

@@ -86,6 +86,7 @@ fn served_resources(paths: ResourcesStorageMap) -> Vec<ServedResource> {
         };
         resources.push(ServedResource {
             info: storage.info,
+            storage_version: storage.storage_version,
             verbs: storage.verbs(),
             subresources,
             patch_types,

@@ -2,6 +2,7 @@
 
 pub mod computed;
 pub mod context;
+pub mod converted;
 pub mod group;
 pub mod options;
 pub mod patch;

@@ -255,6 +255,9 @@ pub trait Watcher: Send + Sync {
 pub struct RestStorage {
     /// The kind served at this path.
     pub info: ResourceInfo,
+    /// The version its objects are stored in: its own, unless it is served converted from
+    /// another ([`converted`](crate::registry::converted::converted)).
+    pub storage_version: &'static str,
     /// Its JSON schema, for OpenAPI.
     pub schema: SchemaFn,
     /// Merge keys for strategic merge patch, from the schema.
@@ -289,6 +292,7 @@ impl RestStorage {
     pub fn new<T: schemars::JsonSchema>(info: ResourceInfo) -> Self {
         Self {
             info,
+            storage_version: info.version,
             schema: crate::registry::served::schema_of::<T>,
             patch_schema: Arc::new(PatchSchema::for_type::<T>()),
             getter: None,

@@ -33,6 +33,8 @@ pub struct ServedSubresource {
 pub struct ServedResource {
     /// Names, kind, scope, columns.
     pub info: ResourceInfo,
+    /// The version its objects are stored in (its own unless served converted).
+    pub storage_version: &'static str,
     /// The verbs the main resource supports, in discovery's order, e.g.
     /// `["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]`.
     pub verbs: Vec<&'static str>,

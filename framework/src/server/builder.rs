@@ -27,10 +27,11 @@ use crate::filters::{self, FilterConfig};
 use crate::lifecycle::ShutdownSignal;
 use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
 use crate::registry::computed::{ComputedOptions, ComputedStorage, Provider};
+use crate::registry::converted::converted;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::{Reader, Store};
-use crate::runtime::Resource;
+use crate::runtime::{Convertible, Resource};
 use crate::server::health::{self, HealthState, ReadyzCheck};
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
@@ -238,6 +239,55 @@ impl VersionBuilder {
         self
     }
 
+    /// Serves `S` in this version, stored as `H`, its storage version (the hub), converting
+    /// each object on the way in and out ([`Convertible`]): `{plural}`, `{plural}/status` and
+    /// `{plural}/scale` as `H` has them, over the one store of `H` (its keys, revisions and
+    /// watch cache), so every version sees the same objects at the same revisions. `H` is
+    /// served with [`resource`](Self::resource) in its own version (or nowhere, when its
+    /// version is only stored); a resource with two storage versions is refused at start.
+    ///
+    /// ```no_run
+    /// # use apiserver::prelude::*;
+    /// # use apiserver::runtime::convert::{Convertible, ConversionError};
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v2", kind = "Widget")]
+    /// # pub struct WidgetV2 { #[serde(default)] pub metadata: ObjectMeta }
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Widget")]
+    /// # pub struct WidgetV1 { #[serde(default)] pub metadata: ObjectMeta }
+    /// # impl Convertible<WidgetV2> for WidgetV1 {
+    /// #     fn into_hub(self) -> Result<WidgetV2, ConversionError> { Ok(WidgetV2 { metadata: self.metadata }) }
+    /// #     fn from_hub(hub: WidgetV2) -> Result<Self, ConversionError> { Ok(WidgetV1 { metadata: hub.metadata }) }
+    /// # }
+    /// let group = APIGroup::new("example.com")
+    ///     .version("v2", |v| v.resource::<WidgetV2>())
+    ///     .version("v1", |v| v.converted::<WidgetV1, WidgetV2>());
+    /// ```
+    pub fn converted<S, H>(mut self) -> Self
+    where
+        S: Convertible<H>,
+        H: Resource,
+    {
+        let factory: StorageFactory = Box::new(|config| {
+            let store = config.store::<H>();
+            let plural = S::INFO.plural;
+            let mut paths = vec![(plural.to_string(), converted::<S, H>(store.rest_storage()))];
+            if S::INFO.status && H::INFO.status {
+                let status = converted::<S, H>(store.status_rest_storage());
+                paths.push((format!("{plural}/status"), status));
+            }
+            if let Some(scale) = store
+                .scale_rest_storage()
+                .filter(|_| S::INFO.scale.is_some())
+            {
+                paths.push((format!("{plural}/scale"), scale));
+            }
+            paths
+        });
+        self.factories.push(factory);
+        self
+    }
+
     /// Serves a computed or external resource: `provider` says what the objects are, the
     /// framework serves them read-only (`get`, `list`, `watch`) with selectors, pages, tables,
     /// resourceVersions and watch events (see [`registry::computed`](crate::registry::computed)).
@@ -380,6 +430,8 @@ impl APIGroup {
 
     fn build(&self, config: &StorageConfig) -> Result<APIGroupInfo, ServerError> {
         let mut info = APIGroupInfo::new(&self.name);
+        // Resource → (its storage version, the version that said so), to refuse a second.
+        let mut storage_versions: HashMap<String, (&'static str, String)> = HashMap::new();
         for version in &self.versions {
             let expected = format!("{}/{}", self.name, version.version);
             for factory in &version.factories {
@@ -392,12 +444,39 @@ impl APIGroup {
                             "a resource of {gv} was registered under {expected}"
                         )));
                     }
+                    if !subresource {
+                        check_storage_version(&mut storage_versions, &path, &storage, version)?;
+                    }
                     info.add(&version.version, &path, storage);
                 }
             }
         }
         Ok(info)
     }
+}
+
+/// Every served version of a resource must be stored in the same one: the same kind, and the
+/// same storage version (two types served with `resource` in two versions would otherwise
+/// share keys and mix their data).
+fn check_storage_version(
+    seen: &mut HashMap<String, (&'static str, String)>,
+    path: &str,
+    storage: &RestStorage,
+    version: &VersionBuilder,
+) -> Result<(), ServerError> {
+    let group_resource = format!("{path}.{}", storage.info.group);
+    let (stored_in, first) = seen
+        .entry(group_resource.clone())
+        .or_insert_with(|| (storage.storage_version, version.version.clone()));
+    if *stored_in == storage.storage_version {
+        return Ok(());
+    }
+    Err(ServerError::Config(format!(
+        "{group_resource} would have two storage versions: {stored_in} (as served in {first}) \
+         and {} (as served in {}); serve one version with `resource` and the others with \
+         `converted`, which convert to and from it",
+        storage.storage_version, version.version
+    )))
 }
 
 /// What `--help` says a server is when its builder names nothing else.

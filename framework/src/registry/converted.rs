@@ -1,0 +1,270 @@
+//! A served version that is not the storage version: every verb of the hub's storage, with the
+//! objects converted on the way in and out ([`Convertible`]), so one storage (its keys, its
+//! watch cache, its revisions) serves every version of a resource.
+//!
+//! On the way in an object of the served version is decoded, defaulted as that version, and
+//! converted to the hub, which the hub's store then prepares, defaults, validates and stores
+//! as for its own version; on the way out every object, list item and watch event is converted
+//! back. Subresources of another kind (`scale`) are served as they are.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::options::{
+    DeleteOptions, FieldValidation, GetOptions, ListOptions, WriteOptions,
+};
+use crate::registry::patch::PatchSchema;
+use crate::registry::rest::{
+    CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object, ObjectList,
+    RestStorage, UpdateFn, Updater, WatchEventType, WatchStream, Watcher,
+};
+use crate::registry::store::codec::{decode_typed, encode_typed};
+use crate::runtime::{Convertible, Resource};
+
+/// `hub` (a storage of `H`, the storage version) served as `S`: the same verbs, objects
+/// converted both ways.
+pub fn converted<S, H>(hub: RestStorage) -> RestStorage
+where
+    S: Convertible<H>,
+    H: Resource,
+{
+    const {
+        assert!(
+            same(S::INFO.group, H::INFO.group)
+                && same(S::INFO.kind, H::INFO.kind)
+                && same(S::INFO.plural, H::INFO.plural),
+            "a version served converted must have its hub's group, kind and plural"
+        )
+    };
+    let wrap = Converter::<S, H>(PhantomData);
+    let mut storage = RestStorage::new::<S>(S::INFO);
+    storage.storage_version = hub.storage_version;
+    storage.patch_schema = Arc::new(PatchSchema::for_type::<S>());
+    storage.getter = hub.getter.map(|v| wrap.getter(v));
+    storage.lister = hub.lister.map(|v| wrap.lister(v));
+    storage.creater = hub.creater.map(|v| wrap.creater(v));
+    storage.updater = hub.updater.map(|v| wrap.updater(v));
+    storage.deleter = hub.deleter.map(|v| wrap.deleter(v));
+    storage.collection_deleter = hub.collection_deleter.map(|v| wrap.collection_deleter(v));
+    storage.watcher = hub.watcher.map(|v| wrap.watcher(v));
+    storage
+}
+
+/// `a == b`, at compile time.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The conversions of `S` to and from its hub `H`, as JSON.
+struct Converter<S, H>(PhantomData<fn() -> (S, H)>);
+
+impl<S, H> Clone for Converter<S, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S, H> Copy for Converter<S, H> {}
+
+impl<S: Convertible<H>, H: Resource> Converter<S, H> {
+    /// A stored object (of `H`) as `S`, with `S`'s `apiVersion` and `kind`.
+    fn outward(self, hub: &Value, ctx: &RequestContext) -> Result<Value> {
+        let typed: H = decode_typed(hub, FieldValidation::Ignore, ctx)?;
+        let served = <S as Convertible<H>>::from_hub(typed).map_err(conversion_failed::<S>)?;
+        encode_typed(&served)
+    }
+
+    fn outward_object(self, hub: Object, ctx: &RequestContext) -> Result<Object> {
+        let value = hub.into_value()?;
+        self.outward(&value, ctx).map(Object::Decoded)
+    }
+
+    /// An object of `S` from a client, defaulted as `S`, as `H` for the hub's store.
+    fn inward(
+        self,
+        served: &Value,
+        validation: FieldValidation,
+        ctx: &RequestContext,
+    ) -> Result<Value> {
+        let mut typed: S = decode_typed(served, validation, ctx)?;
+        typed.default_fields();
+        let hub = typed.into_hub().map_err(conversion_failed::<S>)?;
+        encode_typed(&hub)
+    }
+
+    fn outward_list(self, mut list: ObjectList, ctx: &RequestContext) -> Result<ObjectList> {
+        list.items = list
+            .items
+            .into_iter()
+            .map(|item| self.outward_object(item, ctx))
+            .collect::<Result<_>>()?;
+        Ok(list)
+    }
+
+    fn getter(self, inner: Arc<dyn Getter>) -> Arc<dyn Getter> {
+        Arc::new(Verb { inner, conv: self })
+    }
+
+    fn lister(self, inner: Arc<dyn Lister>) -> Arc<dyn Lister> {
+        Arc::new(Verb { inner, conv: self })
+    }
+
+    fn creater(self, inner: Arc<dyn Creater>) -> Arc<dyn Creater> {
+        Arc::new(Verb { inner, conv: self })
+    }
+
+    fn updater(self, inner: Arc<dyn Updater>) -> Arc<dyn Updater> {
+        Arc::new(Verb { inner, conv: self })
+    }
+
+    fn deleter(self, inner: Arc<dyn GracefulDeleter>) -> Arc<dyn GracefulDeleter> {
+        Arc::new(Verb { inner, conv: self })
+    }
+
+    fn collection_deleter(self, inner: Arc<dyn CollectionDeleter>) -> Arc<dyn CollectionDeleter> {
+        Arc::new(Verb { inner, conv: self })
+    }
+
+    fn watcher(self, inner: Arc<dyn Watcher>) -> Arc<dyn Watcher> {
+        Arc::new(Verb { inner, conv: self })
+    }
+}
+
+/// A failed conversion is the server's fault: 500, as kube-apiserver answers.
+fn conversion_failed<S: Resource>(e: crate::runtime::ConversionError) -> Error {
+    Error::internal(format!(
+        "converting {} to or from its storage version: {e}",
+        S::INFO.group_kind()
+    ))
+}
+
+/// One verb of the hub, converted.
+struct Verb<V: ?Sized, S, H> {
+    inner: Arc<V>,
+    conv: Converter<S, H>,
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> Getter for Verb<dyn Getter, S, H> {
+    async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value> {
+        let hub = self.inner.get(ctx, name, options).await?;
+        self.conv.outward(&hub, ctx)
+    }
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> Lister for Verb<dyn Lister, S, H> {
+    async fn list(&self, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList> {
+        let list = self.inner.list(ctx, options).await?;
+        self.conv.outward_list(list, ctx)
+    }
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> Creater for Verb<dyn Creater, S, H> {
+    async fn create(
+        &self,
+        ctx: &RequestContext,
+        object: Value,
+        options: &WriteOptions,
+    ) -> Result<Value> {
+        let hub = self.conv.inward(&object, options.field_validation, ctx)?;
+        let created = self.inner.create(ctx, hub, options).await?;
+        self.conv.outward(&created, ctx)
+    }
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> Updater for Verb<dyn Updater, S, H> {
+    async fn update(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Value, bool)> {
+        let conv = self.conv;
+        let validation = options.field_validation;
+        let request = ctx.clone();
+        let in_hub: UpdateFn = Arc::new(move |current: Option<&Value>| {
+            let served = current.map(|hub| conv.outward(hub, &request)).transpose()?;
+            let new = update(served.as_ref())?;
+            conv.inward(&new, validation, &request)
+        });
+        let (stored, created) = self.inner.update(ctx, name, in_hub, options).await?;
+        Ok((self.conv.outward(&stored, ctx)?, created))
+    }
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> GracefulDeleter for Verb<dyn GracefulDeleter, S, H> {
+    async fn delete(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<DeleteOutcome> {
+        Ok(match self.inner.delete(ctx, name, options).await? {
+            DeleteOutcome::Deleted(hub) => DeleteOutcome::Deleted(self.conv.outward(&hub, ctx)?),
+            DeleteOutcome::Pending(hub) => DeleteOutcome::Pending(self.conv.outward(&hub, ctx)?),
+        })
+    }
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> CollectionDeleter for Verb<dyn CollectionDeleter, S, H> {
+    async fn delete_collection(
+        &self,
+        ctx: &RequestContext,
+        delete: &DeleteOptions,
+        list: &ListOptions,
+    ) -> Result<ObjectList> {
+        let deleted = self.inner.delete_collection(ctx, delete, list).await?;
+        self.conv.outward_list(deleted, ctx)
+    }
+}
+
+#[async_trait]
+impl<S: Convertible<H>, H: Resource> Watcher for Verb<dyn Watcher, S, H> {
+    async fn watch(&self, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream> {
+        let events = self.inner.watch(ctx, options).await?;
+        let conv = self.conv;
+        let ctx = ctx.clone();
+        // Bookmarks carry only a resourceVersion and errors a Status: neither is converted.
+        let converted = events.map(move |mut event| {
+            if matches!(
+                event.type_,
+                WatchEventType::Bookmark | WatchEventType::Error
+            ) {
+                return event;
+            }
+            let object = std::mem::replace(&mut event.object, Object::Decoded(Value::Null));
+            event.object = match conv.outward_object(object, &ctx) {
+                Ok(object) => object,
+                Err(e) => {
+                    event.type_ = WatchEventType::Error;
+                    Object::Decoded(crate::error::status_json(e.status()))
+                }
+            };
+            event
+        });
+        Ok(Box::pin(converted))
+    }
+}
