@@ -1,5 +1,6 @@
-//! The API of Kubernetes' sample-apiserver (`wardle.example.com/v1alpha1`), built with
-//! `apiserver`: `Flunder` (namespaced, with status) and `Fischer` (cluster-scoped).
+//! The API of Kubernetes' sample-apiserver (`wardle.example.com`), built with `apiserver`:
+//! `Flunder` (namespaced, with status) in `v1alpha1` (stored) and `v1beta1` (converted, see
+//! [`v1beta1`]), and `Fischer` (cluster-scoped) in `v1alpha1`.
 //!
 //! Clients written for the Go sample-apiserver work with this server unchanged.
 
@@ -112,9 +113,13 @@ pub struct Fischer {
     pub disallowed_flunders: Vec<String>,
 }
 
-/// The `wardle.example.com` group with its one version.
+/// The `wardle.example.com` group: `v1alpha1` (preferred, the storage version of both kinds)
+/// and `v1beta1`, whose flunders are converted to and from v1alpha1's, as sample-apiserver
+/// serves them.
 pub fn api_group() -> APIGroup {
-    APIGroup::new(GROUP).version("v1alpha1", |v| {
-        v.resource::<Flunder>().resource::<Fischer>()
-    })
+    APIGroup::new(GROUP)
+        .version("v1alpha1", |v| {
+            v.resource::<Flunder>().resource::<Fischer>()
+        })
+        .version("v1beta1", |v| v.converted::<v1beta1::Flunder, Flunder>())
 }

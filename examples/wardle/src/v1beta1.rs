@@ -1,7 +1,6 @@
 //! `wardle.example.com/v1beta1`, as sample-apiserver's: a flunder names a flunder and a
 //! fischer in fields of their own. It converts to and from the storage version (the hub),
-//! `v1alpha1`, with sample-apiserver's rules. Not served yet: serving several versions of one
-//! resource over one storage is the next step of the versions issue.
+//! `v1alpha1`, with sample-apiserver's rules, and validates as sample-apiserver does.
 
 use apiserver::prelude::*;
 use apiserver::runtime::convert::{stash, unstash, ConversionError, Convertible};

@@ -11,6 +11,7 @@ backend_tests! {
         typed_client_round_trip,
         finalizers_hold_deletion,
         bad_input_gets_status_and_changes_nothing,
+        both_versions_read_one_flunder_and_lose_nothing,
     ],
 }
 
@@ -219,6 +220,83 @@ async fn bad_input_gets_status_and_changes_nothing(backend: Backend) {
         after,
         [(Some("keep".to_string()), Some(kept_rv))],
         "bad input changed storage"
+    );
+    server.stop().await;
+}
+
+/// sample-apiserver's two versions of a flunder over one storage: kube-rs `Api`s of v1alpha1
+/// and v1beta1 on the same objects, sample-apiserver's conversion, nothing lost either way.
+async fn both_versions_read_one_flunder_and_lose_nothing(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let client = client(&server).await;
+    let alpha: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    let beta: Api<wardle::v1beta1::Flunder> = Api::namespaced(client.clone(), "default");
+
+    // Created in v1alpha1 (its reference type defaulted): read in v1beta1.
+    alpha
+        .create(&PostParams::default(), &flunder("a", "other"))
+        .await
+        .unwrap();
+    let in_beta = beta.get("a").await.unwrap();
+    assert_eq!(in_beta.spec.flunder_reference.as_deref(), Some("other"));
+    assert_eq!(in_beta.spec.fischer_reference, None);
+    assert_eq!(in_beta.spec.reference_type.as_deref(), Some("Flunder"));
+
+    // Created in v1beta1 with a fischer: read in v1alpha1, then changed there and read back.
+    let fish = wardle::v1beta1::Flunder {
+        metadata: kube::api::ObjectMeta {
+            name: Some("b".into()),
+            ..Default::default()
+        },
+        spec: wardle::v1beta1::FlunderSpec {
+            fischer_reference: Some("fish".into()),
+            reference_type: Some("Fischer".into()),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let created = beta.create(&PostParams::default(), &fish).await.unwrap();
+    let in_alpha = alpha.get("b").await.unwrap();
+    assert_eq!(in_alpha.spec.reference.as_deref(), Some("fish"));
+    assert_eq!(in_alpha.spec.reference_type.as_deref(), Some("Fischer"));
+    assert_eq!(
+        in_alpha.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let patch = serde_json::json!({"spec": {"reference": "trout"}});
+    alpha
+        .patch("b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let back = beta.get("b").await.unwrap();
+    assert_eq!(back.spec.fischer_reference.as_deref(), Some("trout"));
+    assert_eq!(back.spec.flunder_reference, None);
+    assert_eq!(back.metadata.annotations, None, "nothing left behind");
+
+    // sample-apiserver's validation of v1beta1: both references at once is invalid.
+    let mut both = fish.clone();
+    both.metadata.name = Some("c".into());
+    both.spec.flunder_reference = Some("x".into());
+    let refused = beta
+        .create(&PostParams::default(), &both)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = refused else {
+        panic!("a Status: {refused}");
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+
+    // One list, the same objects at the same revision in both versions.
+    let (list_a, list_b) = (
+        alpha.list(&ListParams::default()).await.unwrap(),
+        beta.list(&ListParams::default()).await.unwrap(),
+    );
+    assert_eq!(list_a.items.len(), 2);
+    assert_eq!(list_b.items.len(), 2);
+    assert_eq!(
+        list_a.metadata.resource_version,
+        list_b.metadata.resource_version
     );
     server.stop().await;
 }

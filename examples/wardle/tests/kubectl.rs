@@ -12,6 +12,7 @@ backend_tests! {
         selectors_and_chunks,
         watch_sees_changes,
         cascading_delete_and_replace,
+        both_versions_with_kubectl,
     ],
     // A restart finds the objects again only on a persistent backend.
     persistent: [survives_restart_and_watch_resumes],
@@ -271,5 +272,60 @@ async fn survives_restart_and_watch_resumes(backend: Backend) {
     let first: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();
     assert_eq!(first["type"], "ADDED");
     assert_eq!(first["object"]["metadata"]["name"], "q");
+    server.stop().await;
+}
+
+/// sample-apiserver's two versions through kubectl: a flunder created in v1alpha1 is listed
+/// and explained in v1beta1 (its own columns), changed there, and read back in v1alpha1 with
+/// nothing lost.
+async fn both_versions_with_kubectl(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let file = write(dir.path(), "v.yaml", &flunder_yaml("v", "other", "app: v"));
+    ok(server.kubectl(&["create", "-f", &file]));
+    let beta = "flunders.v1beta1.wardle.example.com";
+    let table = ok(server.kubectl(&["get", beta]));
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["v", "Flunder", "other"], "{table}");
+    let explained = ok(server.kubectl(&[
+        "explain",
+        "flunders.spec",
+        "--api-version=wardle.example.com/v1beta1",
+    ]));
+    assert!(explained.contains("fischerReference"), "{explained}");
+    ok(server.kubectl(&[
+        "patch",
+        beta,
+        "v",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"flunderReference":"changed"}}"#,
+    ]));
+    let alpha = ok(server.kubectl(&[
+        "get",
+        "fl",
+        "v",
+        "-o",
+        "jsonpath={.spec.reference}/{.spec.referenceType}",
+    ]));
+    assert_eq!(alpha, "changed/Flunder");
+    let gone = server.kubectl(&[
+        "patch",
+        beta,
+        "v",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"fischerReference":"fish"}}"#,
+    ]);
+    assert!(
+        !gone.success,
+        "v1beta1's validation: both references at once"
+    );
+    assert!(
+        gone.stderr
+            .contains("cannot be set with flunderReference at the same time"),
+        "{}",
+        gone.stderr
+    );
     server.stop().await;
 }

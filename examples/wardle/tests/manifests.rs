@@ -74,12 +74,13 @@ fn manifests_parse_as_the_kubernetes_types() {
             "ClusterRoleBinding",
             "Deployment",
             "Service",
+            "APIService",
             "APIService"
         ]
     );
     let mut deployment = None;
     let mut service = None;
-    let mut apiservice = None;
+    let mut apiservices = Vec::new();
     let mut bindings = Vec::new();
     let mut role = None;
     let mut reader = None;
@@ -98,7 +99,7 @@ fn manifests_parse_as_the_kubernetes_types() {
             "ClusterRole" => role = Some(strict::<ClusterRole>(doc)),
             "Deployment" => deployment = Some(strict::<Deployment>(doc)),
             "Service" => service = Some(strict::<Service>(doc)),
-            "APIService" => apiservice = Some(strict::<APIService>(doc)),
+            "APIService" => apiservices.push(strict::<APIService>(doc)),
             other => panic!("unexpected kind {other}"),
         }
     }
@@ -149,7 +150,14 @@ fn manifests_parse_as_the_kubernetes_types() {
     let port = &service.ports.unwrap()[0];
     assert_eq!(port.port, 443);
 
-    let apiservice = apiservice.unwrap();
+    // One APIService per version, the preferred first with the higher priority.
+    let v1beta1 = apiservices.pop().unwrap();
+    assert_eq!(
+        v1beta1.metadata.name.as_deref(),
+        Some("v1beta1.wardle.example.com")
+    );
+    assert_eq!(v1beta1.spec.unwrap().version_priority, 14);
+    let apiservice = apiservices.pop().unwrap();
     assert_eq!(
         apiservice.metadata.name.as_deref(),
         Some("v1alpha1.wardle.example.com")

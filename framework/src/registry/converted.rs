@@ -96,15 +96,30 @@ impl<S: Convertible<H>, H: Resource> Converter<S, H> {
         self.outward(&value, ctx).map(Object::Decoded)
     }
 
-    /// An object of `S` from a client, defaulted as `S`, as `H` for the hub's store.
+    /// An object of `S` from a client, defaulted and validated as `S` (against `old`, the
+    /// current object as `S`, on update), as `H` for the hub's store, which then runs the
+    /// hub's strategy too: as kube-apiserver defaults each version and validates the one
+    /// internal version, both sets of rules hold.
     fn inward(
         self,
         served: &Value,
+        old: Option<&Value>,
         validation: FieldValidation,
         ctx: &RequestContext,
     ) -> Result<Value> {
         let mut typed: S = decode_typed(served, validation, ctx)?;
         typed.default_fields();
+        let errors = match old {
+            Some(old) => {
+                let old: S = decode_typed(old, FieldValidation::Ignore, ctx)?;
+                typed.validate_update(&old)
+            }
+            None => typed.validate(),
+        };
+        if !errors.is_empty() {
+            let name = crate::runtime::object::name(served).unwrap_or_default();
+            return Err(Error::invalid(&S::INFO, name, &errors));
+        }
         let hub = typed.into_hub().map_err(conversion_failed::<S>)?;
         encode_typed(&hub)
     }
@@ -185,7 +200,9 @@ impl<S: Convertible<H>, H: Resource> Creater for Verb<dyn Creater, S, H> {
         object: Value,
         options: &WriteOptions,
     ) -> Result<Value> {
-        let hub = self.conv.inward(&object, options.field_validation, ctx)?;
+        let hub = self
+            .conv
+            .inward(&object, None, options.field_validation, ctx)?;
         let created = self.inner.create(ctx, hub, options).await?;
         self.conv.outward(&created, ctx)
     }
@@ -206,7 +223,7 @@ impl<S: Convertible<H>, H: Resource> Updater for Verb<dyn Updater, S, H> {
         let in_hub: UpdateFn = Arc::new(move |current: Option<&Value>| {
             let served = current.map(|hub| conv.outward(hub, &request)).transpose()?;
             let new = update(served.as_ref())?;
-            conv.inward(&new, validation, &request)
+            conv.inward(&new, served.as_ref(), validation, &request)
         });
         let (stored, created) = self.inner.update(ctx, name, in_hub, options).await?;
         Ok((self.conv.outward(&stored, ctx)?, created))

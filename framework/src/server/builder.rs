@@ -63,6 +63,9 @@ pub enum ServerError {
     /// Certificates or keys could not be loaded or created.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// `--etcd-cafile`, `--etcd-certfile` or `--etcd-keyfile` could not be used.
+    #[error("etcd TLS: {0}")]
+    EtcdTls(#[source] crate::tls::TlsError),
     /// The storage backend could not be opened.
     #[error("storage: {0}")]
     Storage(#[from] crate::storage::StorageError),
@@ -968,7 +971,7 @@ async fn open_etcd3(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerE
             options.etcd_certfile.as_deref(),
             options.etcd_keyfile.as_deref(),
         );
-        Some(tls?)
+        Some(tls.map_err(ServerError::EtcdTls)?)
     } else {
         None
     };
