@@ -27,7 +27,7 @@ pub struct SubjectAccessReviewAuthorizer {
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     cache: TtlCache<Authorization>,
-    flights: Flights<Result<Value, AuthError>>,
+    flights: Flights<Result<Authorization, AuthError>>,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -104,34 +104,43 @@ impl Authorizer for SubjectAccessReviewAuthorizer {
         });
         let client = self.client.clone();
         let call = || async move {
-            create(&client, SUBJECT_ACCESS_REVIEWS, &review)
+            let answer = create(&client, SUBJECT_ACCESS_REVIEWS, &review)
                 .await
-                .map_err(|e| AuthError::Unavailable(format!("SubjectAccessReview: {e}")))
+                .map_err(|e| AuthError::Unavailable(format!("SubjectAccessReview: {e}")))?;
+            verdict(&answer)
         };
-        let answer = self.flights.run(key, call).await?;
-        let status = &answer["status"];
-        let allowed = status["allowed"].as_bool().unwrap_or(false);
-        let denied = status["denied"].as_bool().unwrap_or(false);
-        let reason = status["reason"].as_str().unwrap_or("").to_string();
-        if allowed && denied {
-            return Err(AuthError::Unavailable(
-                "webhook subject access review returned both allow and deny response".into(),
-            ));
-        }
-        let decision = match (allowed, denied) {
-            (true, _) => Decision::Allow,
-            (_, true) => Decision::Deny,
-            _ => Decision::NoOpinion,
+        let remember = |verdict: &Result<Authorization, AuthError>| {
+            if let Ok(verdict) = verdict {
+                let ttl = if verdict.decision == Decision::Allow {
+                    self.authorized_ttl
+                } else {
+                    self.unauthorized_ttl
+                };
+                self.cache.insert(key, verdict.clone(), ttl);
+            }
         };
-        let verdict = Authorization::new(decision, reason);
-        let ttl = if allowed {
-            self.authorized_ttl
-        } else {
-            self.unauthorized_ttl
-        };
-        self.cache.insert(key, verdict.clone(), ttl);
-        Ok(verdict)
+        self.flights.run(key, call, remember).await
     }
+}
+
+/// What a `SubjectAccessReview` answer decides, as k8s.io/apiserver's webhook authorizer
+/// reads it (both allowed and denied is an error).
+fn verdict(answer: &Value) -> Result<Authorization, AuthError> {
+    let status = &answer["status"];
+    let allowed = status["allowed"].as_bool().unwrap_or(false);
+    let denied = status["denied"].as_bool().unwrap_or(false);
+    let reason = status["reason"].as_str().unwrap_or("").to_string();
+    if allowed && denied {
+        return Err(AuthError::Unavailable(
+            "webhook subject access review returned both allow and deny response".into(),
+        ));
+    }
+    let decision = match (allowed, denied) {
+        (true, _) => Decision::Allow,
+        (_, true) => Decision::Deny,
+        _ => Decision::NoOpinion,
+    };
+    Ok(Authorization::new(decision, reason))
 }
 
 #[cfg(test)]

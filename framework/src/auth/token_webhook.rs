@@ -29,7 +29,7 @@ pub struct TokenReviewAuthenticator {
     audiences: Vec<String>,
     ttl: Duration,
     cache: TtlCache<Option<UserInfo>>,
-    flights: Flights<Result<Value, AuthError>>,
+    flights: Flights<Result<Option<UserInfo>, AuthError>>,
 }
 
 impl std::fmt::Debug for TokenReviewAuthenticator {
@@ -74,6 +74,7 @@ impl TokenReviewAuthenticator {
     }
 
     /// Who `token` belongs to: `Ok(Some)` accepted, `Ok(None)` rejected, `Err` could not tell.
+    /// Verdicts are cached for the TTL; errors never are.
     pub async fn review(&self, token: &str) -> Result<Option<UserInfo>, AuthError> {
         let key = TtlCache::<()>::key(
             std::iter::once(token.as_bytes()).chain(self.audiences.iter().map(|a| a.as_bytes())),
@@ -81,44 +82,50 @@ impl TokenReviewAuthenticator {
         if let Some(hit) = self.cache.get(&key) {
             return Ok(hit);
         }
-        let answer = self
-            .flights
-            .run(key, || {
-                review_call(
-                    self.client.clone(),
-                    token.to_string(),
-                    self.audiences.clone(),
-                )
-            })
-            .await?;
-        let status = &answer["status"];
-        if status["authenticated"].as_bool() != Some(true) {
-            if let Some(error) = status["error"].as_str().filter(|e| !e.is_empty()) {
-                return Err(AuthError::InvalidCredentials(error.to_string()));
+        let (client, token, audiences) = (
+            self.client.clone(),
+            token.to_string(),
+            self.audiences.clone(),
+        );
+        let call = || async move {
+            let answer = review_call(client, token, audiences.clone()).await?;
+            verdict(&answer, &audiences)
+        };
+        let remember = |verdict: &Result<Option<UserInfo>, AuthError>| {
+            if let Ok(user) = verdict {
+                self.cache.insert(key, user.clone(), self.ttl);
             }
-            self.cache.insert(key, None, self.ttl);
+        };
+        self.flights.run(key, call, remember).await
+    }
+}
+
+/// What a `TokenReview` answer says of its token, as k8s.io/apiserver's webhook
+/// authenticator reads it: a rejection that explains itself in `status.error` is an error (not
+/// cached); a token granted none of `audiences` (when there are some) is not ours.
+fn verdict(answer: &Value, audiences: &[String]) -> Result<Option<UserInfo>, AuthError> {
+    let status = &answer["status"];
+    if status["authenticated"].as_bool() != Some(true) {
+        if let Some(error) = status["error"].as_str().filter(|e| !e.is_empty()) {
+            return Err(AuthError::InvalidCredentials(error.to_string()));
+        }
+        return Ok(None);
+    }
+    if !audiences.is_empty() {
+        // Go's webhook authenticator: the audiences the review grants (ours, when it names
+        // none) must include one of ours, else the token is not for this server.
+        let granted: Vec<&str> = status["audiences"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let ours = |g: &&str| audiences.iter().any(|a| a == g);
+        if !granted.is_empty() && !granted.iter().any(ours) {
             return Ok(None);
         }
-        if !self.audiences.is_empty() {
-            // Go's webhook authenticator: the audiences the review grants (ours, when it names
-            // none) must include one of ours, else the token is not for this server.
-            let granted: Vec<&str> = status["audiences"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let ours = |g: &&str| self.audiences.iter().any(|a| a == g);
-            if !granted.is_empty() && !granted.iter().any(ours) {
-                self.cache.insert(key, None, self.ttl);
-                return Ok(None);
-            }
-        }
-        let user: UserInfo = serde_json::from_value(status["user"].clone()).map_err(|e| {
-            AuthError::Unavailable(format!("decoding TokenReview status.user: {e}"))
-        })?;
-        let user = user.with_authenticated_group();
-        self.cache.insert(key, Some(user.clone()), self.ttl);
-        Ok(Some(user))
     }
+    let user: UserInfo = serde_json::from_value(status["user"].clone())
+        .map_err(|e| AuthError::Unavailable(format!("decoding TokenReview status.user: {e}")))?;
+    Ok(Some(user.with_authenticated_group()))
 }
 
 /// One `TokenReview` (owned arguments: the call may outlive the request that started it).

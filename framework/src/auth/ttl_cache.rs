@@ -96,8 +96,16 @@ impl<V> Default for Flights<V> {
 }
 
 impl<V: Clone + Send + Sync + 'static> Flights<V> {
-    /// Awaits the call in flight under `key`, or starts `call` and awaits that.
-    pub async fn run<F>(&self, key: [u8; 32], call: impl FnOnce() -> F) -> V
+    /// Awaits the call in flight under `key`, or starts `call` and awaits that; then
+    /// `remember`s the value (fills the cache) before the flight is forgotten, so that an
+    /// asker arriving in between finds one or the other, never neither (Go's cached token
+    /// authenticator sets its cache inside the singleflight for the same reason).
+    pub async fn run<F>(
+        &self,
+        key: [u8; 32],
+        call: impl FnOnce() -> F,
+        remember: impl FnOnce(&V),
+    ) -> V
     where
         F: Future<Output = V> + Send + 'static,
     {
@@ -109,6 +117,7 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
                 .clone()
         };
         let value = flight.clone().await;
+        remember(&value);
         let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         if inflight.get(&key).is_some_and(|f| f.ptr_eq(&flight)) {
             inflight.remove(&key);
@@ -134,6 +143,25 @@ mod tests {
         assert_eq!(cache.len(), 1);
     }
 
+    /// The value is remembered while the flight is still there to join: an asker that missed
+    /// the cache just before can never also miss the flight and start a second call.
+    #[test]
+    fn the_value_is_remembered_before_the_flight_is_forgotten() {
+        let flights = Flights::<u32>::default();
+        let mut in_flight_while_remembering = None;
+        let value = futures::executor::block_on(flights.run(
+            [1; 32],
+            || async { 5 },
+            |v| {
+                let inflight = flights.inflight.lock().unwrap();
+                in_flight_while_remembering = Some((*v, inflight.contains_key(&[1; 32])));
+            },
+        ));
+        assert_eq!(value, 5);
+        assert_eq!(in_flight_while_remembering, Some((5, true)));
+        assert!(flights.inflight.lock().unwrap().is_empty());
+    }
+
     #[test]
     fn concurrent_askers_share_one_call() {
         let flights = std::sync::Arc::new(Flights::<u32>::default());
@@ -145,11 +173,15 @@ mod tests {
             let released = released.clone();
             async move {
                 flights
-                    .run([7; 32], move || async move {
-                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let _ = released.await;
-                        42
-                    })
+                    .run(
+                        [7; 32],
+                        move || async move {
+                            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let _ = released.await;
+                            42
+                        },
+                        |_| {},
+                    )
                     .await
             }
         };
