@@ -142,6 +142,11 @@ pub struct StorageConfig {
     shutdown: ShutdownSignal,
     /// One store per type, so that everything reading `T` shares its watch cache.
     stores: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    /// `{plural}.{group}` → the version of the type whose store owns its keys, so that a
+    /// second type over the same keys (two storage versions) is found.
+    owners: Mutex<HashMap<String, (TypeId, &'static str)>>,
+    /// What [`store`](Self::store) found wrong, reported by the group's build.
+    conflicts: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for StorageConfig {
@@ -168,6 +173,8 @@ impl StorageConfig {
             watch_cache,
             shutdown,
             stores: Mutex::default(),
+            owners: Mutex::default(),
+            conflicts: Mutex::default(),
         }
     }
 
@@ -194,6 +201,7 @@ impl StorageConfig {
     /// The generic store of `T` on the server's backend: the one that serves `T` when `T` is
     /// served with [`VersionBuilder::resource`] (one per type, its watch cache shared).
     pub fn store<T: Resource>(&self) -> Store<T> {
+        self.claim_keys::<T>();
         let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = stores.entry(TypeId::of::<T>()).or_insert_with(|| {
             let mut store = Store::<T>::new(self.backend.clone(), &self.prefix);
@@ -206,6 +214,38 @@ impl StorageConfig {
             .downcast_ref::<Store<T>>()
             .expect("stores are keyed by their type")
             .clone()
+    }
+
+    /// Records that `T`'s store owns the keys of its resource; a second type over the same
+    /// keys would read and write the same objects without converting them (two storage
+    /// versions of one resource), which the group's build refuses.
+    fn claim_keys<T: Resource>(&self) {
+        let resource = format!("{}.{}", T::INFO.plural, T::INFO.group);
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        let (owner, version) = *owners
+            .entry(resource.clone())
+            .or_insert((TypeId::of::<T>(), T::INFO.version));
+        if owner != TypeId::of::<T>() {
+            let conflict = format!(
+                "{resource} would have two storage versions: {version} and {}; serve one \
+                 version with `resource` and the others with `converted`, which convert to \
+                 and from it",
+                T::INFO.version
+            );
+            self.conflicts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(conflict);
+        }
+    }
+
+    /// The first conflict [`store`](Self::store) found, if any.
+    fn conflict(&self) -> Option<String> {
+        let conflicts = self
+            .conflicts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        conflicts.first().cloned()
     }
 
     /// Reads stored objects of `T` (typed, without HTTP): for a computed resource made from
@@ -433,8 +473,6 @@ impl APIGroup {
 
     fn build(&self, config: &StorageConfig) -> Result<APIGroupInfo, ServerError> {
         let mut info = APIGroupInfo::new(&self.name);
-        // Resource → (its storage version, the version that said so), to refuse a second.
-        let mut storage_versions: HashMap<String, (&'static str, String)> = HashMap::new();
         for version in &self.versions {
             let expected = format!("{}/{}", self.name, version.version);
             for factory in &version.factories {
@@ -447,39 +485,15 @@ impl APIGroup {
                             "a resource of {gv} was registered under {expected}"
                         )));
                     }
-                    if !subresource {
-                        check_storage_version(&mut storage_versions, &path, &storage, version)?;
-                    }
                     info.add(&version.version, &path, storage);
                 }
             }
         }
+        if let Some(conflict) = config.conflict() {
+            return Err(ServerError::Config(conflict));
+        }
         Ok(info)
     }
-}
-
-/// Every served version of a resource must be stored in the same one: the same kind, and the
-/// same storage version (two types served with `resource` in two versions would otherwise
-/// share keys and mix their data).
-fn check_storage_version(
-    seen: &mut HashMap<String, (&'static str, String)>,
-    path: &str,
-    storage: &RestStorage,
-    version: &VersionBuilder,
-) -> Result<(), ServerError> {
-    let group_resource = format!("{path}.{}", storage.info.group);
-    let (stored_in, first) = seen
-        .entry(group_resource.clone())
-        .or_insert_with(|| (storage.storage_version, version.version.clone()));
-    if *stored_in == storage.storage_version {
-        return Ok(());
-    }
-    Err(ServerError::Config(format!(
-        "{group_resource} would have two storage versions: {stored_in} (as served in {first}) \
-         and {} (as served in {}); serve one version with `resource` and the others with \
-         `converted`, which convert to and from it",
-        storage.storage_version, version.version
-    )))
 }
 
 /// What `--help` says a server is when its builder names nothing else.
