@@ -24,6 +24,8 @@ pub use crate::FlunderStatus;
     printcolumn(name = "Fischer", type = "string", json_path = ".spec.fischerReference",
                 description = "The name of the fischer this flunder refers to"),
     selectable_field = ".spec.referenceType",
+    selectable_field = ".spec.flunderReference",
+    selectable_field = ".spec.fischerReference",
     validate = validate_flunder
 )]
 pub struct Flunder {

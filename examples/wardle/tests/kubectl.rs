@@ -309,6 +309,24 @@ async fn both_versions_with_kubectl(backend: Backend) {
         "jsonpath={.spec.reference}/{.spec.referenceType}",
     ]));
     assert_eq!(alpha, "changed/Flunder");
+    // Field selectors in each version's own fields.
+    let fish = flunder_yaml("fish", "trout", "app: f") + "  referenceType: Fischer\n";
+    ok(server.kubectl(&["create", "-f", &write(dir.path(), "fish.yaml", &fish)]));
+    let select = |resource: &str, selector: &str| {
+        server.kubectl(&["get", resource, "--field-selector", selector, "-o", "name"])
+    };
+    let by_fischer = ok(select(beta, "spec.fischerReference=trout"));
+    assert_eq!(by_fischer.trim(), "flunder.wardle.example.com/fish");
+    let by_flunder = ok(select(beta, "spec.flunderReference=changed"));
+    assert_eq!(by_flunder.trim(), "flunder.wardle.example.com/v");
+    let by_reference = ok(select("fl", "spec.reference=trout"));
+    assert_eq!(by_reference.trim(), "flunder.wardle.example.com/fish");
+    let not_here = select("fl", "spec.fischerReference=trout");
+    assert!(
+        !not_here.success && not_here.stderr.contains("field label not supported"),
+        "v1alpha1 has no such field: {}",
+        not_here.stderr
+    );
     let gone = server.kubectl(&[
         "patch",
         beta,

@@ -138,6 +138,7 @@ impl Query {
             timeout_seconds: self.number("timeoutSeconds")?,
             allow_watch_bookmarks: self.bool("allowWatchBookmarks")?,
             send_initial_events,
+            field_view: None,
         })
     }
 

@@ -11,13 +11,14 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{
-    DeleteOptions, FieldValidation, GetOptions, ListOptions, WriteOptions,
+    DeleteOptions, FieldValidation, FieldView, GetOptions, ListOptions, WriteOptions,
 };
 use crate::registry::patch::PatchSchema;
 use crate::registry::rest::{
@@ -85,15 +86,50 @@ impl<S, H> Copy for Converter<S, H> {}
 
 impl<S: Convertible<H>, H: Resource> Converter<S, H> {
     /// A stored object (of `H`) as `S`, with `S`'s `apiVersion` and `kind`.
-    fn outward(self, hub: &Value, ctx: &RequestContext) -> Result<Value> {
-        let typed: H = decode_typed(hub, FieldValidation::Ignore, ctx)?;
+    fn outward(self, hub: &Value) -> Result<Value> {
+        let typed = H::deserialize(hub).map_err(|e| undecodable::<H>(e))?;
         let served = <S as Convertible<H>>::from_hub(typed).map_err(conversion_failed::<S>)?;
         encode_typed(&served)
     }
 
-    fn outward_object(self, hub: Object, ctx: &RequestContext) -> Result<Object> {
-        let value = hub.into_value()?;
-        self.outward(&value, ctx).map(Object::Decoded)
+    /// [`outward`](Self::outward) from and to JSON text: the hub's bytes decoded straight
+    /// into `H`, the served object encoded straight to bytes, no JSON tree in between.
+    fn outward_bytes(self, hub: &[u8]) -> Result<Bytes> {
+        let typed: H = serde_json::from_slice(hub).map_err(|e| undecodable::<H>(e))?;
+        let served = <S as Convertible<H>>::from_hub(typed).map_err(conversion_failed::<S>)?;
+        let typed = WithTypeMeta {
+            api_version: S::INFO.api_version(),
+            kind: S::INFO.kind,
+            object: &served,
+        };
+        serde_json::to_vec(&typed)
+            .map(Bytes::from)
+            .map_err(Error::internal)
+    }
+
+    /// An object of the hub's storage as `S`: a watch-cache event's is converted once for all
+    /// watchers of this version.
+    fn outward_object(self, hub: Object) -> Result<Object> {
+        match hub {
+            Object::Decoded(value) => self.outward(&value).map(Object::Decoded),
+            Object::Encoded(bytes) => self.outward_bytes(&bytes).map(Object::Encoded),
+            Object::Cached(cached) => cached
+                .encoded_as::<S>(|json| self.outward_bytes(json))
+                .map(Object::Encoded),
+        }
+    }
+
+    /// How field selectors of `S` see a stored object: converted to `S`.
+    fn field_view(self) -> FieldView {
+        FieldView::new(S::INFO.selectable_fields, move |hub| self.outward(hub))
+    }
+
+    /// `options` with field selectors evaluated on objects as `S` shows them.
+    fn list_options(self, options: &ListOptions) -> ListOptions {
+        ListOptions {
+            field_view: Some(self.field_view()),
+            ..options.clone()
+        }
     }
 
     /// An object of `S` from a client, defaulted and validated as `S` (against `old`, the
@@ -124,11 +160,11 @@ impl<S: Convertible<H>, H: Resource> Converter<S, H> {
         encode_typed(&hub)
     }
 
-    fn outward_list(self, mut list: ObjectList, ctx: &RequestContext) -> Result<ObjectList> {
+    fn outward_list(self, mut list: ObjectList) -> Result<ObjectList> {
         list.items = list
             .items
             .into_iter()
-            .map(|item| self.outward_object(item, ctx))
+            .map(|item| self.outward_object(item))
             .collect::<Result<_>>()?;
         Ok(list)
     }
@@ -162,6 +198,21 @@ impl<S: Convertible<H>, H: Resource> Converter<S, H> {
     }
 }
 
+/// A stored object `H` cannot decode: the server's fault, as a corrupt stored object.
+fn undecodable<H: Resource>(e: serde_json::Error) -> Error {
+    Error::internal(format!("decoding a stored {}: {e}", H::INFO.group_kind()))
+}
+
+/// An object with its `apiVersion` and `kind` first, encoded without a JSON tree.
+#[derive(serde::Serialize)]
+struct WithTypeMeta<'a, T> {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: &'static str,
+    #[serde(flatten)]
+    object: &'a T,
+}
+
 /// A failed conversion is the server's fault: 500, as kube-apiserver answers.
 fn conversion_failed<S: Resource>(e: crate::runtime::ConversionError) -> Error {
     Error::internal(format!(
@@ -180,15 +231,16 @@ struct Verb<V: ?Sized, S, H> {
 impl<S: Convertible<H>, H: Resource> Getter for Verb<dyn Getter, S, H> {
     async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value> {
         let hub = self.inner.get(ctx, name, options).await?;
-        self.conv.outward(&hub, ctx)
+        self.conv.outward(&hub)
     }
 }
 
 #[async_trait]
 impl<S: Convertible<H>, H: Resource> Lister for Verb<dyn Lister, S, H> {
     async fn list(&self, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList> {
-        let list = self.inner.list(ctx, options).await?;
-        self.conv.outward_list(list, ctx)
+        let options = self.conv.list_options(options);
+        let list = self.inner.list(ctx, &options).await?;
+        self.conv.outward_list(list)
     }
 }
 
@@ -204,7 +256,7 @@ impl<S: Convertible<H>, H: Resource> Creater for Verb<dyn Creater, S, H> {
             .conv
             .inward(&object, None, options.field_validation, ctx)?;
         let created = self.inner.create(ctx, hub, options).await?;
-        self.conv.outward(&created, ctx)
+        self.conv.outward(&created)
     }
 }
 
@@ -221,12 +273,12 @@ impl<S: Convertible<H>, H: Resource> Updater for Verb<dyn Updater, S, H> {
         let validation = options.field_validation;
         let request = ctx.clone();
         let in_hub: UpdateFn = Arc::new(move |current: Option<&Value>| {
-            let served = current.map(|hub| conv.outward(hub, &request)).transpose()?;
+            let served = current.map(|hub| conv.outward(hub)).transpose()?;
             let new = update(served.as_ref())?;
             conv.inward(&new, served.as_ref(), validation, &request)
         });
         let (stored, created) = self.inner.update(ctx, name, in_hub, options).await?;
-        Ok((self.conv.outward(&stored, ctx)?, created))
+        Ok((self.conv.outward(&stored)?, created))
     }
 }
 
@@ -239,8 +291,8 @@ impl<S: Convertible<H>, H: Resource> GracefulDeleter for Verb<dyn GracefulDelete
         options: &DeleteOptions,
     ) -> Result<DeleteOutcome> {
         Ok(match self.inner.delete(ctx, name, options).await? {
-            DeleteOutcome::Deleted(hub) => DeleteOutcome::Deleted(self.conv.outward(&hub, ctx)?),
-            DeleteOutcome::Pending(hub) => DeleteOutcome::Pending(self.conv.outward(&hub, ctx)?),
+            DeleteOutcome::Deleted(hub) => DeleteOutcome::Deleted(self.conv.outward(&hub)?),
+            DeleteOutcome::Pending(hub) => DeleteOutcome::Pending(self.conv.outward(&hub)?),
         })
     }
 }
@@ -253,17 +305,18 @@ impl<S: Convertible<H>, H: Resource> CollectionDeleter for Verb<dyn CollectionDe
         delete: &DeleteOptions,
         list: &ListOptions,
     ) -> Result<ObjectList> {
-        let deleted = self.inner.delete_collection(ctx, delete, list).await?;
-        self.conv.outward_list(deleted, ctx)
+        let list = self.conv.list_options(list);
+        let deleted = self.inner.delete_collection(ctx, delete, &list).await?;
+        self.conv.outward_list(deleted)
     }
 }
 
 #[async_trait]
 impl<S: Convertible<H>, H: Resource> Watcher for Verb<dyn Watcher, S, H> {
     async fn watch(&self, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream> {
-        let events = self.inner.watch(ctx, options).await?;
+        let options = self.conv.list_options(options);
+        let events = self.inner.watch(ctx, &options).await?;
         let conv = self.conv;
-        let ctx = ctx.clone();
         // Bookmarks carry only a resourceVersion and errors a Status: neither is converted.
         let converted = events.map(move |mut event| {
             if matches!(
@@ -273,7 +326,7 @@ impl<S: Convertible<H>, H: Resource> Watcher for Verb<dyn Watcher, S, H> {
                 return event;
             }
             let object = std::mem::replace(&mut event.object, Object::Decoded(Value::Null));
-            event.object = match conv.outward_object(object, &ctx) {
+            event.object = match conv.outward_object(object) {
                 Ok(object) => object,
                 Err(e) => {
                     event.type_ = WatchEventType::Error;

@@ -1,6 +1,10 @@
 //! Options of the REST verbs, decoded from query parameters and bodies by `endpoints` and
 //! handed to storage. They mirror `meta.k8s.io/v1` `GetOptions`, `ListOptions`, ... .
 
+use std::sync::Arc;
+
+use serde_json::Value;
+
 use crate::error::{Error, Result};
 use crate::registry::selector::{FieldSelector, LabelSelector};
 use crate::runtime::FieldError;
@@ -57,6 +61,42 @@ pub struct ListOptions {
     pub allow_watch_bookmarks: bool,
     /// `sendInitialEvents` (watch).
     pub send_initial_events: Option<bool>,
+    /// The version the field selector is written in, when it is not the stored one: a
+    /// version served [converted](crate::registry::converted) sets it, so that the store
+    /// evaluates `fieldSelector` on each object as that version shows it (its own field
+    /// names, its own selectable fields), while labels, pages and revisions stay the store's.
+    pub field_view: Option<FieldView>,
+}
+
+/// How a version served converted shows a stored object to field selectors: which fields of
+/// it are selectable, and the conversion of a stored object (JSON of the storage version)
+/// into it. Made by [`converted`](crate::registry::converted::converted).
+#[derive(Clone)]
+pub struct FieldView {
+    pub(crate) selectable_fields: &'static [&'static str],
+    pub(crate) show: Arc<dyn Fn(&Value) -> Result<Value> + Send + Sync>,
+}
+
+impl FieldView {
+    /// A view with `selectable_fields` (besides `metadata.name` and `metadata.namespace`),
+    /// objects shown through `show`.
+    pub fn new(
+        selectable_fields: &'static [&'static str],
+        show: impl Fn(&Value) -> Result<Value> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            selectable_fields,
+            show: Arc::new(show),
+        }
+    }
+}
+
+impl std::fmt::Debug for FieldView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FieldView")
+            .field("selectable_fields", &self.selectable_fields)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Options of create, update and patch.

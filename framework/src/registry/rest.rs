@@ -5,6 +5,7 @@
 //! routes and discovery verbs. The generic [`Store`](crate::registry::store::Store) implements
 //! all of them; a computed or external resource implements only what it can.
 
+use std::any::TypeId;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOpti
 use crate::registry::patch::PatchSchema;
 use crate::registry::served::SchemaFn;
 use crate::runtime::ResourceInfo;
-use crate::storage::cacher::CachedObject;
+use crate::storage::cacher::{CachedEvent, CachedObject};
 
 /// One object a verb hands to the response writer: decoded JSON, or the JSON bytes of it
 /// already encoded (read from storage, or as the watch cache keeps them), which a JSON
@@ -38,18 +39,58 @@ pub enum Object {
 
 /// The JSON of an object as the watch cache keeps it. Opaque: the cache's layout (revision
 /// and key beside the JSON, shared buffers) stays the storage layer's own.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CachedJson(pub(crate) CachedObject);
+#[derive(Clone, Debug)]
+pub struct CachedJson {
+    object: CachedObject,
+    /// The cached event that carried the object to a watcher, whose other encodings (another
+    /// version of the object) are made once for every watcher.
+    event: Option<Arc<CachedEvent>>,
+}
+
+impl PartialEq for CachedJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.object == other.object
+    }
+}
 
 impl CachedJson {
+    /// An object of the cache.
+    pub(crate) fn new(object: CachedObject) -> Self {
+        Self {
+            object,
+            event: None,
+        }
+    }
+
+    /// The object of a cached event, as a watcher receives it.
+    pub(crate) fn of_event(event: Arc<CachedEvent>) -> Self {
+        Self {
+            object: event.object.clone(),
+            event: Some(event),
+        }
+    }
+
     /// What a client receives: JSON with `metadata.resourceVersion`.
     pub fn json(&self) -> &[u8] {
-        self.0.json()
+        self.object.json()
     }
 
     /// [`json`](Self::json) as `Bytes` sharing the cache's buffer (no copy).
     pub fn encoded(&self) -> Bytes {
-        self.0.encoded()
+        self.object.encoded()
+    }
+
+    /// The object encoded by `make` (e.g. converted to another version): for a watch event,
+    /// made once for all watchers asking with the same `V` and kept with the event; else
+    /// made now.
+    pub fn encoded_as<V: 'static>(
+        &self,
+        make: impl FnOnce(&[u8]) -> Result<Bytes>,
+    ) -> Result<Bytes> {
+        match &self.event {
+            Some(event) => event.view(TypeId::of::<V>(), |object| make(object.json())),
+            None => make(self.json()),
+        }
     }
 }
 

@@ -13,9 +13,10 @@
 //! stops serving, ends every watch that followed it, and starts over with a fresh list. While
 //! it is not ready, callers read the backend directly.
 
+use std::any::TypeId;
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -171,9 +172,39 @@ pub struct CachedEvent {
     pub object: CachedObject,
     /// The state before (absent for a create).
     pub prev: Option<CachedObject>,
+    /// Other encodings of `object` (another version of it), each made once for every watcher
+    /// that asks, as kube's cacher keeps one serialization of an event per encoder.
+    views: Mutex<Vec<(TypeId, Bytes)>>,
 }
 
 impl CachedEvent {
+    /// A change to `object` (the state before it: `prev`).
+    pub fn new(event_type: EventType, object: CachedObject, prev: Option<CachedObject>) -> Self {
+        Self {
+            event_type,
+            object,
+            prev,
+            views: Mutex::default(),
+        }
+    }
+
+    /// The encoding `id` of this event's object, made by `make` for the first watcher that
+    /// asks and kept for the others (and for as long as the event is kept). A watcher asking
+    /// while another makes it waits for that one; a failure is not kept.
+    pub fn view<E>(
+        &self,
+        id: TypeId,
+        make: impl FnOnce(&CachedObject) -> Result<Bytes, E>,
+    ) -> Result<Bytes, E> {
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, bytes)) = views.iter().find(|(view, _)| *view == id) {
+            return Ok(bytes.clone());
+        }
+        let bytes = make(&self.object)?;
+        views.push((id, bytes.clone()));
+        Ok(bytes)
+    }
+
     /// The revision of the write.
     pub fn revision(&self) -> Revision {
         self.object.mod_revision()
@@ -639,11 +670,7 @@ impl Shared {
         }
         state.revision = revision;
         if let Some((object, prev)) = prev {
-            let cached = Arc::new(CachedEvent {
-                event_type: event.event_type,
-                object,
-                prev,
-            });
+            let cached = Arc::new(CachedEvent::new(event.event_type, object, prev));
             state.window_bytes += cached.held_by_window();
             state.window.push_back(Arc::clone(&cached));
             while state.window.len() > self.options.window.max(1) {
@@ -703,11 +730,9 @@ impl State {
             .window
             .iter()
             .map(|event| {
-                Arc::new(CachedEvent {
-                    event_type: event.event_type,
-                    object: copy(&event.object),
-                    prev: event.prev.as_ref().map(&mut copy),
-                })
+                let object = copy(&event.object);
+                let prev = event.prev.as_ref().map(&mut copy);
+                Arc::new(CachedEvent::new(event.event_type, object, prev))
             })
             .collect();
         self.compactions += 1;
@@ -752,6 +777,29 @@ mod tests {
             cache.wait_for(current, WAIT).await,
             "cache never reached {current}"
         );
+    }
+
+    #[test]
+    fn an_events_view_is_made_once_and_failures_are_not_kept() {
+        let mut arena = Arena::default();
+        let object = CachedObject::new(&mut arena, "/k", b"{}", 3);
+        let event = CachedEvent::new(EventType::Put, object, None);
+        let made = std::cell::Cell::new(0);
+        let make = |o: &CachedObject| -> Result<Bytes, ()> {
+            made.set(made.get() + 1);
+            Ok(Bytes::from(format!("v{}", o.mod_revision())))
+        };
+        struct V1;
+        struct V2;
+        assert_eq!(event.view(TypeId::of::<V1>(), make).unwrap(), "v3");
+        assert_eq!(event.view(TypeId::of::<V1>(), make).unwrap(), "v3");
+        assert_eq!(made.get(), 1, "the second watcher gets the first's");
+        assert_eq!(
+            event.view(TypeId::of::<V2>(), |_| Err::<Bytes, _>(())),
+            Err(())
+        );
+        assert_eq!(event.view(TypeId::of::<V2>(), make).unwrap(), "v3");
+        assert_eq!(made.get(), 2, "another view, and the failure was not kept");
     }
 
     fn text(object: &CachedObject) -> &str {

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::codec::decode_cached;
 use crate::error::{Error, Result};
-use crate::registry::options::ListOptions;
+use crate::registry::options::{FieldView, ListOptions};
 use crate::registry::selector::{field_value, FieldSelector, LabelSelector};
 use crate::runtime::object;
 use crate::runtime::ResourceInfo;
@@ -15,10 +15,13 @@ use crate::storage::cacher::CachedObject;
 pub(crate) struct Filter {
     labels: Option<LabelSelector>,
     fields: Option<FieldSelector>,
+    /// The version the field selector speaks of, when not the stored one.
+    view: Option<FieldView>,
 }
 
 impl Filter {
-    /// Takes the selectors of `options`, refusing fields `info` does not declare selectable.
+    /// Takes the selectors of `options`, refusing fields `info` (or the version of
+    /// `options.field_view`) does not declare selectable.
     pub(crate) fn new(info: &ResourceInfo, options: &ListOptions) -> Result<Self> {
         let labels = options
             .label_selector
@@ -33,12 +36,20 @@ impl Filter {
             if info.namespaced() {
                 allowed.push("metadata.namespace");
             }
-            allowed.extend_from_slice(info.selectable_fields);
+            allowed.extend_from_slice(match &options.field_view {
+                Some(view) => view.selectable_fields,
+                None => info.selectable_fields,
+            });
             fields
                 .validate_fields(&allowed)
                 .map_err(|e| Error::bad_request(e.message().to_string()))?;
         }
-        Ok(Self { labels, fields })
+        let view = options.field_view.clone().filter(|_| fields.is_some());
+        Ok(Self {
+            labels,
+            fields,
+            view,
+        })
     }
 
     /// Whether every object matches.
@@ -61,9 +72,17 @@ impl Filter {
                 return false;
             }
         }
-        match &self.fields {
-            Some(fields) => fields.matches_with(|field| field_value(object, field)),
-            None => true,
+        let Some(fields) = &self.fields else {
+            return true;
+        };
+        match &self.view {
+            // An object the version cannot show is not selected (it fails to convert on its
+            // way out too, with the error).
+            Some(view) => match (view.show)(object) {
+                Ok(shown) => fields.matches_with(|field| field_value(&shown, field)),
+                Err(_) => false,
+            },
+            None => fields.matches_with(|field| field_value(object, field)),
         }
     }
 }

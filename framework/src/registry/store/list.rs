@@ -232,7 +232,8 @@ fn page(
         if !filter.selects(object)? {
             continue;
         }
-        out.items.push(Object::Cached(CachedJson(object.clone())));
+        out.items
+            .push(Object::Cached(CachedJson::new(object.clone())));
         if limit > 0 && out.items.len() == limit {
             // Like kube-apiserver: a continue token when any key is left, whether or not the
             // selectors would keep it; a count of what is left only without selectors.

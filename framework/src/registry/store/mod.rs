@@ -255,7 +255,7 @@ impl<T: Resource> Getter for Store<T> {
         if let Some(cache) = &self.inner.cache {
             if let Some(found) = list::get_from_cache(&self.inner, cache, &key).await {
                 return found
-                    .map(|object| Object::Cached(CachedJson(object)))
+                    .map(|object| Object::Cached(CachedJson::new(object)))
                     .ok_or_else(|| Error::not_found(&self.inner.info, name));
             }
         }

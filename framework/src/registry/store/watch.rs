@@ -103,7 +103,7 @@ fn cached_steps(filter: &Filter, watch: CacheWatch) -> (Vec<WatchEvent>, Revisio
         .filter(|object| filter.selects(object).unwrap_or(false))
         .map(|object| WatchEvent {
             type_: WatchEventType::Added,
-            object: Object::Cached(CachedJson(object.clone())),
+            object: Object::Cached(CachedJson::new(object.clone())),
         })
         .collect();
     let filter = filter.clone();
@@ -296,20 +296,27 @@ fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
     seen_through(filter, event.event_type, object, previous, event.revision())
 }
 
-/// A cached event as the watcher sees it; without selectors, its encoded bytes as they are.
-fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> {
-    if filter.is_everything() {
-        let type_ = match (event.event_type, &event.prev) {
+/// A cached event as the watcher sees it: the event's own object (its encoded bytes as they
+/// are, and the other versions of it made once for all watchers), or the last state the
+/// watcher was shown when the object moved out of its selectors.
+fn translate_cached(filter: &Filter, event: &Arc<CachedEvent>) -> Option<WatchEvent> {
+    let type_ = if filter.is_everything() {
+        match (event.event_type, &event.prev) {
             (EventType::Delete, _) => WatchEventType::Deleted,
             (EventType::Put, Some(_)) => WatchEventType::Modified,
             (EventType::Put, None) => WatchEventType::Added,
-        };
-        let object = Object::Cached(CachedJson(event.object.clone()));
-        return Some(WatchEvent { type_, object });
-    }
-    let object = decode_cached(&event.object).ok()?;
-    let previous = event.prev.as_ref().and_then(|o| decode_cached(o).ok());
-    seen_through(filter, event.event_type, object, previous, event.revision())
+        }
+    } else {
+        let object = decode_cached(&event.object).ok()?;
+        let previous = event.prev.as_ref().and_then(|o| decode_cached(o).ok());
+        let seen = seen_through(filter, event.event_type, object, previous, event.revision())?;
+        if event.event_type == EventType::Put && seen.type_ == WatchEventType::Deleted {
+            return Some(seen);
+        }
+        seen.type_
+    };
+    let object = Object::Cached(CachedJson::of_event(Arc::clone(event)));
+    Some(WatchEvent { type_, object })
 }
 
 /// What a change looks like through a watcher's selectors: an object moving out of the
