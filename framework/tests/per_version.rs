@@ -1,6 +1,7 @@
 //! What each served version has of its own over one storage: field selectors in its own field
 //! names (evaluated on the object as that version shows it, pages and revisions still the
-//! store's), and watch events converted once per version, not once per watcher.
+//! store's), pages that go on from one version in another, and watch events converted once
+//! per version, not once per watcher.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -145,6 +146,19 @@ async fn field_selectors_speak_each_versions_own_fields() {
     let token = first.metadata.continue_.clone().unwrap();
     let rest = v1.list(&wide.clone().limit(2).continue_token(&token)).await;
     assert_eq!(names(&rest.unwrap().items), ["d"]);
+
+    // A page started in one version goes on in the other, at the same revision.
+    let first = v2.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(names(&first.items), ["a", "b"]);
+    let token = first.metadata.continue_.clone().unwrap();
+    let params = ListParams::default().limit(10).continue_token(&token);
+    let rest = v1.list(&params).await.unwrap();
+    assert_eq!(names(&rest.items), ["c", "d", "e"]);
+    assert_eq!(rest.items[2].spec.width, 5);
+    assert_eq!(
+        rest.metadata.resource_version,
+        first.metadata.resource_version
+    );
 
     // A field of the other version is not selectable here, as kube-apiserver answers.
     let (code, message) = refusal(v1.list(&big).await);

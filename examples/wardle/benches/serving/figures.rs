@@ -53,8 +53,37 @@ pub fn serving(settings: &Settings, backend: &Backend, ours: &Ours, ceil: &Ceili
         .target("≥ 60%", share >= 0.6),
     );
     rows.extend(cpu_rows(ours, ceil));
-    rows.extend(fan_out_rows(settings, &ours.fan_out));
+    rows.extend(fan_out_rows(settings, &ours.fan_out, ""));
+    rows.extend(conversion_rows(settings, ours));
     rows.extend(memory_rows(&ours.memory, ""));
+    rows
+}
+
+/// Lists and walks in v1beta1 beside the same in v1alpha1 (the stored version), as a factor
+/// of its time, and the fan-out to watchers of v1beta1.
+fn conversion_rows(settings: &Settings, ours: &Ours) -> Vec<Row> {
+    let n = settings.objects;
+    let conv = &ours.conversion;
+    let compare = |what: String, (alpha, beta): &(Sample, Sample)| {
+        let (alpha, beta) = (alpha.quantile(0.5), beta.quantile(0.5));
+        let factor = beta.as_secs_f64() / alpha.as_secs_f64();
+        Row::plain(what, ms(beta)).compared_to(format!("v1alpha1: {}", ms(alpha)), factor)
+    };
+    let mut rows = vec![
+        compare(
+            format!("list {n} full in v1beta1 (converted), p50"),
+            &conv.lists,
+        ),
+        compare(
+            format!("list {n} by limit={LIMIT} in v1beta1 (converted), p50 per walk"),
+            &conv.walks,
+        ),
+    ];
+    rows.extend(fan_out_rows(
+        settings,
+        &conv.fan_out,
+        " in v1beta1 (converted)",
+    ));
     rows
 }
 
@@ -171,9 +200,9 @@ fn share_row(what: &str, ours: &Sample, ceiling: &Sample) -> Row {
 }
 
 /// The fan-out figures: every watcher's delay (p50, p99) and the slowest write's last one.
-fn fan_out_rows(settings: &Settings, fan: &crate::workload::FanOut) -> Vec<Row> {
+fn fan_out_rows(settings: &Settings, fan: &crate::workload::FanOut, label: &str) -> Vec<Row> {
     let what = format!(
-        "watch fan-out: {} watchers, write → event",
+        "watch fan-out: {} watchers{label}, write → event",
         settings.watchers
     );
     let worst = if fan.missed > 0 {

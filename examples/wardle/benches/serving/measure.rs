@@ -13,6 +13,8 @@ use crate::Settings;
 /// Namespaces: the bench objects, the fan-out's own, and one probe object.
 const NS: &str = "bench";
 const NS_FANOUT: &str = "bench-fanout";
+/// The fan-out of watchers in v1beta1 (every event converted from the stored v1alpha1).
+const NS_FANOUT_BETA: &str = "bench-fanout-beta";
 const NS_PROBE: &str = "bench-probe";
 /// Objects per page of the paginated list.
 pub const LIMIT: usize = 500;
@@ -27,7 +29,16 @@ pub struct Ours {
     pub cpu: ReadsCpu,
     pub pages: usize,
     pub fan_out: FanOut,
+    pub conversion: Conversion,
     pub memory: Memory,
+}
+
+/// What serving a converted version costs: the same lists and walks in v1alpha1 (stored) and
+/// v1beta1 (converted), and the fan-out with every watcher in v1beta1.
+pub struct Conversion {
+    pub lists: (Sample, Sample),
+    pub walks: (Sample, Sample),
+    pub fan_out: FanOut,
 }
 
 /// What the ceilings did with the same bytes.
@@ -76,11 +87,12 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let fan_client = Client::connect(wardle.port, tls.clone(), settings.watch_connections).await?;
     let fan_out = workload::fan_out(
         &fan_client,
-        NS_FANOUT,
+        ("v1alpha1", NS_FANOUT),
         settings.watchers,
         settings.fan_out_writes,
     )
     .await?;
+    let conversion = conversion(settings, &client, &fan_client).await?;
     drop(fan_client);
     let ceilings = write_ceilings(settings, backend, &bare_client, dir.path(), object).await?;
     let (writes, writes_label, create_txns) = ceilings;
@@ -107,6 +119,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
         cpu: reads.cpu,
         pages,
         fan_out,
+        conversion,
         memory,
     };
     let ceilings = Ceilings {
@@ -119,6 +132,45 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
         cpu: bare_reads.cpu,
     };
     Ok((ours, ceilings))
+}
+
+/// Lists and walks of the bench objects in both versions, alternating in [`ROUNDS`] rounds,
+/// and the fan-out again with the watchers in v1beta1.
+async fn conversion(
+    settings: &Settings,
+    client: &Client,
+    fan_client: &Client,
+) -> Result<Conversion, Error> {
+    let (lists, walks) = (
+        settings.lists.div_ceil(ROUNDS),
+        settings.walks.div_ceil(ROUNDS),
+    );
+    let mut samples: [Vec<Sample>; 4] = Default::default();
+    for _ in 0..ROUNDS {
+        for (i, version) in ["v1alpha1", "v1beta1"].into_iter().enumerate() {
+            let path = workload::collection_in(version, NS);
+            samples[i].push(workload::lists(client, &path, lists).await?);
+            let next = |_: usize, token: &str| {
+                let token = workload::query_escape(token);
+                format!("{path}?limit={LIMIT}&continue={token}")
+            };
+            let walked = workload::walks(client, walks, &first_page(&path), next).await?;
+            samples[2 + i].push(walked.0);
+        }
+    }
+    let [alpha_lists, beta_lists, alpha_walks, beta_walks] = samples.map(Sample::merge);
+    let fan_out = workload::fan_out(
+        fan_client,
+        ("v1beta1", NS_FANOUT_BETA),
+        settings.watchers,
+        settings.fan_out_writes,
+    )
+    .await?;
+    Ok(Conversion {
+        lists: (alpha_lists, beta_lists),
+        walks: (alpha_walks, beta_walks),
+        fan_out,
+    })
 }
 
 /// What the server answered, for the bare server to answer again: one object, the full list,

@@ -17,7 +17,12 @@ use crate::client::{drive, Client, Error, Sample};
 
 /// The Flunders of `namespace`.
 pub fn collection(namespace: &str) -> String {
-    format!("/apis/wardle.example.com/v1alpha1/namespaces/{namespace}/flunders")
+    collection_in("v1alpha1", namespace)
+}
+
+/// The Flunders of `namespace` in `version` (`v1beta1` is converted from the stored v1alpha1).
+pub fn collection_in(version: &str, namespace: &str) -> String {
+    format!("/apis/wardle.example.com/{version}/namespaces/{namespace}/flunders")
 }
 
 /// The name of the `i`th bench Flunder.
@@ -172,18 +177,19 @@ pub struct FanOut {
     pub missed: usize,
 }
 
-/// Opens `watchers` watches on the Flunders of an otherwise untouched `namespace` (spread over
-/// the client's connections), then `writes` times creates a Flunder there and waits (at most
-/// 30 s) until every watcher has seen its ADDED event.
+/// Opens `watchers` watches in `version` on the Flunders of an otherwise untouched `namespace`
+/// (spread over the client's connections), then `writes` times creates a Flunder there (in
+/// v1alpha1) and waits (at most 30 s) until every watcher has seen its ADDED event.
 pub async fn fan_out(
     client: &Client,
-    namespace: &str,
+    (version, namespace): (&str, &str),
     watchers: usize,
     writes: usize,
 ) -> Result<FanOut, Error> {
     let path = collection(namespace);
     let rv = list_resource_version(&client.get(&format!("{path}?limit=1")).await?)?;
-    let watch = format!("{path}?watch=1&resourceVersion={rv}&timeoutSeconds=600");
+    let watched = collection_in(version, namespace);
+    let watch = format!("{watched}?watch=1&resourceVersion={rv}&timeoutSeconds=600");
     let opened = futures::future::try_join_all(
         (0..watchers).map(|_| client.open(Method::GET, &watch, None)),
     )
