@@ -39,8 +39,8 @@
 //! [`admission`] → [`registry`] (API semantics: the generic store and strategies) →
 //! [`storage`] (keys, revisions, watches). [`aggregator`] registers the server with
 //! kube-apiserver's aggregator and prints its deploy manifests. Below every stage: [`tls`]
-//! (certificates and keys), [`lifecycle`] (shutdown, readiness) and [`core_api`] (the client
-//! of the core kube-apiserver). [`testing`] starts a real server for your own tests.
+//! (certificates and keys), [`lifecycle`] (shutdown, readiness), [`metrics`] (what `/metrics`
+//! serves) and [`core_api`] (the client of the core kube-apiserver). [`testing`] starts a real server for your own tests.
 #![warn(missing_docs)]
 
 pub mod admission;
@@ -52,6 +52,7 @@ pub mod endpoints;
 pub mod error;
 pub mod filters;
 pub mod lifecycle;
+pub mod metrics;
 pub mod openapi;
 pub mod prelude;
 pub mod registry;

@@ -676,6 +676,35 @@ async fn always_allowed_paths_and_groups_skip_the_review() {
     assert_eq!(env.core.count("/subjectaccessreviews"), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_authorized_as_the_non_resource_url() {
+    let env = Env::start_with(no_denial_cache).await;
+    let reply = env.get_as_proxied("/metrics", "mallory", &[]).await;
+    assert_eq!(reply.code, 403, "{reply:?}");
+    assert_eq!(
+        reply.message(),
+        "forbidden: User \"mallory\" cannot get path \"/metrics\""
+    );
+    let review = env.core.access_reviews().pop().unwrap();
+    assert_eq!(
+        review["nonResourceAttributes"],
+        json!({"path": "/metrics", "verb": "get"})
+    );
+    env.core.allow(Rule {
+        users: vec!["prometheus".into()],
+        verbs: vec!["get".into()],
+        non_resource_urls: vec!["/metrics".into()],
+        ..Rule::default()
+    });
+    let reply = env.get_as_proxied("/metrics", "prometheus", &[]).await;
+    assert_eq!(reply.code, 200, "{reply:?}");
+    let text = reply.body.as_str().unwrap_or_default();
+    assert!(
+        text.contains("# TYPE authorization_duration_seconds histogram"),
+        "{text}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The authentication ConfigMap
 // ---------------------------------------------------------------------------------------

@@ -110,9 +110,25 @@ impl Admission {
 
     /// Runs every plugin; the first refusal wins.
     pub async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()> {
+        let started = std::time::Instant::now();
+        let mut verdict = Ok(());
         for plugin in &self.plugins {
-            plugin.admit(request).await?;
+            verdict = plugin.admit(request).await;
+            if verdict.is_err() {
+                break;
+            }
         }
-        Ok(())
+        // kube's `apiserver_admission_step_admission_duration_seconds` of the validating step.
+        let operation = match request.operation {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        };
+        let rejected = if verdict.is_err() { "true" } else { "false" };
+        crate::metrics::global()
+            .admission_duration
+            .with_label_values(&["validate", operation, rejected])
+            .observe(started.elapsed().as_secs_f64());
+        verdict
     }
 }

@@ -13,7 +13,19 @@ use crate::error::Error;
 /// The step: stores the [`UserInfo`] in the request's extensions, or answers 401.
 pub async fn authenticate(config: &FilterConfig, request: Request) -> Result<Request, Response> {
     let (mut parts, body) = request.into_parts();
-    let user = match config.authenticator.authenticate(&parts).await {
+    let started = std::time::Instant::now();
+    let found = config.authenticator.authenticate(&parts).await;
+    // kube's `authentication_duration_seconds`: `success`, `failure` (no user), `error`.
+    let result = match &found {
+        Ok(Some(_)) => "success",
+        Ok(None) => "failure",
+        Err(_) => "error",
+    };
+    crate::metrics::global()
+        .authentication_duration
+        .with_label_values(&[result])
+        .observe(started.elapsed().as_secs_f64());
+    let user = match found {
         Ok(Some(user)) => Some(user),
         Ok(None) if config.anonymous => Some(UserInfo::anonymous()),
         Ok(None) => None,

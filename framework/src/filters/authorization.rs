@@ -35,7 +35,19 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
         name: &info.name,
         path: &info.path,
     };
-    match config.authorizer.authorize(&attributes).await {
+    let started = std::time::Instant::now();
+    let decided = config.authorizer.authorize(&attributes).await;
+    // kube's `authorization_duration_seconds`: `allowed`, `denied`, `error`.
+    let result = match &decided {
+        Ok(decision) if decision.is_allowed() => "allowed",
+        Ok(_) => "denied",
+        Err(_) => "error",
+    };
+    crate::metrics::global()
+        .authorization_duration
+        .with_label_values(&[result])
+        .observe(started.elapsed().as_secs_f64());
+    match decided {
         Ok(decision) if decision.is_allowed() => Ok(Request::from_parts(parts, body)),
         Ok(decision) => Err(forbidden(user, info, &decision.reason).into_response()),
         Err(e) => {

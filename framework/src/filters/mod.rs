@@ -1,7 +1,7 @@
 //! Filters: what every request passes before the router, outermost first — the headers of
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
-//! request info, timeout (not for watches), authentication, authorization.
+//! request info, timeout (not for watches), authentication, authorization, request metrics.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
@@ -10,6 +10,7 @@ pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod error_encoding;
 pub(crate) mod headers;
+pub(crate) mod metrics;
 pub(crate) mod panic_recovery;
 pub(crate) mod pretty;
 pub(crate) mod request_info;
@@ -66,6 +67,7 @@ async fn chain(
     mut request: Request,
     next: Next,
 ) -> Response {
+    let arrived = std::time::Instant::now();
     let audit_id = headers::audit_id(&request);
     let yaml_errors = error_encoding::wants_yaml(&request);
     let pretty = pretty::wanted(&request);
@@ -79,9 +81,16 @@ async fn chain(
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
-            match authorization::authorize(&config, request).await {
-                Ok(request) => next.run(request).await,
-                Err(refused) => refused,
+            let request = match authorization::authorize(&config, request).await {
+                Ok(request) => request,
+                Err(refused) => return refused,
+            };
+            match metrics::start(&request, arrived, long_running) {
+                Some(recording) => {
+                    let response = next.run(request).await;
+                    metrics::finish(recording, long_running, response)
+                }
+                None => next.run(request).await,
             }
         };
         if long_running {

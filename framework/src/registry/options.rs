@@ -74,8 +74,11 @@ pub struct ListOptions {
 #[derive(Clone)]
 pub struct FieldView {
     pub(crate) selectable_fields: &'static [&'static str],
-    pub(crate) show: Arc<dyn Fn(&Value) -> Result<Value> + Send + Sync>,
+    pub(crate) show: ShowFn,
 }
+
+/// A stored object (JSON of the storage version) as a version shows it.
+type ShowFn = Arc<dyn Fn(&Value) -> Result<Value> + Send + Sync>;
 
 impl FieldView {
     /// A view with `selectable_fields` (besides `metadata.name` and `metadata.namespace`),

@@ -38,6 +38,7 @@ use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
 use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
 use crate::server::tls;
 use crate::server::version::VersionInfo;
+use crate::storage::instrumented::Instrumented;
 use crate::storage::{Backend, MemoryBackend, SqliteBackend};
 use crate::tls::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 
@@ -787,6 +788,7 @@ impl APIServer {
             Some(b) => b,
             None => open_backend(&self.options).await?,
         };
+        let backend = Instrumented::wrap(backend, &self.options.storage_prefix);
         let config = StorageConfig::new(
             backend.clone(),
             &self.options.storage_prefix,

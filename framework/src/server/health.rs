@@ -1,6 +1,8 @@
 //! `/healthz`, `/livez`, `/readyz` and `/version`: plain-text checks as kube-apiserver
 //! answers them (`ok`, or a list of `[+]`/`[-]` lines with `?verbose`), each check also at
-//! `/{endpoint}/{check}`, and `?exclude={check}` to skip one.
+//! `/{endpoint}/{check}`, and `?exclude={check}` to skip one; and `/metrics` (see
+//! [`metrics`](crate::metrics)), which, unlike the checks, is authorized as the non-resource
+//! URL `/metrics`.
 
 use std::sync::Arc;
 
@@ -44,7 +46,20 @@ pub fn router(state: HealthState) -> Router {
                 get(move |s: State<HealthState>, p: Path<String>| single(endpoint, s, p)),
             );
     }
-    router.route("/version", get(version)).with_state(state)
+    router
+        .route("/version", get(version))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// Every metric in the Prometheus text format.
+async fn metrics() -> Response {
+    let mut response = crate::metrics::encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    response
 }
 
 /// A check's name, result, and whether `?verbose` may show its reason.

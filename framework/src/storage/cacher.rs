@@ -288,6 +288,33 @@ struct Shared {
     state: RwLock<State>,
     /// The cache's revision while it is ready; `None` while it is not.
     revision: watch::Sender<Option<Revision>>,
+    metrics: CacheMetrics,
+}
+
+/// kube's watch-cache metrics of one resource, and `apiserver_storage_objects`, which the
+/// cache knows without asking the backend.
+struct CacheMetrics {
+    objects: prometheus::IntGauge,
+    events: prometheus::IntCounter,
+    revision: prometheus::IntGauge,
+}
+
+impl CacheMetrics {
+    fn new(prefix: &str) -> Self {
+        let metrics = crate::metrics::global();
+        let resource = crate::metrics::group_resource_of_prefix(prefix);
+        let resource = [resource.as_str()];
+        Self {
+            objects: metrics.storage_objects.with_label_values(&resource),
+            events: metrics.watch_cache_events.with_label_values(&resource),
+            revision: metrics.watch_cache_revision.with_label_values(&resource),
+        }
+    }
+
+    fn record(&self, state: &State) {
+        self.objects.set(state.objects.len() as i64);
+        self.revision.set(state.revision);
+    }
 }
 
 struct State {
@@ -340,6 +367,7 @@ impl Cacher {
                 live,
             }),
             revision: watch::Sender::new(None),
+            metrics: CacheMetrics::new(prefix),
         });
         let task = tokio::spawn(run(Arc::clone(&shared)));
         Self {
@@ -624,6 +652,7 @@ impl Shared {
         state.window_start = revision;
         state.revision = revision;
         state.ready = true;
+        self.metrics.record(&state);
         self.revision.send_replace(Some(revision));
     }
 
@@ -688,6 +717,8 @@ impl Shared {
         {
             state.compact();
         }
+        self.metrics.events.inc();
+        self.metrics.record(state);
         self.revision.send_replace(Some(revision));
     }
 

@@ -8,6 +8,7 @@ pub(crate) mod compactor;
 pub mod conformance;
 #[cfg(feature = "etcd")]
 pub mod etcd3;
+pub mod instrumented;
 pub mod memory;
 mod mvcc;
 mod notify;

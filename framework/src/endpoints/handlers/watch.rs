@@ -13,6 +13,43 @@ use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint};
 use crate::endpoints::response::watch_line;
 use crate::error::{Error, Result};
 use crate::registry::rest::{Object, WatchEvent, WatchEventType};
+use crate::runtime::ResourceInfo;
+
+/// kube's watch metrics of one watch: `apiserver_registered_watchers` while it runs,
+/// `apiserver_watch_events_total` and `apiserver_watch_events_sizes` per event sent.
+struct WatchMetrics {
+    watchers: prometheus::IntGauge,
+    events: prometheus::IntCounter,
+    sizes: prometheus::Histogram,
+}
+
+impl WatchMetrics {
+    fn new(info: &ResourceInfo) -> Self {
+        let metrics = crate::metrics::global();
+        let watchers =
+            metrics
+                .registered_watchers
+                .with_label_values(&[info.group, info.version, info.kind]);
+        watchers.inc();
+        let resource = [info.group, info.version, info.plural];
+        Self {
+            watchers,
+            events: metrics.watch_events.with_label_values(&resource),
+            sizes: metrics.watch_event_sizes.with_label_values(&resource),
+        }
+    }
+
+    fn sent(&self, bytes: usize) {
+        self.events.inc();
+        self.sizes.observe(bytes as f64);
+    }
+}
+
+impl Drop for WatchMetrics {
+    fn drop(&mut self) {
+        self.watchers.dec();
+    }
+}
 
 pub(crate) async fn watch(call: Call) -> Result<Response> {
     let target = negotiate(accept_header(&call), Endpoint::Watch)?;
@@ -27,6 +64,7 @@ pub(crate) async fn watch(call: Call) -> Result<Response> {
     let events = watcher.watch(&call.ctx, &options).await?;
     let resource = call.resource.clone();
     let shutdown = call.state.shutdown.clone();
+    let metrics = WatchMetrics::new(&resource.storage.info);
     let lines = events
         .map(move |event| {
             let line = watch_line(target, event, &resource.table, include).unwrap_or_else(|e| {
@@ -36,6 +74,7 @@ pub(crate) async fn watch(call: Call) -> Result<Response> {
                 };
                 watch_line(target, error, &resource.table, include).unwrap_or_default()
             });
+            metrics.sent(line.len());
             Ok::<Bytes, std::io::Error>(Bytes::from(line))
         })
         .take_until(async move { shutdown.cancelled().await });
