@@ -68,6 +68,9 @@ pub struct Metrics {
     pub authorization_duration: HistogramVec,
     /// `apiserver_admission_step_admission_duration_seconds` by type, operation, rejected.
     pub admission_duration: HistogramVec,
+    /// `apiserver_dropped_requests_total` by request_kind: refused with 429 because the
+    /// server had no seat for them.
+    pub dropped: IntCounterVec,
 }
 
 impl Metrics {
@@ -183,6 +186,11 @@ impl Metrics {
                 "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and step type (validate or admit).",
                 &["type", "operation", "rejected"],
                 vec![0.005, 0.025, 0.1, 0.5, 1.0, 2.5],
+            )?,
+            dropped: counter(
+                "apiserver_dropped_requests_total",
+                "Number of requests dropped with 'Try again later' response",
+                &["request_kind"],
             )?,
             registry,
         };

@@ -1,7 +1,8 @@
 //! Filters: what every request passes before the router, outermost first — the headers of
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
-//! request info, timeout (not for watches), authentication, authorization, request metrics.
+//! request info, timeout (not for watches), authentication, in-flight limits, authorization,
+//! request metrics.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
@@ -10,6 +11,7 @@ pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod error_encoding;
 pub(crate) mod headers;
+pub mod inflight;
 pub(crate) mod metrics;
 pub(crate) mod panic_recovery;
 pub(crate) mod pretty;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::{from_fn_with_state, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use crate::auth::{Authenticator, Authorizer};
@@ -38,6 +40,9 @@ pub struct FilterConfig {
     pub anonymous: bool,
     /// Bound on non-long-running requests.
     pub request_timeout: std::time::Duration,
+    /// Seats for requests in flight (`--max-requests-inflight`,
+    /// `--max-mutating-requests-inflight`).
+    pub inflight: Arc<inflight::InflightLimits>,
 }
 
 impl std::fmt::Debug for FilterConfig {
@@ -80,6 +85,10 @@ async fn chain(
             let request = match authentication::authenticate(&config, request).await {
                 Ok(request) => request,
                 Err(refused) => return refused,
+            };
+            let _seat = match config.inflight.admit(&request, long_running) {
+                Ok(seat) => seat,
+                Err(refused) => return refused.into_response(),
             };
             let request = match authorization::authorize(&config, request).await {
                 Ok(request) => request,
@@ -169,6 +178,7 @@ mod tests {
                 always_allow_paths: vec!["/healthz".into()],
                 anonymous,
                 request_timeout: Duration::from_millis(200),
+                inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
             },
         )
     }

@@ -23,6 +23,7 @@ use crate::aggregator::{
 use crate::auth::delegating::{self, AuthSetup, Mode};
 use crate::endpoints::{self, APIState, InstalledResources};
 use crate::error::Error;
+use crate::filters::inflight::InflightLimits;
 use crate::filters::{self, FilterConfig};
 use crate::lifecycle::ShutdownSignal;
 use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
@@ -914,6 +915,10 @@ impl APIServer {
             always_allow_paths: auth.always_allow_paths,
             anonymous: auth.anonymous,
             request_timeout: Duration::from_secs(self.options.request_timeout_seconds),
+            inflight: Arc::new(InflightLimits::new(
+                self.options.max_requests_inflight,
+                self.options.max_mutating_requests_inflight,
+            )),
         };
         filters::apply(router, config)
     }

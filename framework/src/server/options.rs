@@ -123,6 +123,17 @@ pub struct ServerOptions {
     #[arg(long = "request-timeout", default_value_t = 60)]
     pub request_timeout_seconds: u64,
 
+    /// The most read-only requests served at once per class (system components, everyone
+    /// else; one user at most half of everyone else's); more are refused with 429 and
+    /// `Retry-After`. Watches, health, discovery and `system:masters` are not counted. 0: no
+    /// limit.
+    #[arg(long = "max-requests-inflight", default_value_t = 400)]
+    pub max_requests_inflight: usize,
+
+    /// As `--max-requests-inflight`, for requests that change objects.
+    #[arg(long = "max-mutating-requests-inflight", default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
+
     /// Delegated authentication and authorization (and `--anonymous-auth`).
     #[command(flatten)]
     pub auth: crate::auth::DelegatingOptions,
@@ -159,6 +170,8 @@ impl Default for ServerOptions {
             compaction_interval_seconds: 300,
             watch_cache: true,
             request_timeout_seconds: 60,
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
             auth: crate::auth::DelegatingOptions::default(),
             admission: crate::admission::AdmissionOptions::default(),
         }
