@@ -26,13 +26,11 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn binary_serves_kubectl_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join(".apiserver-local");
-    // README's first command, with any free port, run from a fresh directory.
+/// The wardle binary as the README runs it, in `dir`, with `extra` flags; returns once it logs
+/// that it serves.
+fn spawn_wardle(dir: &std::path::Path, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_wardle"))
-        .current_dir(dir.path())
+        .current_dir(dir)
         // Standalone even when the tests run in a pod (its service account would select
         // delegated mode).
         .env_remove("KUBERNETES_SERVICE_HOST")
@@ -42,6 +40,7 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
             "--cert-dir=.apiserver-local",
         ])
         .arg("--sqlite-path=.apiserver-local/wardle.db")
+        .args(extra)
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()
@@ -50,11 +49,10 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
     // The log line "serving addr=127.0.0.1:PORT" says the server is up.
     let stderr = BufReader::new(child.0.stderr.take().unwrap());
     let (tx, rx) = std::sync::mpsc::channel();
+    // Read to the end, so the server never writes its log into a closed pipe.
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
+            let _ = tx.send(line);
         }
     });
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -68,21 +66,22 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
         }
     };
     assert!(serving.contains("127.0.0.1:"), "{serving}");
-    let kubeconfig = certs.join("kubeconfig");
-    let out = kubectl(&kubeconfig, &["get", "flunders", "-A"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    child
+}
 
+/// Sends SIGTERM to the server.
+fn terminate(child: &KillOnDrop) {
     let pid = child.0.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    let deadline = Instant::now() + Duration::from_secs(20);
+}
+
+/// Waits (at most `limit`) for the server to exit, and asserts it exited cleanly.
+fn exits_cleanly(child: &mut KillOnDrop, limit: Duration) {
+    let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = child.0.try_wait().unwrap() {
             break status;
@@ -91,6 +90,137 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn binary_serves_kubectl_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    // README's first command, with any free port, run from a fresh directory.
+    let mut child = spawn_wardle(dir.path(), &[]);
+    let kubeconfig = dir.path().join(".apiserver-local/kubeconfig");
+    let out = kubectl(&kubeconfig, &["get", "flunders", "-A"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    terminate(&child);
+    exits_cleanly(&mut child, Duration::from_secs(20));
+}
+
+/// A kube-rs client from the server's kubeconfig that does not retry, so each answer counts.
+async fn client(kubeconfig: &std::path::Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let options = kube::config::KubeConfigOptions::default();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .unwrap();
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
+/// The status code of a GET of `path`, or `None` when the server does not answer.
+async fn status_of(client: &kube::Client, path: &str) -> Option<u16> {
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    let response = client.send(request.map(Into::into)).await.ok()?;
+    Some(response.status().as_u16())
+}
+
+/// SIGTERM under a steady load of creates: `/readyz` fails at once while writes are still
+/// served for `--shutdown-delay-duration`, then the server stops taking connections, lets what
+/// it accepted finish and exits 0. After a restart every write a client saw acknowledged is
+/// there, and none that failed is: what failed was never accepted (a connection refused, or
+/// closed idle as the client sent on it), no accepted request was cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_loses_no_acknowledged_write() {
+    use kube::api::{Api, PostParams};
+    use wardle::Flunder;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_wardle(dir.path(), &["--shutdown-delay-duration=2s"]);
+    let kubeconfig = dir.path().join(".apiserver-local/kubeconfig");
+    let client = client(&kubeconfig).await;
+    let terminated = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..4 {
+        let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+        let terminated = terminated.clone();
+        writers.spawn(async move {
+            let (mut acknowledged, mut after_sigterm, mut failed) = (Vec::new(), 0, Vec::new());
+            // Bounded: at most 5,000 writes each, and it ends at the first refused connection.
+            for i in 0..5_000 {
+                let name = format!("w{writer}-{i}");
+                let mut flunder = Flunder::default();
+                flunder.metadata.name = Some(name.clone());
+                match api.create(&PostParams::default(), &flunder).await {
+                    Ok(_) => {
+                        acknowledged.push(name);
+                        if terminated.load(std::sync::atomic::Ordering::SeqCst) {
+                            after_sigterm += 1;
+                        }
+                    }
+                    Err(e) => {
+                        assert!(
+                            !matches!(e, kube::Error::Api(_)),
+                            "only connection failures: {e}"
+                        );
+                        failed.push(name);
+                        break;
+                    }
+                }
+            }
+            (acknowledged, after_sigterm, failed)
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    terminate(&child);
+    terminated.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Not ready at once, while still serving.
+    let mut not_ready = false;
+    for _ in 0..20 {
+        if status_of(&client, "/readyz").await == Some(500) {
+            not_ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(not_ready, "/readyz fails as soon as SIGTERM arrives");
+    let (mut acknowledged, mut after_sigterm, mut failed) = (Vec::new(), 0, Vec::new());
+    while let Some(done) = writers.join_next().await {
+        let (names, after, failures) = done.unwrap();
+        acknowledged.extend(names);
+        after_sigterm += after;
+        failed.extend(failures);
+    }
+    assert!(
+        after_sigterm > 0,
+        "writes are still served during the delay"
+    );
+    exits_cleanly(&mut child, Duration::from_secs(40));
+
+    // The same storage, a new process: every acknowledged write is there.
+    let _child = spawn_wardle(dir.path(), &[]);
+    let client = self::client(&kubeconfig).await;
+    let api: Api<Flunder> = Api::namespaced(client, "default");
+    let stored: std::collections::BTreeSet<String> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|f| f.metadata.name)
+        .collect();
+    let missing: Vec<_> = acknowledged
+        .iter()
+        .filter(|n| !stored.contains(*n))
+        .collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    let cut_off: Vec<_> = failed.iter().filter(|n| stored.contains(*n)).collect();
+    assert!(
+        cut_off.is_empty(),
+        "stored but the client saw a failure: {cut_off:?}"
+    );
+    assert!(acknowledged.len() >= 10, "{} writes", acknowledged.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -741,6 +741,7 @@ impl APIServer {
     async fn start_with_signal(self, os_signals: bool) -> Result<RunningServer, ServerError> {
         crate::tls::install_crypto_provider();
         let shutdown = ShutdownSignal::new();
+        let initiated = ShutdownSignal::new();
         let (backend, groups) = match self.open_storage(&shutdown).await {
             Ok(opened) => opened,
             Err(e) => {
@@ -763,12 +764,13 @@ impl APIServer {
         };
         let health = self.health_state(
             backend.clone(),
-            shutdown.clone(),
+            (shutdown.clone(), initiated.clone()),
             bound.wiring.readyz.clone(),
         );
         let router = self.build_router(&groups, health, auth, bound.admission);
         self.spawn_upkeep(&tls, &backend, bound.wiring.handle.clone(), &shutdown);
-        let task = self.spawn_serving(bound.listener, tls.config, router, &shutdown, os_signals);
+        let signals = (shutdown.clone(), initiated);
+        let task = self.spawn_serving(bound.listener, tls.config, router, signals, os_signals);
         Ok(RunningServer {
             addr: bound.addr,
             kubeconfig: bound.kubeconfig,
@@ -859,28 +861,40 @@ impl APIServer {
     }
 
     /// Serves `router` on `listener` until `shutdown` (or SIGTERM/SIGINT with `os_signals`).
+    /// A signal first sets `initiated` (`/readyz` fails) and keeps serving for
+    /// `--shutdown-delay-duration`; then the listener closes, watches end, in-flight requests
+    /// drain.
     fn spawn_serving(
         &self,
         listener: TcpListener,
         tls_config: Arc<rustls::ServerConfig>,
         router: Router,
-        shutdown: &ShutdownSignal,
+        (shutdown, initiated): (ShutdownSignal, ShutdownSignal),
         os_signals: bool,
     ) -> tokio::task::JoinHandle<Result<(), ServerError>> {
         let serve_options = ServeOptions {
-            signal: shutdown.clone(),
+            signal: shutdown,
             max_concurrent_streams: match self.options.http2_max_streams_per_connection {
                 0 => DEFAULT_HTTP2_MAX_STREAMS,
                 n => n,
             },
             ..ServeOptions::default()
         };
+        let delay = self.options.shutdown_delay_duration;
         tokio::spawn(async move {
             let stop = async move {
                 if os_signals {
                     shutdown_signal().await
                 } else {
                     std::future::pending::<()>().await
+                }
+                initiated.trigger();
+                if !delay.is_zero() {
+                    tracing::info!(
+                        ?delay,
+                        "/readyz fails; serving until the shutdown delay ends"
+                    );
+                    tokio::time::sleep(delay).await;
                 }
             };
             serve_tls_with(listener, tls_config, router, stop, serve_options).await?;
@@ -927,7 +941,7 @@ impl APIServer {
     fn health_state(
         &self,
         backend: Arc<dyn Backend>,
-        shutdown: ShutdownSignal,
+        (shutdown, shutdown_initiated): (ShutdownSignal, ShutdownSignal),
         readyz: Vec<Arc<dyn ReadyzCheck>>,
     ) -> HealthState {
         let storage_check = match self.options.storage_backend {
@@ -938,6 +952,7 @@ impl APIServer {
             backend,
             storage_check,
             shutdown,
+            shutdown_initiated,
             readyz,
             version: Arc::new(self.version.clone()),
         }

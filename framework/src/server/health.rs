@@ -26,6 +26,10 @@ pub struct HealthState {
     pub storage_check: &'static str,
     /// Set when shutdown starts: `/readyz` fails so load balancers stop sending.
     pub shutdown: crate::lifecycle::ShutdownSignal,
+    /// Set when SIGTERM arrives, before `--shutdown-delay-duration` has passed and
+    /// [`shutdown`](Self::shutdown) starts: `/readyz` fails first while requests are still
+    /// served, as kube-apiserver's `ShutdownInitiated`.
+    pub shutdown_initiated: crate::lifecycle::ShutdownSignal,
     /// More readiness checks (the aggregator's registration and diagnostics).
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
     /// What `/version` answers.
@@ -71,7 +75,8 @@ async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
     let mut checks: Vec<Check> = vec![("ping".into(), Ok(()), false)];
     if endpoint == "readyz" {
         let storage = state.backend.ready().await.map_err(NotReady::from_error);
-        let shutdown = if state.shutdown.is_shutting_down() {
+        let stopping = state.shutdown.is_shutting_down();
+        let shutdown = if stopping || state.shutdown_initiated.is_shutting_down() {
             Err(NotReady::new("process is shutting down"))
         } else {
             Ok(())

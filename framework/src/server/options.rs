@@ -123,6 +123,13 @@ pub struct ServerOptions {
     #[arg(long = "request-timeout", default_value_t = 60)]
     pub request_timeout_seconds: u64,
 
+    /// How long the server keeps serving after SIGTERM, with `/readyz` failing, so that load
+    /// balancers and the aggregator stop sending before connections close (as
+    /// kube-apiserver's flag); then in-flight requests drain and watches end.
+    #[arg(long = "shutdown-delay-duration", default_value = "0s",
+          value_parser = crate::auth::options::parse_duration, value_name = "DURATION")]
+    pub shutdown_delay_duration: std::time::Duration,
+
     /// The most read-only requests served at once per class (system components, everyone
     /// else; one user at most half of everyone else's); more are refused with 429 and
     /// `Retry-After`. Watches, health, discovery and `system:masters` are not counted. 0: no
@@ -170,6 +177,7 @@ impl Default for ServerOptions {
             compaction_interval_seconds: 300,
             watch_cache: true,
             request_timeout_seconds: 60,
+            shutdown_delay_duration: std::time::Duration::ZERO,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
             auth: crate::auth::DelegatingOptions::default(),
