@@ -159,3 +159,19 @@ mod tests {
         assert!(parsed[0].is_qualified());
     }
 }
+
+/// Accept headers of any shape: parsed without panicking, every range well-formed.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_accept_header_parses(header in "[a-z/*;=,.+ q0-9\"é-]{0,48}") {
+            for range in parse_accept(Some(&header)) {
+                let _ = (range.is_qualified(), range.param("as"), range.matches("application", "json"));
+            }
+        }
+    }
+}

@@ -412,3 +412,86 @@ mod tests {
         }
     }
 }
+
+/// The splicer against the plain decoding path on generated objects and garbage.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z\"\\\\{}:, ]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-zV\"{}]{1,16}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A stored object: members in any order around a `metadata` object that may hold a
+    /// `resourceVersion` already, keys that sort before and after it.
+    fn stored_object() -> impl Strategy<Value = Value> {
+        let meta_key = prop_oneof![
+            Just("resourceVersion".to_string()),
+            Just("name".to_string()),
+            Just("uid".to_string()),
+            "[a-z]{1,16}",
+        ];
+        let metadata = prop::collection::btree_map(meta_key, json_value(), 0..5);
+        let others = prop::collection::btree_map("[a-z]{1,10}", json_value(), 0..4);
+        (metadata, others).prop_map(|(metadata, others)| {
+            let mut object: serde_json::Map<String, Value> = others.into_iter().collect();
+            object.insert(
+                "metadata".into(),
+                Value::Object(metadata.into_iter().collect()),
+            );
+            Value::Object(object)
+        })
+    }
+
+    fn kv(value: Vec<u8>, revision: i64) -> KeyValue {
+        KeyValue {
+            key: "/k".into(),
+            value: Bytes::from(value),
+            create_revision: 1,
+            mod_revision: revision,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn splicing_gives_the_bytes_of_the_decoding_path(
+            object in stored_object(), revision in 1i64..i64::MAX
+        ) {
+            let kv = kv(serde_json::to_vec(&object).unwrap(), revision);
+            let want = serde_json::to_vec(&decode_stored(&kv).unwrap()).unwrap();
+            prop_assert_eq!(encode_stored(&kv).unwrap(), Bytes::from(want));
+        }
+
+        #[test]
+        fn garbage_is_an_error_or_what_decoding_gives(
+            bytes in prop::collection::vec(any::<u8>(), 0..64), text in "[{}\\[\\]\":,a-z0-9 ]{0,48}"
+        ) {
+            for value in [bytes.clone(), text.clone().into_bytes()] {
+                let kv = kv(value, 3);
+                match (encode_stored(&kv), decode_stored(&kv)) {
+                    (Ok(encoded), Ok(decoded)) => {
+                        let encoded: Value = serde_json::from_slice(&encoded).unwrap();
+                        prop_assert_eq!(encoded, decoded);
+                    }
+                    (Err(_), Err(_)) => {}
+                    (a, b) => prop_assert!(false, "splice {:?} but decode {:?}", a.is_ok(), b.is_ok()),
+                }
+            }
+        }
+    }
+}
