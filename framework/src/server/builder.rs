@@ -640,8 +640,8 @@ pub enum Command {
     Manifests(ManifestOptions),
     /// Rewrite every stored object that is not in its resource's current storage version,
     /// converted, and exit: after a change of storage version, so that the older version can
-    /// be dropped. Resumable, and safe while servers run (each rewrite is a compare-and-swap;
-    /// watchers see a MODIFIED event).
+    /// be dropped. Resumable; on etcd, safe while servers run (each rewrite is a
+    /// compare-and-swap, and watchers see a MODIFIED event).
     MigrateStorage(MigrateStorageOptions),
 }
 

@@ -422,6 +422,28 @@ mod tests {
     }
 
     #[test]
+    fn the_stored_api_version_is_found_without_decoding() {
+        let cases: [(&str, Option<&str>); 6] = [
+            (
+                r#"{"apiVersion":"g/v1","kind":"K","metadata":{}}"#,
+                Some("g/v1"),
+            ),
+            (
+                r#"{ "_x" : [1, {"apiVersion":"no"}] , "apiVersion" : "g/v2" }"#,
+                Some("g/v2"),
+            ),
+            (r#"{"kind":"K","metadata":{}}"#, None),
+            (r#"{"apiVersion":1}"#, None),
+            (r#"[{"apiVersion":"g/v1"}]"#, None),
+            ("nope", None),
+        ];
+        for (json, want) in cases {
+            let got = stored_api_version(json.as_bytes());
+            assert_eq!(got, want.map(str::as_bytes), "{json}");
+        }
+    }
+
+    #[test]
     fn corrupt_stored_bytes_are_an_error() {
         for json in [
             r#"{"metadata":{"name":"a"}"#,

@@ -14,7 +14,7 @@ use crate::runtime::{Convertible, Resource, ResourceInfo};
 use crate::storage::KeyValue;
 
 /// An object of an older storage version (its stored JSON) as the storage version's JSON.
-pub(crate) type ToStorageVersion = fn(Value) -> Result<Value>;
+pub(crate) type ToStorageVersion = fn(Value) -> std::result::Result<Value, String>;
 
 /// The storage version of a store and how to read the other versions found in its keys.
 /// Shared by every clone of a store and by its watch cache's encoder, so a version declared
@@ -71,10 +71,8 @@ impl StoredVersions {
             .map_err(|e| Error::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
         let converted = convert(object).map_err(|e| {
             Error::internal(format!(
-                "stored object {} in {stored}: converting it to {}: {}",
-                kv.key,
-                self.current,
-                e.message()
+                "stored object {} in {stored}: converting it to {}: {e}",
+                kv.key, self.current
             ))
         })?;
         Ok(Cow::Owned(KeyValue {
@@ -104,18 +102,236 @@ impl StoredVersions {
 }
 
 /// Stored JSON of `Old` as JSON of `T`.
-fn to_storage_version<Old: Convertible<T>, T: Resource>(mut object: Value) -> Result<Value> {
+fn to_storage_version<Old: Convertible<T>, T: Resource>(
+    mut object: Value,
+) -> std::result::Result<Value, String> {
     // Not fields of the type: a type that denies unknown fields decodes too.
     if let Some(map) = object.as_object_mut() {
         map.remove("apiVersion");
         map.remove("kind");
     }
-    let old: Old = serde_json::from_value(object).map_err(|e| {
-        Error::internal(format!(
-            "it does not decode as {}: {e}",
-            Old::INFO.api_version()
-        ))
-    })?;
-    let converted = old.into_hub().map_err(|e| Error::internal(e.to_string()))?;
-    encode_typed(&converted)
+    let old: Old = serde_json::from_value(object)
+        .map_err(|e| format!("it does not decode as {}: {e}", Old::INFO.api_version()))?;
+    let converted = old.into_hub().map_err(|e| e.to_string())?;
+    encode_typed(&converted).map_err(|e| e.message().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use futures::StreamExt;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde::{Deserialize, Serialize};
+    use serde_json::json;
+
+    use super::super::Store;
+    use crate::registry::context::RequestContext;
+    use crate::registry::options::{GetOptions, ListOptions};
+    use crate::registry::rest::{Getter, WatchEventType, Watcher};
+    use crate::runtime::resource::TEST_INFO;
+    use crate::runtime::{ConversionError, Convertible, Resource, ResourceInfo};
+    use crate::storage::{Backend, MemoryBackend};
+
+    #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Old {
+        #[serde(default)]
+        metadata: ObjectMeta,
+        #[serde(default)]
+        width: i64,
+    }
+
+    #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+    struct New {
+        #[serde(default)]
+        metadata: ObjectMeta,
+        #[serde(default)]
+        size: i64,
+    }
+
+    impl Resource for Old {
+        const INFO: ResourceInfo = TEST_INFO;
+        fn metadata(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn metadata_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    impl Resource for New {
+        const INFO: ResourceInfo = ResourceInfo {
+            version: "v1beta1",
+            ..TEST_INFO
+        };
+        fn metadata(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn metadata_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    impl Convertible<New> for Old {
+        fn into_hub(self) -> Result<New, ConversionError> {
+            Ok(New {
+                metadata: self.metadata,
+                size: self.width,
+            })
+        }
+        fn from_hub(hub: New) -> Result<Self, ConversionError> {
+            Ok(Old {
+                metadata: hub.metadata,
+                width: hub.size,
+            })
+        }
+    }
+
+    const KEYS: &str = "/registry/wardle.example.com/flunders/ns/";
+
+    /// A stored object: `width` in v1alpha1, `size` in any other version.
+    fn stored(version: &str, name: &str, number: i64) -> Bytes {
+        let field = if version == "v1alpha1" {
+            "width"
+        } else {
+            "size"
+        };
+        let object = json!({"apiVersion": format!("wardle.example.com/{version}"),
+                            "kind": "Flunder", "metadata": {"name": name, "namespace": "ns"},
+                            field: number});
+        Bytes::from(serde_json::to_vec(&object).unwrap())
+    }
+
+    async fn store_with(objects: &[(&str, &str)]) -> (Store<New>, std::sync::Arc<MemoryBackend>) {
+        let backend = std::sync::Arc::new(MemoryBackend::new());
+        for (i, (version, name)) in objects.iter().enumerate() {
+            let key = format!("{KEYS}{name}");
+            backend
+                .create(&key, stored(version, name, i as i64 + 1))
+                .await
+                .unwrap();
+        }
+        let store = Store::<New>::new(backend.clone(), "/registry");
+        store.decodes::<Old>();
+        (store, backend)
+    }
+
+    #[tokio::test]
+    async fn older_objects_are_read_converted_and_unknown_ones_are_a_500() {
+        let (store, _) = store_with(&[("v1alpha1", "a"), ("v9", "b")]).await;
+        let ctx = RequestContext::namespaced("ns");
+        let a = store.get(&ctx, "a", &GetOptions::default()).await.unwrap();
+        assert_eq!(a["apiVersion"], "wardle.example.com/v1beta1");
+        assert_eq!(a["size"], 1);
+        assert!(a.get("width").is_none(), "{a}");
+        let b = store.get(&ctx, "b", &GetOptions::default()).await;
+        let e = b.unwrap_err();
+        assert_eq!(e.code(), 500);
+        assert!(
+            e.message().contains("is in wardle.example.com/v9"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_watch_of_the_backend_ends_with_an_error_at_an_unknown_version() {
+        let (store, backend) = store_with(&[("v1alpha1", "a")]).await;
+        let ctx = RequestContext::namespaced("ns");
+        let options = ListOptions {
+            timeout_seconds: Some(10),
+            ..ListOptions::default()
+        };
+        let mut events = store.watch(&ctx, &options).await.unwrap();
+        let first = events.next().await.unwrap();
+        assert_eq!(first.type_, WatchEventType::Added);
+        assert_eq!(first.object.into_value().unwrap()["size"], 1);
+        let key = format!("{KEYS}z");
+        backend.create(&key, stored("v9", "z", 1)).await.unwrap();
+        let error = events.next().await.unwrap();
+        assert_eq!(error.type_, WatchEventType::Error);
+        let status = error.object.into_value().unwrap();
+        assert_eq!(status["code"], 500, "{status}");
+    }
+
+    #[tokio::test]
+    async fn the_migrator_rewrites_older_objects_once() {
+        let (store, backend) = store_with(&[("v1alpha1", "a"), ("v1beta1", "b")]).await;
+        let report = store.migrator().migrate().await.unwrap();
+        assert_eq!(
+            report.to_string(),
+            "flunders.wardle.example.com: 2 objects, 1 rewritten"
+        );
+        let a = backend.get(&format!("{KEYS}a")).await.unwrap().unwrap();
+        let a: serde_json::Value = serde_json::from_slice(&a.value).unwrap();
+        assert_eq!(a["apiVersion"], "wardle.example.com/v1beta1");
+        assert_eq!(a["size"], 1);
+        let again = store.migrator().migrate().await.unwrap();
+        assert_eq!(again.rewritten, 0);
+        backend
+            .create(&format!("{KEYS}c"), stored("v9", "c", 1))
+            .await
+            .unwrap();
+        let e = store.migrator().migrate().await.unwrap_err();
+        assert!(e.message().contains("v9"), "{}", e.message());
+    }
+}
+
+/// What the version check adds to the encoding of an object already in the storage version
+/// (the watch cache's and a list's hot path). Figures are printed, never asserted:
+/// `cargo test -p apiserver --release --lib -- --ignored --nocapture version_check_cost`.
+#[cfg(test)]
+mod cost {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+
+    use super::StoredVersions;
+    use crate::registry::store::codec::encode_stored;
+    use crate::runtime::resource::TEST_INFO;
+    use crate::storage::KeyValue;
+
+    #[test]
+    #[ignore = "a measurement, not a test"]
+    fn version_check_cost() {
+        let object = serde_json::json!({
+            "apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+            "metadata": {"name": "flunder-00042", "namespace": "default",
+                         "uid": "3f1c2d9e-5a0b-4c8e-9d7f-1b2a3c4d5e6f",
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"app": "wardle", "tier": "backend"}},
+            "spec": {"reference": "fischer-00042", "referenceType": "Fischer"},
+            "status": {}
+        });
+        let kv = KeyValue {
+            key: "/registry/wardle.example.com/flunders/default/flunder-00042".into(),
+            value: Bytes::from(serde_json::to_vec(&object).unwrap()),
+            create_revision: 1,
+            mod_revision: 42,
+        };
+        let versions = StoredVersions::new(TEST_INFO);
+        const N: u32 = 200_000;
+        let time = |f: &dyn Fn() -> usize| {
+            let start = Instant::now();
+            let mut bytes = 0;
+            for _ in 0..N {
+                bytes += f();
+            }
+            assert!(bytes > 0);
+            start.elapsed() / N
+        };
+        for _ in 0..2 {
+            let check = time(&|| versions.is_current(&kv) as usize);
+            let before = time(&|| encode_stored(&kv).unwrap().len());
+            let after = time(&|| {
+                let kv = versions.in_storage_version(&kv).unwrap();
+                encode_stored(&kv).unwrap().len()
+            });
+            println!(
+                "{} bytes: version check {check:?}, encode_stored {before:?}, \
+                 with the check {after:?}",
+                kv.value.len()
+            );
+        }
+    }
 }
