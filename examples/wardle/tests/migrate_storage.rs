@@ -131,3 +131,74 @@ async fn an_object_in_a_version_wardle_does_not_know_fails_the_migration() {
     );
     assert_eq!(stored(&db).await[0]["apiVersion"], "wardle.example.com/v9");
 }
+
+#[cfg(feature = "etcd")]
+mod common;
+
+/// On etcd, beside a running server (another process): the server's watch sees each
+/// rewrite as a MODIFIED event, and its reads follow.
+#[cfg(feature = "etcd")]
+mod etcd3 {
+    use apiserver::storage::{Etcd3Backend, Etcd3Options};
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_running_server_sees_the_rewrites_of_migrate_storage() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = common::Backend::Etcd3.options(dir.path());
+        let prefix = options.storage_prefix.clone();
+        common::etcd_ready(&options.etcd_servers).await;
+        let etcd = Etcd3Backend::connect(&options.etcd_servers, Etcd3Options::default())
+            .await
+            .unwrap();
+        let key = format!("{prefix}/wardle.example.com/flunders/default/old");
+        let old = flunder(
+            "v1beta1",
+            "old",
+            json!({"fischerReference": "fish", "referenceType": "Fischer"}),
+        );
+        let bytes = serde_json::to_vec(&old).unwrap();
+        etcd.create(&key, bytes.into()).await.unwrap();
+
+        let server = common::serve(options.clone()).await;
+        let watch = server.kubectl_watch(&[
+            "get",
+            "flunders",
+            "-w",
+            "--output-watch-events",
+            "--no-headers",
+        ]);
+        watch.expect_line(&["ADDED", "old"]);
+        let out = Command::new(env!("CARGO_BIN_EXE_wardle"))
+            .arg("migrate-storage")
+            .arg("--storage-backend=etcd3")
+            .arg(format!("--etcd-servers={}", options.etcd_servers.join(",")))
+            .arg(format!("--etcd-prefix={prefix}"))
+            .output()
+            .expect("wardle runs");
+        let printed = stdout(&out);
+        assert!(
+            printed.contains("flunders.wardle.example.com: 1 objects, 1 rewritten\n"),
+            "{printed}"
+        );
+        watch.expect_line(&["MODIFIED", "old"]);
+        let stored = etcd.get(&key).await.unwrap().unwrap();
+        let stored: Value = serde_json::from_slice(&stored.value).unwrap();
+        assert_eq!(stored["apiVersion"], "wardle.example.com/v1alpha1");
+        assert_eq!(
+            stored["spec"],
+            json!({"reference": "fish", "referenceType": "Fischer"})
+        );
+        let got = common::ok(server.kubectl(&[
+            "get",
+            "flunders.v1beta1.wardle.example.com",
+            "old",
+            "-o",
+            "json",
+        ]));
+        let got: Value = serde_json::from_str(&got).unwrap();
+        assert_eq!(got["spec"]["fischerReference"], "fish");
+        server.stop().await;
+    }
+}

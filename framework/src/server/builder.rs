@@ -634,6 +634,8 @@ struct Cli {
 
 /// What a server built with [`APIServer::from_args`] can do besides serving (the default).
 #[derive(Clone, Debug, Subcommand)]
+// Parsed once per process: the size of the server's flags does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Print the YAML to run this server in a cluster behind the aggregator: Namespace,
     /// ServiceAccount, RBAC, Deployment, Service and APIServices.
