@@ -275,9 +275,19 @@ async fn a_version_served_no_more_is_read_when_declared_formerly_stored() {
     let dir = tempfile::tempdir().unwrap();
     let before = start(dir.path(), stored_as_v1()).await;
     create(&before, "v1", "a", json!({"width": 4}));
+    create(&before, "v1", "gone", json!({"width": 5}));
     before.stop().await;
 
     let after = start(dir.path(), stored_as_v2_only()).await;
+    // A delete reads the old object (preconditions, finalizers) converted too.
+    let request = http::Request::delete(format!("{V2}/gone"))
+        .body(Vec::new())
+        .unwrap();
+    send(&after, request).await.unwrap();
+    let request = http::Request::get(format!("{V2}/gone"))
+        .body(Vec::new())
+        .unwrap();
+    assert_eq!(send(&after, request).await.unwrap_err().0, 404);
     let got = get(&after, &format!("{V2}/a"));
     assert_eq!(got["spec"], json!({"size": 4}));
     // A no-op update (kube-storage-version-migrator's way) writes it in v2.
