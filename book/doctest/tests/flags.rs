@@ -169,6 +169,23 @@ fn render(command: &Command) -> String {
         .filter(|a| a.get_long().is_some_and(|l| l != "help"))
         .collect();
     table(&mut out, &args);
+    let migrate = command
+        .find_subcommand("migrate-storage")
+        .expect("the migrate-storage subcommand");
+    let about = one_line(
+        &migrate
+            .get_about()
+            .expect("migrate-storage's about")
+            .to_string(),
+    );
+    write!(out, "\n## `migrate-storage`\n\n`SERVER migrate-storage [--resource=RESOURCE] [SERVER FLAGS]`: {about} It takes the server's flags too, of which the storage ones say which storage it rewrites. See [Changing the storage version](resources.md#changing-the-storage-version).\n\n").unwrap();
+    // Its own flags: the server's are listed above.
+    let server = |a: &Arg| command.get_arguments().any(|s| s.get_id() == a.get_id());
+    let args: Vec<_> = migrate
+        .get_arguments()
+        .filter(|a| a.get_long().is_some_and(|l| l != "help") && !server(a))
+        .collect();
+    table(&mut out, &args);
     out
 }
 

@@ -31,9 +31,10 @@ use crate::registry::computed::{ComputedOptions, ComputedStorage, Provider};
 use crate::registry::converted::converted;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
-use crate::registry::store::{Reader, Store};
+use crate::registry::store::{MigrationReport, Reader, StorageMigrator, Store};
 use crate::runtime::{Convertible, Resource};
 use crate::server::health::{self, HealthState, ReadyzCheck};
+use crate::server::migrate::MigrateStorageOptions;
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
 use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
@@ -71,6 +72,10 @@ pub enum ServerError {
     /// The storage backend could not be opened.
     #[error("storage: {0}")]
     Storage(#[from] crate::storage::StorageError),
+    /// `migrate-storage` could not rewrite an object (or was asked for a resource the server
+    /// does not store).
+    #[error("migrate-storage: {0}")]
+    Migration(String),
     /// Listening or serving failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -132,6 +137,13 @@ struct Bound {
 
 type StorageFactory = Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;
 
+/// Tells the [`StorageConfig`] which versions a store may find in its keys, before any store
+/// is made (so that its watch cache reads them from the start).
+type Declaration = Box<dyn Fn(&StorageConfig) + Send + Sync>;
+
+/// What a store of `T` must know when it is made: a `fn(&Store<T>)`, as `Any`.
+type PendingSetup = Box<dyn Any + Send + Sync>;
+
 /// What the storage of a server shares: the backend the options opened, the key prefix, the
 /// watch cache setting, and the stores made so far. Storage of your own gets it through
 /// [`VersionBuilder::storage_with`] and [`VersionBuilder::computed_with`], to read stored
@@ -149,6 +161,10 @@ pub struct StorageConfig {
     owners: Mutex<HashMap<String, (TypeId, &'static str)>>,
     /// What [`store`](Self::store) found wrong, reported by the group's build.
     conflicts: Mutex<Vec<String>>,
+    /// Versions a store not made yet may find in its keys ([`decodes`](Self::decodes)).
+    pending: Mutex<HashMap<TypeId, Vec<PendingSetup>>>,
+    /// One per store made, in the order they were made: what `migrate-storage` runs.
+    migrators: Mutex<Vec<StorageMigrator>>,
 }
 
 impl std::fmt::Debug for StorageConfig {
@@ -177,6 +193,8 @@ impl StorageConfig {
             stores: Mutex::default(),
             owners: Mutex::default(),
             conflicts: Mutex::default(),
+            pending: Mutex::default(),
+            migrators: Mutex::default(),
         }
     }
 
@@ -207,14 +225,66 @@ impl StorageConfig {
         let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = stores.entry(TypeId::of::<T>()).or_insert_with(|| {
             let mut store = Store::<T>::new(self.backend.clone(), &self.prefix);
+            // Before the watch cache loads, so it reads objects of older versions too.
+            self.apply_pending(&store);
             if self.watch_cache {
                 store = store.with_watch_cache();
             }
+            self.migrators
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(store.migrator());
             Box::new(store)
         });
         entry
             .downcast_ref::<Store<T>>()
             .expect("stores are keyed by their type")
+            .clone()
+    }
+
+    /// Objects stored as `Old` in the keys of `H`'s store are read converted to `H`
+    /// ([`Store::decodes`]); the store need not exist yet. [`VersionBuilder::converted`] and
+    /// [`APIGroup::formerly_stored`] declare theirs through it.
+    pub fn decodes<Old: Convertible<H>, H: Resource>(&self) {
+        let exists = {
+            let stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+            stores.contains_key(&TypeId::of::<H>())
+        };
+        if exists {
+            self.store::<H>().decodes::<Old>();
+            return;
+        }
+        let setup: fn(&Store<H>) = |store| {
+            store.decodes::<Old>();
+        };
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending
+            .entry(TypeId::of::<H>())
+            .or_default()
+            .push(Box::new(setup));
+    }
+
+    /// What was declared for `T`'s store before it was made.
+    fn apply_pending<T: Resource>(&self, store: &Store<T>) {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&TypeId::of::<T>())
+            .unwrap_or_default();
+        for setup in pending {
+            if let Some(setup) = setup.downcast_ref::<fn(&Store<T>)>() {
+                setup(store);
+            }
+        }
+    }
+
+    /// A [`StorageMigrator`] of every store made so far (every stored resource once the
+    /// groups are built), in the order they were made.
+    pub fn migrators(&self) -> Vec<StorageMigrator> {
+        self.migrators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
@@ -262,6 +332,7 @@ impl StorageConfig {
 pub struct VersionBuilder {
     version: String,
     factories: Vec<StorageFactory>,
+    declarations: Vec<Declaration>,
 }
 
 impl VersionBuilder {
@@ -308,11 +379,16 @@ impl VersionBuilder {
     ///     .version("v2", |v| v.resource::<WidgetV2>())
     ///     .version("v1", |v| v.converted::<WidgetV1, WidgetV2>());
     /// ```
+    ///
+    /// Objects stored as `S` (while `S` was the storage version) are read converted to `H`
+    /// ([`StorageConfig::decodes`]); `migrate-storage` rewrites them as `H`.
     pub fn converted<S, H>(mut self) -> Self
     where
         S: Convertible<H>,
         H: Resource,
     {
+        self.declarations
+            .push(Box::new(|config| config.decodes::<S, H>()));
         let factory: StorageFactory = Box::new(|config| {
             let store = config.store::<H>();
             let plural = S::INFO.plural;
@@ -416,6 +492,8 @@ impl VersionBuilder {
 pub struct APIGroup {
     name: String,
     versions: Vec<VersionBuilder>,
+    /// Versions no longer served whose objects may still be stored.
+    formerly_stored: Vec<Declaration>,
     group_priority_minimum: i32,
     version_priority: i32,
 }
@@ -426,6 +504,7 @@ impl APIGroup {
         Self {
             name: name.into(),
             versions: Vec::new(),
+            formerly_stored: Vec::new(),
             group_priority_minimum: crate::aggregator::DEFAULT_GROUP_PRIORITY_MINIMUM,
             version_priority: crate::aggregator::DEFAULT_VERSION_PRIORITY,
         }
@@ -467,13 +546,56 @@ impl APIGroup {
     ) -> Self {
         let builder = build(VersionBuilder {
             version: version.to_string(),
-            factories: Vec::new(),
+            ..VersionBuilder::default()
         });
         self.versions.push(builder);
         self
     }
 
+    /// Objects stored as `Old` are read converted to `H`, the storage version, though `Old`
+    /// is served no more: for a version that was the storage version once (so objects
+    /// written then may still be stored in it, as a CustomResourceDefinition's
+    /// `status.storedVersions` lists) until `migrate-storage` has rewritten them. A version
+    /// still served with [`converted`](VersionBuilder::converted) needs no declaration.
+    ///
+    /// ```no_run
+    /// # use apiserver::prelude::*;
+    /// # use apiserver::runtime::convert::{Convertible, ConversionError};
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v2", kind = "Widget")]
+    /// # pub struct WidgetV2 { #[serde(default)] pub metadata: ObjectMeta }
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Widget")]
+    /// # pub struct WidgetV1 { #[serde(default)] pub metadata: ObjectMeta }
+    /// # impl Convertible<WidgetV2> for WidgetV1 {
+    /// #     fn into_hub(self) -> Result<WidgetV2, ConversionError> { Ok(WidgetV2 { metadata: self.metadata }) }
+    /// #     fn from_hub(hub: WidgetV2) -> Result<Self, ConversionError> { Ok(WidgetV1 { metadata: hub.metadata }) }
+    /// # }
+    /// // v1 was the storage version and is served no more.
+    /// let group = APIGroup::new("example.com")
+    ///     .version("v2", |v| v.resource::<WidgetV2>())
+    ///     .formerly_stored::<WidgetV1, WidgetV2>();
+    /// ```
+    pub fn formerly_stored<Old, H>(mut self) -> Self
+    where
+        Old: Convertible<H>,
+        H: Resource,
+    {
+        self.formerly_stored
+            .push(Box::new(|config| config.decodes::<Old, H>()));
+        self
+    }
+
+    /// Tells `config` every version the group's stores may find in their keys.
+    fn declare(&self, config: &StorageConfig) {
+        let versions = self.versions.iter().flat_map(|v| &v.declarations);
+        for declaration in self.formerly_stored.iter().chain(versions) {
+            declaration(config);
+        }
+    }
+
     fn build(&self, config: &StorageConfig) -> Result<APIGroupInfo, ServerError> {
+        self.declare(config);
         let mut info = APIGroupInfo::new(&self.name);
         for version in &self.versions {
             let expected = format!("{}/{}", self.name, version.version);
@@ -514,10 +636,17 @@ struct Cli {
 
 /// What a server built with [`APIServer::from_args`] can do besides serving (the default).
 #[derive(Clone, Debug, Subcommand)]
+// Parsed once per process: the size of the server's flags does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Print the YAML to run this server in a cluster behind the aggregator: Namespace,
     /// ServiceAccount, RBAC, Deployment, Service and APIServices.
     Manifests(ManifestOptions),
+    /// Rewrite every stored object that is not in its resource's current storage version,
+    /// converted, and exit: after a change of storage version, so that the older version can
+    /// be dropped. Resumable; on etcd, safe while servers run (each rewrite is a
+    /// compare-and-swap, and watchers see a MODIFIED event).
+    MigrateStorage(MigrateStorageOptions),
 }
 
 /// A server under construction.
@@ -619,7 +748,12 @@ impl APIServer {
     }
 
     fn from_cli(cli: Cli) -> Self {
-        let mut server = Self::new(cli.options).aggregator_options(cli.aggregator);
+        // The server's flags come after `migrate-storage`: they say which storage it opens.
+        let options = match &cli.command {
+            Some(Command::MigrateStorage(migrate)) => migrate.server.clone(),
+            _ => cli.options,
+        };
+        let mut server = Self::new(options).aggregator_options(cli.aggregator);
         server.command = cli.command;
         server
     }
@@ -715,6 +849,10 @@ impl APIServer {
             );
             return Ok(());
         }
+        if let Some(Command::MigrateStorage(options)) = &self.command {
+            let print = &mut |report: &MigrationReport| println!("{report}");
+            return self.migrate(&options.resources, print).await.map(drop);
+        }
         if let Some(max) = self.malloc_arena_max {
             super::malloc::limit_arenas(max);
         }
@@ -731,6 +869,53 @@ impl APIServer {
             kubeconfig.display()
         );
         running.wait().await
+    }
+
+    /// What the `migrate-storage` subcommand does: opens the storage as
+    /// [`start`](Self::start) would (the given [`backend`](Self::backend), or the one the
+    /// options name) and rewrites, in its storage version, every object of `resources`
+    /// (`{plural}.{group}`; every stored resource when empty) stored in an older version
+    /// ([`StorageMigrator`]). Safe while servers of the new storage version run.
+    ///
+    /// ```no_run
+    /// # use apiserver::prelude::*;
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v2", kind = "Widget")]
+    /// # pub struct WidgetV2 { #[serde(default)] pub metadata: ObjectMeta }
+    /// # async fn run() -> Result<(), apiserver::server::ServerError> {
+    /// let server = APIServer::new(ServerOptions::default())
+    ///     .group(APIGroup::new("example.com").version("v2", |v| v.resource::<WidgetV2>()));
+    /// for report in server.migrate_storage(&[]).await? {
+    ///     println!("{report}"); // widgets.example.com: 40 objects, 12 rewritten
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn migrate_storage(
+        &self,
+        resources: &[String],
+    ) -> Result<Vec<MigrationReport>, ServerError> {
+        self.migrate(resources, &mut |_| {}).await
+    }
+
+    async fn migrate(
+        &self,
+        resources: &[String],
+        progress: &mut dyn FnMut(&MigrationReport),
+    ) -> Result<Vec<MigrationReport>, ServerError> {
+        let backend = match self.backend.clone() {
+            Some(b) => b,
+            None => open_backend(&self.options).await?,
+        };
+        // No watch caches: each object is read once, from the backend.
+        let shutdown = ShutdownSignal::new();
+        let config = StorageConfig::new(backend, &self.options.storage_prefix, false, shutdown);
+        let built = build_groups(&self.groups, &config);
+        // Ends what building started (computed resources' upkeep).
+        config.shutdown().trigger();
+        built?;
+        let migrators = super::migrate::select(config.migrators(), resources)?;
+        super::migrate::run(&migrators, progress).await
     }
 
     /// Starts serving and returns at once (for tests and embedding).
@@ -798,11 +983,7 @@ impl APIServer {
             self.options.watch_cache,
             shutdown.clone(),
         );
-        let groups = self
-            .groups
-            .iter()
-            .map(|g| g.build(&config))
-            .collect::<Result<Vec<_>, _>>()?;
+        let groups = build_groups(&self.groups, &config)?;
         Ok((backend, groups))
     }
 
@@ -957,6 +1138,18 @@ impl APIServer {
             version: Arc::new(self.version.clone()),
         }
     }
+}
+
+/// Every group's storage on `config`: first what each group says its stores may find in
+/// their keys (so a store another group reads is made knowing it), then the groups.
+fn build_groups(
+    groups: &[APIGroup],
+    config: &StorageConfig,
+) -> Result<Vec<APIGroupInfo>, ServerError> {
+    for group in groups {
+        group.declare(config);
+    }
+    groups.iter().map(|g| g.build(config)).collect()
 }
 
 /// Parses `args` with `about` as the description. Set after clap's derive has run: a

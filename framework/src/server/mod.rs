@@ -5,6 +5,7 @@
 pub mod builder;
 pub mod health;
 pub mod malloc;
+pub mod migrate;
 pub mod options;
 pub mod serve;
 pub mod serving_cert;
@@ -14,6 +15,7 @@ pub mod version;
 pub use builder::{
     APIGroup, APIServer, Command, RunningServer, ServerError, StorageConfig, VersionBuilder,
 };
+pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use version::VersionInfo;
 

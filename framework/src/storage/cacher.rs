@@ -585,7 +585,7 @@ async fn follow(shared: &Shared) -> Result<(), StorageError> {
     shared.ready(objects, arena, revision);
     while let Some(item) = items.next().await {
         match item? {
-            WatchItem::Event(event) => shared.apply(event),
+            WatchItem::Event(event) => shared.apply(event)?,
             WatchItem::Progress(revision) => shared.progress(revision),
         }
     }
@@ -614,9 +614,7 @@ impl Shared {
             let page = self.backend.list(&request).await?;
             request.revision = page.revision;
             for kv in &page.items {
-                if let Some(object) = self.encode(&mut arena, kv) {
-                    objects.insert(ByKey(object));
-                }
+                objects.insert(ByKey(self.encode(&mut arena, kv)?));
             }
             request.start_after = page.items.last().map(|kv| kv.key.clone());
             if !page.more || request.start_after.is_none() {
@@ -625,19 +623,20 @@ impl Shared {
         }
     }
 
-    fn encode(&self, arena: &mut Arena, kv: &KeyValue) -> Option<CachedObject> {
-        match (self.encode)(kv) {
-            Ok(encoded) => Some(CachedObject::new(
-                arena,
-                self.suffix(&kv.key),
-                &encoded,
-                kv.mod_revision,
-            )),
-            Err(error) => {
-                tracing::error!(key = %kv.key, %error, "watch cache: cannot encode a stored object");
-                None
-            }
-        }
+    /// The object as the cache keeps it. An object that cannot be encoded (corrupt, or in a
+    /// version its owner cannot read) fails the cache, as a decoding error fails
+    /// kube-apiserver's cacher: while it is not ready, callers read the backend, whose
+    /// answer is the object's error, instead of a cache that silently lacks the object.
+    fn encode(&self, arena: &mut Arena, kv: &KeyValue) -> Result<CachedObject, StorageError> {
+        let encoded = (self.encode)(kv).inspect_err(|error| {
+            tracing::error!(key = %kv.key, %error, "watch cache: cannot encode a stored object");
+        })?;
+        Ok(CachedObject::new(
+            arena,
+            self.suffix(&kv.key),
+            &encoded,
+            kv.mod_revision,
+        ))
     }
 
     fn ready(&self, objects: Objects, arena: Arena, revision: Revision) {
@@ -672,45 +671,37 @@ impl Shared {
         self.revision.send_replace(None);
     }
 
-    fn apply(&self, event: super::backend::Event) {
+    fn apply(&self, event: super::backend::Event) -> Result<(), StorageError> {
         let key: &str = &event.kv.key;
         let Ok(mut guard) = self.state.write() else {
-            return;
+            return Ok(());
         };
         let state = &mut *guard;
         let revision = event.revision();
+        let object = self.encode(&mut state.arena, &event.kv)?;
         let prev = match event.event_type {
             EventType::Put => {
-                let Some(object) = self.encode(&mut state.arena, &event.kv) else {
-                    return;
-                };
                 state.live_bytes += object.size();
-                let prev = state.objects.replace(ByKey(object.clone()));
-                Some((object, prev.map(|entry| entry.0)))
+                state.objects.replace(ByKey(object.clone()))
             }
-            EventType::Delete => {
-                let prev = state.objects.take(self.suffix(key).as_bytes());
-                self.encode(&mut state.arena, &event.kv)
-                    .map(|object| (object, prev.map(|entry| entry.0)))
-            }
+            EventType::Delete => state.objects.take(self.suffix(key).as_bytes()),
         };
-        if let Some((_, Some(prev))) = &prev {
+        let prev = prev.map(|entry| entry.0);
+        if let Some(prev) = &prev {
             state.live_bytes -= prev.size();
         }
         state.revision = revision;
-        if let Some((object, prev)) = prev {
-            let cached = Arc::new(CachedEvent::new(event.event_type, object, prev));
-            state.window_bytes += cached.held_by_window();
-            state.window.push_back(Arc::clone(&cached));
-            while state.window.len() > self.options.window.max(1) {
-                if let Some(old) = state.window.pop_front() {
-                    state.window_start = old.revision();
-                    state.window_bytes -= old.held_by_window();
-                }
+        let cached = Arc::new(CachedEvent::new(event.event_type, object, prev));
+        state.window_bytes += cached.held_by_window();
+        state.window.push_back(Arc::clone(&cached));
+        while state.window.len() > self.options.window.max(1) {
+            if let Some(old) = state.window.pop_front() {
+                state.window_start = old.revision();
+                state.window_bytes -= old.held_by_window();
             }
-            // No receiver is not an error: nobody watches right now.
-            let _ = state.live.send(CacheItem::Event(cached));
         }
+        // No receiver is not an error: nobody watches right now.
+        let _ = state.live.send(CacheItem::Event(cached));
         if state
             .arena
             .needs_compaction(state.live_bytes + state.window_bytes)
@@ -720,6 +711,7 @@ impl Shared {
         self.metrics.events.inc();
         self.metrics.record(state);
         self.revision.send_replace(Some(revision));
+        Ok(())
     }
 
     fn progress(&self, revision: Revision) {

@@ -48,6 +48,26 @@ pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, Sto
     encode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))
 }
 
+/// The raw `apiVersion` of a stored object, without decoding it: the top-level members are
+/// skipped until `apiVersion`, the first of them in what this crate stores (members sorted).
+/// `None` when there is none, it is not a plain string, or `json` is not an object.
+pub(crate) fn stored_api_version(json: &[u8]) -> Option<&[u8]> {
+    let mut scan = Scan { json, at: 0 };
+    scan.expect(b'{')?;
+    loop {
+        let key = scan.string()?;
+        scan.expect(b':')?;
+        if &json[key.0..key.1] == b"apiVersion" {
+            let value = scan.string()?;
+            return Some(&json[value.0..value.1]);
+        }
+        scan.value()?;
+        if scan.after_member()? {
+            return None;
+        }
+    }
+}
+
 /// `json` (one object) with `"resourceVersion":"{revision}"` set in its top-level
 /// `metadata` object: inserted before the first member whose key sorts after it, or its
 /// value replaced when present. `None` when `json` is not an object with a `metadata`
@@ -398,6 +418,28 @@ mod tests {
                     "same bytes for {json}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_stored_api_version_is_found_without_decoding() {
+        let cases: [(&str, Option<&str>); 6] = [
+            (
+                r#"{"apiVersion":"g/v1","kind":"K","metadata":{}}"#,
+                Some("g/v1"),
+            ),
+            (
+                r#"{ "_x" : [1, {"apiVersion":"no"}] , "apiVersion" : "g/v2" }"#,
+                Some("g/v2"),
+            ),
+            (r#"{"kind":"K","metadata":{}}"#, None),
+            (r#"{"apiVersion":1}"#, None),
+            (r#"[{"apiVersion":"g/v1"}]"#, None),
+            ("nope", None),
+        ];
+        for (json, want) in cases {
+            let got = stored_api_version(json.as_bytes());
+            assert_eq!(got, want.map(str::as_bytes), "{json}");
         }
     }
 

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::codec::{decode_stored, encode_for_storage};
+use super::codec::encode_for_storage;
 use super::{list, Inner, MAX_ATTEMPTS};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
@@ -32,7 +32,7 @@ pub(crate) async fn delete(
     for _ in 0..MAX_ATTEMPTS {
         let current = inner.current(&key, name).await?;
         let current = current.ok_or_else(|| Error::not_found(&inner.info, name))?;
-        let object = decode_stored(&current)?;
+        let object = inner.decode(&current)?;
         check_preconditions(inner, name, &object, options)?;
         let finalizers = finalizers_for_deletion(inner.gc_policy, &object, options);
         let pending = !finalizers.is_empty();
@@ -55,7 +55,7 @@ pub(crate) async fn delete(
         };
         match result {
             Ok(kv) => {
-                let object = decode_stored(&kv)?;
+                let object = inner.decode(&kv)?;
                 return Ok(if pending {
                     DeleteOutcome::Pending(object)
                 } else {

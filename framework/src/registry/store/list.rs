@@ -6,7 +6,6 @@ use std::time::Duration;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::codec::{decode_stored, encode_stored};
 use super::filter::Filter;
 use super::Inner;
 use crate::error::{Error, Result};
@@ -112,9 +111,9 @@ pub(crate) async fn list(
         for (i, kv) in page.items.iter().enumerate() {
             start_after = Some(kv.key.clone());
             if filter.is_everything() {
-                out.items.push(Object::Encoded(encode_stored(kv)?));
+                out.items.push(Object::Encoded(inner.encode(kv)?));
             } else {
-                let object = decode_stored(kv)?;
+                let object = inner.decode(kv)?;
                 if !filter.matches(&object) {
                     continue;
                 }

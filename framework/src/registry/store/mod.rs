@@ -8,8 +8,10 @@ pub(crate) mod codec;
 mod delete;
 mod filter;
 mod list;
+mod migrate;
 mod reader;
 mod scale;
+mod versions;
 mod watch;
 mod write;
 
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -28,11 +31,14 @@ use crate::registry::rest::{
     ObjectList, RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
 use crate::registry::strategy::UpdateTarget;
+use crate::runtime::Convertible;
 use crate::runtime::{GarbageCollectionPolicy, Resource, ResourceInfo, Scope};
 use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
+use versions::StoredVersions;
 
 pub use list::ContinueToken;
+pub use migrate::{MigrationReport, StorageMigrator};
 pub use reader::Reader;
 pub use scale::ScaleStore;
 
@@ -84,6 +90,8 @@ pub(crate) struct Inner {
     pub(crate) allow_unconditional_update: bool,
     /// [`Resource::GARBAGE_COLLECTION_POLICY`] of the stored type.
     pub(crate) gc_policy: GarbageCollectionPolicy,
+    /// The storage version, and the older ones objects may still be stored in.
+    pub(crate) versions: StoredVersions,
 }
 
 impl Inner {
@@ -114,6 +122,18 @@ impl Inner {
             .get(key)
             .await
             .map_err(|e| self.storage_error(name, e))
+    }
+
+    /// A stored object in the storage version, `resourceVersion` set (see
+    /// [`codec::decode_stored`]).
+    pub(crate) fn decode(&self, kv: &KeyValue) -> Result<Value> {
+        codec::decode_stored(&*self.versions.in_storage_version(kv)?)
+    }
+
+    /// The bytes a client receives for a stored object, in the storage version (see
+    /// [`codec::encode_stored`]).
+    pub(crate) fn encode(&self, kv: &KeyValue) -> Result<Bytes> {
+        codec::encode_stored(&*self.versions.in_storage_version(kv)?)
     }
 
     /// Maps a storage error of an operation on object `name` to the API error.
@@ -155,6 +175,7 @@ impl<T: Resource> Store<T> {
             cache: None,
             allow_unconditional_update: T::ALLOW_UNCONDITIONAL_UPDATE,
             gc_policy: T::GARBAGE_COLLECTION_POLICY,
+            versions: StoredVersions::new(info),
         });
         Self {
             inner,
@@ -180,7 +201,13 @@ impl<T: Resource> Store<T> {
 
     /// [`with_watch_cache`](Store::with_watch_cache) with sizes of your own.
     pub fn with_watch_cache_options(mut self, options: CacherOptions) -> Self {
-        let encode: EncodeFn = Arc::new(codec::encode_for_client);
+        let versions = self.inner.versions.clone();
+        let encode: EncodeFn = Arc::new(move |kv| {
+            let kv = versions
+                .in_storage_version(kv)
+                .map_err(|e| StorageError::Internal(e.message().to_string()))?;
+            codec::encode_for_client(&kv)
+        });
         let cache = Cacher::new(
             self.inner.backend.clone(),
             &self.inner.key_root,
@@ -204,6 +231,26 @@ impl<T: Resource> Store<T> {
     /// The static description of `T`.
     pub fn info(&self) -> &ResourceInfo {
         &self.inner.info
+    }
+
+    /// Objects stored as `Old` (written while `Old` was the storage version) are read
+    /// converted to `T`, by every verb, list, watch and the watch cache; writes store `T`.
+    /// Every clone of this store, and its watch cache, learns it: declare versions before
+    /// the cache loads ([`StorageConfig`](crate::server::StorageConfig) does, for the
+    /// versions served with [`converted`](crate::server::VersionBuilder::converted) and those
+    /// declared with [`formerly_stored`](crate::server::APIGroup::formerly_stored)).
+    /// [`migrator`](Self::migrator) rewrites such objects as `T`.
+    ///
+    /// An object in a version the store was not told of is a 500, never served as `T`.
+    pub fn decodes<Old: Convertible<T>>(&self) -> &Self {
+        self.inner.versions.add::<Old, T>();
+        self
+    }
+
+    /// Rewrites the objects of this store that are not stored as `T` (see
+    /// [`StorageMigrator`]).
+    pub fn migrator(&self) -> StorageMigrator {
+        StorageMigrator::new(self.inner.clone())
     }
 
     /// Every verb of the main resource (`flunders`).
@@ -245,7 +292,7 @@ impl<T: Resource> Getter for Store<T> {
     async fn get(&self, ctx: &RequestContext, name: &str, _: &GetOptions) -> Result<Value> {
         let key = self.inner.key(ctx, name)?;
         match self.inner.current(&key, name).await? {
-            Some(kv) => codec::decode_stored(&kv),
+            Some(kv) => self.inner.decode(&kv),
             None => Err(Error::not_found(&self.inner.info, name)),
         }
     }
@@ -260,7 +307,7 @@ impl<T: Resource> Getter for Store<T> {
             }
         }
         match self.inner.current(&key, name).await? {
-            Some(kv) => codec::encode_stored(&kv).map(Object::Encoded),
+            Some(kv) => self.inner.encode(&kv).map(Object::Encoded),
             None => Err(Error::not_found(&self.inner.info, name)),
         }
     }

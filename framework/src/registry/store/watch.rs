@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 
-use super::codec::{decode_cached, decode_stored, set_type_meta};
+use super::codec::{decode_cached, set_type_meta};
 use super::filter::Filter;
 use super::list::{cache_reaches, consistent_revision, parse_resource_version};
 use super::Inner;
@@ -149,9 +149,13 @@ async fn backend_steps(
             let (filter, failing) = (filter.clone(), inner.clone());
             Box::pin(items.map(move |item| match item {
                 Ok(WatchItem::Progress(at)) => Step::Advance(at, None),
-                Ok(WatchItem::Event(event)) => {
-                    Step::Advance(event.revision(), translate(&filter, &event))
-                }
+                Ok(WatchItem::Event(event)) => match translate(&failing, &filter, &event) {
+                    Ok(shown) => Step::Advance(event.revision(), shown),
+                    Err(e) => Step::Fail(WatchEvent {
+                        type_: WatchEventType::Error,
+                        object: e.to_json().into(),
+                    }),
+                },
                 Err(e) => Step::Fail(error_event(&failing, e)),
             }))
         }
@@ -218,7 +222,7 @@ async fn initial_state(
         .map_err(|e| inner.storage_error("", e))?;
     let mut events = Vec::new();
     for kv in &page.items {
-        let object = decode_stored(kv)?;
+        let object = inner.decode(kv)?;
         if filter.matches(&object) {
             events.push(WatchEvent {
                 type_: WatchEventType::Added,
@@ -286,14 +290,22 @@ fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<
     (at > now).then_some(at)
 }
 
-/// A storage event as the watcher sees it through its selectors.
-fn translate(filter: &Filter, event: &Event) -> Option<WatchEvent> {
-    let object = decode_stored(&event.kv).ok()?;
+/// A storage event as the watcher sees it through its selectors. An object that cannot be
+/// read (in a version the store does not know) ends the watch with its error, as
+/// kube-apiserver's watcher sends an ERROR event for an object it cannot decode.
+fn translate(inner: &Inner, filter: &Filter, event: &Event) -> Result<Option<WatchEvent>> {
+    let object = inner.decode(&event.kv)?;
     let previous = match &event.prev_kv {
-        Some(prev) => decode_stored(prev).ok(),
+        Some(prev) => inner.decode(prev).ok(),
         None => None,
     };
-    seen_through(filter, event.event_type, object, previous, event.revision())
+    Ok(seen_through(
+        filter,
+        event.event_type,
+        object,
+        previous,
+        event.revision(),
+    ))
 }
 
 /// A cached event as the watcher sees it: the event's own object (its encoded bytes as they

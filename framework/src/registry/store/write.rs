@@ -83,7 +83,7 @@ pub(crate) async fn create<T: Resource>(
 async fn name_taken(inner: &Inner, key: &str, name: &str) -> Error {
     let holder = inner.backend.get(key).await.ok().flatten();
     let deleting = holder
-        .and_then(|kv| decode_stored(&kv).ok())
+        .and_then(|kv| inner.decode(&kv).ok())
         .is_some_and(|o| object::is_being_deleted(&o));
     if deleting {
         Error::already_exists_being_deleted(&inner.info, name)
@@ -178,10 +178,14 @@ pub(crate) async fn update<T: Resource>(
             update(None)?;
             return Err(Error::not_found(&inner.info, name));
         };
-        let old = decode_stored(&current)?;
+        let old = inner.decode(&current)?;
         let new = update(Some(&old))?;
         let prepared = prepare_update::<T>(inner, ctx, name, new, &old, options, target)?;
-        let Some(new) = prepared else {
+        // A no-op update of an object stored in an older version still writes it, in the
+        // storage version: kube-apiserver writes whenever the stored bytes would change,
+        // which is how kube-storage-version-migrator's no-op updates migrate objects.
+        let stale = !inner.versions.is_current(&current);
+        let Some(new) = prepared.or_else(|| stale.then(|| old.clone())) else {
             return Ok((old, false));
         };
         if options.dry_run {
