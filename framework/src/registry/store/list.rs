@@ -141,9 +141,10 @@ pub(crate) async fn list(
 }
 
 /// A page from the watch cache, when the list allows it. A first page: any
-/// `resourceVersion` but an exact one. A later page (`continue`): when nothing under the
-/// list's prefix changed since the first page's revision, so that the cache's objects are
-/// the state at that revision; otherwise the backend reads the page at that revision.
+/// `resourceVersion` but an exact one. A later page (`continue`): when the cache is current
+/// and nothing under the list's prefix changed since the first page's revision, so that the
+/// cache's objects are the state at that revision; otherwise the backend reads the page at
+/// that revision.
 /// `None` when the cache cannot serve it.
 async fn from_cache(
     inner: &Inner,
@@ -155,6 +156,12 @@ async fn from_cache(
         return Ok(None);
     };
     if let Some(token) = &options.continue_token {
+        // The cache must first have seen every write the store has: a change after the
+        // token's revision that it has not applied yet would make it look unchanged, and
+        // serve a page the store, compacted since, answers with 410.
+        if !consistent_revision(inner, cache).await? {
+            return Ok(None);
+        }
         return continue_from_cache(cache, options, filter, prefix, token);
     }
     let rv = options
