@@ -29,6 +29,15 @@ impl Drop for KillOnDrop {
 /// The wardle binary as the README runs it, in `dir`, with `extra` flags; returns once it logs
 /// that it serves.
 fn spawn_wardle(dir: &std::path::Path, extra: &[&str]) -> KillOnDrop {
+    spawn_wardle_logging(dir, extra, "info").0
+}
+
+/// [`spawn_wardle`] with `RUST_LOG=rust_log`, and the log lines that follow "serving".
+fn spawn_wardle_logging(
+    dir: &std::path::Path,
+    extra: &[&str],
+    rust_log: &str,
+) -> (KillOnDrop, std::sync::mpsc::Receiver<String>) {
     let child = Command::new(env!("CARGO_BIN_EXE_wardle"))
         .current_dir(dir)
         // Standalone even when the tests run in a pod (its service account would select
@@ -41,7 +50,7 @@ fn spawn_wardle(dir: &std::path::Path, extra: &[&str]) -> KillOnDrop {
         ])
         .arg("--sqlite-path=.apiserver-local/wardle.db")
         .args(extra)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", rust_log)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -61,12 +70,12 @@ fn spawn_wardle(dir: &std::path::Path, extra: &[&str]) -> KillOnDrop {
         let line = rx
             .recv_timeout(left)
             .expect("the server logs that it is serving within 30 s");
-        if line.contains("serving addr=") {
+        if line.contains("serving addr=") || line.contains("\"serving\"") {
             break line;
         }
     };
     assert!(serving.contains("127.0.0.1:"), "{serving}");
-    child
+    (child, rx)
 }
 
 /// Sends SIGTERM to the server.
@@ -104,6 +113,65 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    terminate(&child);
+    exits_cleanly(&mut child, Duration::from_secs(20));
+}
+
+/// `--logging-format=json`: one JSON object per line, and a request's line carries its span:
+/// verb, resource, user, code and the W3C `traceparent` the client sent.
+#[test]
+fn json_logs_carry_the_request_span_and_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let rust_log = "info,apiserver::filters=debug";
+    let (mut child, logs) = spawn_wardle_logging(dir.path(), &["--logging-format=json"], rust_log);
+    let certs = dir.path().join(".apiserver-local");
+    let kubeconfig = std::fs::read_to_string(certs.join("kubeconfig")).unwrap();
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_string();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "20"])
+        .arg("--cacert")
+        .arg(certs.join("serving-ca.crt"))
+        .arg("--cert")
+        .arg(certs.join("admin.crt"))
+        .arg("--key")
+        .arg(certs.join("admin.key"))
+        .args([
+            "-H",
+            &format!("traceparent: 00-{trace}-00f067aa0ba902b7-01"),
+        ])
+        .arg(format!(
+            "{server}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let line = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = logs.recv_timeout(left).expect("the request's log line");
+        let parsed: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if parsed["fields"]["message"] == "served" {
+            break parsed;
+        }
+    };
+    let span = &line["span"];
+    assert_eq!(span["name"], "request", "{line}");
+    assert_eq!(span["verb"], "list", "{line}");
+    assert_eq!(span["resource"], "flunders");
+    assert_eq!(span["user"], "admin");
+    assert_eq!(span["trace_id"], trace);
+    assert_eq!(span["parent_span_id"], "00f067aa0ba902b7");
+    assert_eq!(line["fields"]["code"], 200);
     terminate(&child);
     exits_cleanly(&mut child, Duration::from_secs(20));
 }

@@ -10,6 +10,7 @@ pub mod namespace;
 pub mod options;
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use async_trait::async_trait;
 
@@ -111,13 +112,14 @@ impl Admission {
     /// Runs every plugin; the first refusal wins.
     pub async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()> {
         let started = std::time::Instant::now();
-        let mut verdict = Ok(());
-        for plugin in &self.plugins {
-            verdict = plugin.admit(request).await;
-            if verdict.is_err() {
-                break;
+        let verdict = async {
+            for plugin in &self.plugins {
+                plugin.admit(request).await?;
             }
+            Ok(())
         }
+        .instrument(tracing::debug_span!("admission"))
+        .await;
         // kube's `apiserver_admission_step_admission_duration_seconds` of the validating step.
         let operation = match request.operation {
             Operation::Create => "CREATE",

@@ -4,6 +4,7 @@
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use super::FilterConfig;
 use crate::auth::UserInfo;
@@ -14,7 +15,11 @@ use crate::error::Error;
 pub async fn authenticate(config: &FilterConfig, request: Request) -> Result<Request, Response> {
     let (mut parts, body) = request.into_parts();
     let started = std::time::Instant::now();
-    let found = config.authenticator.authenticate(&parts).await;
+    let found = config
+        .authenticator
+        .authenticate(&parts)
+        .instrument(tracing::debug_span!("authentication"))
+        .await;
     // kube's `authentication_duration_seconds`: `success`, `failure` (no user), `error`.
     let result = match &found {
         Ok(Some(_)) => "success",

@@ -4,6 +4,7 @@
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use super::FilterConfig;
 use crate::auth::{Attributes, UserInfo};
@@ -36,7 +37,11 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
         path: &info.path,
     };
     let started = std::time::Instant::now();
-    let decided = config.authorizer.authorize(&attributes).await;
+    let decided = config
+        .authorizer
+        .authorize(&attributes)
+        .instrument(tracing::debug_span!("authorization"))
+        .await;
     // kube's `authorization_duration_seconds`: `allowed`, `denied`, `error`.
     let result = match &decided {
         Ok(decision) if decision.is_allowed() => "allowed",

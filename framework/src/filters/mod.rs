@@ -1,8 +1,8 @@
 //! Filters: what every request passes before the router, outermost first — the headers of
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
-//! request info, timeout (not for watches), authentication, in-flight limits, authorization,
-//! request metrics.
+//! request info and the request's tracing span, timeout (not for watches), authentication,
+//! in-flight limits, authorization, request metrics.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
@@ -17,6 +17,7 @@ pub(crate) mod panic_recovery;
 pub(crate) mod pretty;
 pub(crate) mod request_info;
 pub(crate) mod timeout;
+pub(crate) mod trace;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use axum::extract::{Request, State};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use tracing::Instrument;
 
 use crate::auth::{Authenticator, Authorizer};
 
@@ -77,8 +79,9 @@ async fn chain(
     let yaml_errors = error_encoding::wants_yaml(&request);
     let pretty = pretty::wanted(&request);
     let uri = request.uri().clone();
-    let mut response = panic_recovery::recover(uri, async move {
-        request_info::annotate(&mut request);
+    request_info::annotate(&mut request);
+    let span = trace::request_span(&request, &audit_id);
+    let served = async move {
         let long_running = timeout::is_long_running(&request);
         let limit = config.request_timeout;
         let admitted = async move {
@@ -86,6 +89,7 @@ async fn chain(
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
+            trace::record_user(&request);
             let _seat = match config.inflight.admit(&request, long_running) {
                 Ok(seat) => seat,
                 Err(refused) => return refused.into_response(),
@@ -107,8 +111,13 @@ async fn chain(
         } else {
             timeout::bound(limit, admitted).await
         }
-    })
-    .await;
+    };
+    let mut response = panic_recovery::recover(uri, served.instrument(span.clone())).await;
+    let code = response.status().as_u16();
+    span.record("code", code);
+    // kube-apiserver's httplog line, at debug (`RUST_LOG=apiserver::filters=debug`).
+    let latency_ms = arrived.elapsed().as_secs_f64() * 1000.0;
+    tracing::debug!(parent: &span, code, latency_ms, "served");
     if yaml_errors {
         response = error_encoding::as_yaml(response).await;
     }

@@ -842,6 +842,7 @@ impl APIServer {
 
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ServerError> {
+        super::set_logging_format(self.options.logging_format);
         if let Some(Command::Manifests(options)) = &self.command {
             print!(
                 "{}",

@@ -19,13 +19,71 @@ pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use version::VersionInfo;
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text until the server's
+/// `--logging-format` says otherwise ([`set_logging_format`]).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    logging::init();
+}
+
+pub use logging::{set_logging_format, LoggingFormat};
+
+mod logging {
+    //! The log subscriber, whose format the server's options may change once parsed.
+
+    use std::sync::OnceLock;
+
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
+
+    /// How logs are written (`--logging-format`, as kube-apiserver's).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+    pub enum LoggingFormat {
+        /// One line of text per event.
+        #[default]
+        Text,
+        /// One JSON object per line, with the event's span fields (the request's verb,
+        /// resource, user, trace id, …): for log collectors.
+        Json,
+    }
+
+    type Formatter = Box<dyn Layer<Registry> + Send + Sync>;
+
+    static FORMAT: OnceLock<reload::Handle<Formatter, Registry>> = OnceLock::new();
+
+    fn formatter(format: LoggingFormat) -> Formatter {
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        match format {
+            LoggingFormat::Text => fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr)
+                .boxed(),
+            LoggingFormat::Json => fmt::layer()
+                .json()
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_writer(std::io::stderr)
+                .boxed(),
+        }
+    }
+
+    pub(super) fn init() {
+        let (layer, handle) = reload::Layer::new(formatter(LoggingFormat::Text));
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        let installed = tracing_subscriber::registry()
+            .with(layer)
+            .with(filter)
+            .try_init();
+        if installed.is_ok() {
+            let _ = FORMAT.set(handle);
+        }
+    }
+
+    /// Writes logs in `format` from now on, if [`init_logging`](super::init_logging)
+    /// installed the subscriber (a subscriber of your own is left alone).
+    pub fn set_logging_format(format: LoggingFormat) {
+        if let Some(handle) = FORMAT.get() {
+            let _ = handle.reload(formatter(format));
+        }
+    }
 }

@@ -145,6 +145,11 @@ pub struct ServerOptions {
     #[command(flatten)]
     pub auth: crate::auth::DelegatingOptions,
 
+    /// How logs are written: `text`, or `json` (one object per line, with the request's
+    /// fields) for log collectors. Applies to the log subscriber `init_logging` installed.
+    #[arg(long = "logging-format", value_enum, default_value_t = crate::server::LoggingFormat::Text)]
+    pub logging_format: crate::server::LoggingFormat,
+
     /// Which admission plugins run (`--enable-admission-plugins`,
     /// `--disable-admission-plugins`).
     #[command(flatten)]
@@ -180,6 +185,7 @@ impl Default for ServerOptions {
             shutdown_delay_duration: std::time::Duration::ZERO,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
+            logging_format: crate::server::LoggingFormat::Text,
             auth: crate::auth::DelegatingOptions::default(),
             admission: crate::admission::AdmissionOptions::default(),
         }

@@ -1,12 +1,13 @@
 //! A backend that records how long each request to the backend under it takes, as
 //! kube-apiserver's `etcd_request_duration_seconds` (by operation and the group-resource the
-//! key belongs to), whichever backend that is.
+//! key belongs to), whichever backend that is, and traces each in a `storage` span.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::backend::{
     Backend, EventStream, KeyValue, ListRequest, ListResult, ProgressStream, Revision, StorageError,
@@ -42,21 +43,35 @@ impl Instrumented {
 impl Backend for Instrumented {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let started = Instant::now();
-        let result = self.inner.get(key).await;
+        let result = self
+            .inner
+            .get(key)
+            .instrument(tracing::debug_span!("storage", operation = "get", key))
+            .await;
         self.observe("get", key, started);
         result
     }
 
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
         let started = Instant::now();
-        let result = self.inner.list(request).await;
+        let result = self
+            .inner
+            .list(request)
+            .instrument(
+                tracing::debug_span!("storage", operation = "list", prefix = %request.prefix),
+            )
+            .await;
         self.observe("list", &request.prefix, started);
         result
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError> {
         let started = Instant::now();
-        let result = self.inner.create(key, value).await;
+        let result = self
+            .inner
+            .create(key, value)
+            .instrument(tracing::debug_span!("storage", operation = "create", key))
+            .await;
         self.observe("create", key, started);
         result
     }
@@ -68,7 +83,11 @@ impl Backend for Instrumented {
         expected: Revision,
     ) -> Result<KeyValue, StorageError> {
         let started = Instant::now();
-        let result = self.inner.update(key, value, expected).await;
+        let result = self
+            .inner
+            .update(key, value, expected)
+            .instrument(tracing::debug_span!("storage", operation = "update", key))
+            .await;
         self.observe("update", key, started);
         result
     }
@@ -79,7 +98,11 @@ impl Backend for Instrumented {
         expected: Option<Revision>,
     ) -> Result<KeyValue, StorageError> {
         let started = Instant::now();
-        let result = self.inner.delete(key, expected).await;
+        let result = self
+            .inner
+            .delete(key, expected)
+            .instrument(tracing::debug_span!("storage", operation = "delete", key))
+            .await;
         self.observe("delete", key, started);
         result
     }
