@@ -31,6 +31,7 @@ use crate::registry::converted::converted;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::{Reader, Store};
+use crate::registry::strategy::Strategy;
 use crate::runtime::{Convertible, Resource};
 use crate::server::health::{self, HealthState, ReadyzCheck};
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
@@ -265,7 +266,7 @@ pub struct VersionBuilder {
 impl VersionBuilder {
     /// Serves `T` with the generic [`Store`]: `{plural}` and, when `T` has a status,
     /// `{plural}/status`.
-    pub fn resource<T: Resource>(mut self) -> Self {
+    pub fn resource<T: Strategy>(mut self) -> Self {
         let factory: StorageFactory = Box::new(|config| {
             let store = config.store::<T>();
             let plural = T::INFO.plural;
@@ -308,8 +309,8 @@ impl VersionBuilder {
     /// ```
     pub fn converted<S, H>(mut self) -> Self
     where
-        S: Convertible<H>,
-        H: Resource,
+        S: Convertible<H> + Strategy,
+        H: Strategy,
     {
         let factory: StorageFactory = Box::new(|config| {
             let store = config.store::<H>();
@@ -1078,6 +1079,8 @@ mod tests {
             &mut self.metadata
         }
     }
+
+    impl Strategy for Flunder {}
 
     fn config() -> StorageConfig {
         let backend = Arc::new(crate::storage::MemoryBackend::new());

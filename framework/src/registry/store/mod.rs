@@ -27,7 +27,7 @@ use crate::registry::rest::{
     CachedJson, CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object,
     ObjectList, RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
-use crate::registry::strategy::UpdateTarget;
+use crate::registry::strategy::{Strategy, UpdateTarget};
 use crate::runtime::{GarbageCollectionPolicy, Resource, ResourceInfo, Scope};
 use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
@@ -80,8 +80,6 @@ pub(crate) struct Inner {
     pub(crate) bookmark_interval: Duration,
     /// The watch cache of `key_root`, when on.
     pub(crate) cache: Option<Cacher>,
-    /// [`Resource::ALLOW_UNCONDITIONAL_UPDATE`] of the stored type.
-    pub(crate) allow_unconditional_update: bool,
     /// [`Resource::GARBAGE_COLLECTION_POLICY`] of the stored type.
     pub(crate) gc_policy: GarbageCollectionPolicy,
 }
@@ -153,7 +151,6 @@ impl<T: Resource> Store<T> {
             info,
             bookmark_interval: watch::BOOKMARK_INTERVAL,
             cache: None,
-            allow_unconditional_update: T::ALLOW_UNCONDITIONAL_UPDATE,
             gc_policy: T::GARBAGE_COLLECTION_POLICY,
         });
         Self {
@@ -205,7 +202,10 @@ impl<T: Resource> Store<T> {
     pub fn info(&self) -> &ResourceInfo {
         &self.inner.info
     }
+}
 
+/// The writable paths, which run `T`'s [`Strategy`].
+impl<T: Strategy> Store<T> {
     /// Every verb of the main resource (`flunders`).
     pub fn rest_storage(&self) -> RestStorage {
         let me = Arc::new(self.clone());
@@ -274,7 +274,7 @@ impl<T: Resource> Lister for Store<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Creater for Store<T> {
+impl<T: Strategy> Creater for Store<T> {
     async fn create(
         &self,
         ctx: &RequestContext,
@@ -286,7 +286,7 @@ impl<T: Resource> Creater for Store<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Updater for Store<T> {
+impl<T: Strategy> Updater for Store<T> {
     async fn update(
         &self,
         ctx: &RequestContext,
@@ -349,7 +349,7 @@ impl<T: Resource> Getter for StatusStore<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Updater for StatusStore<T> {
+impl<T: Strategy> Updater for StatusStore<T> {
     async fn update(
         &self,
         ctx: &RequestContext,
