@@ -1,5 +1,9 @@
 //! The generic `Store<T>`: every REST verb over a storage [`Backend`], with the strategy.
 //!
+//! Writes are typed: the client's object is decoded into `T` once, the generic strategy and
+//! `T`'s [`Strategy`] run on it, and it is encoded once to be stored. Reads (get, list, watch)
+//! pass the stored bytes through without decoding them.
+//!
 //! It owns API semantics (names, uid, timestamps, resourceVersion, generation, finalizers,
 //! preconditions, dry run, selectors, pagination, watch) and knows nothing of HTTP. Storage
 //! keys follow kube-apiserver: `{prefix}/{group}/{plural}/{namespace}/{name}`.
@@ -49,7 +53,7 @@ pub const DEFAULT_PREFIX: &str = "/registry";
 /// # use std::sync::Arc;
 /// # use apiserver::registry::store::Store;
 /// # use apiserver::storage::MemoryBackend;
-/// # fn f<T: apiserver::Resource>() {
+/// # fn f<T: apiserver::Strategy>() {
 /// let store = Store::<T>::new(Arc::new(MemoryBackend::new()), "/registry");
 /// let storage = store.rest_storage();          // `flunders`
 /// let status = store.status_rest_storage();    // `flunders/status`
