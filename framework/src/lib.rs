@@ -65,6 +65,7 @@ pub mod tls;
 
 pub use apiserver_macros::Resource;
 pub use error::{Error, Result, StatusReason};
+pub use registry::strategy::{Strategy, StrategyContext};
 pub use runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, PrinterColumn, Resource,
     ResourceInfo, ScaleInfo, Scope,

@@ -33,6 +33,7 @@ pub use serde::{Deserialize, Serialize};
 pub use crate::error::{Error, StatusReason};
 pub use crate::registry::computed::{Change, ComputedOptions, Provider};
 pub use crate::registry::store::Reader;
+pub use crate::registry::strategy::{Strategy, StrategyContext};
 pub use crate::runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, Resource, ResourceInfo, Scope,
 };

@@ -4,8 +4,11 @@ use std::borrow::Cow;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use apiserver::registry::context::RequestContext;
+use apiserver::registry::options::WriteOptions;
 use apiserver::{
     ColumnType, FieldError, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, Scope,
+    Strategy, StrategyContext,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -84,6 +87,7 @@ pub struct Policy {
     singular = "klass",
     plural = "klasses",
     allow_unconditional_update,
+    allow_create_on_update,
     garbage_collection = "OrphanDependents"
 )]
 pub struct Class {
@@ -171,8 +175,14 @@ fn cluster_scoped_info_has_defaults() {
     assert!(info.printer_columns.is_empty() && info.selectable_fields.is_empty());
 }
 
-fn unconditional<T: Resource>() -> bool {
-    T::ALLOW_UNCONDITIONAL_UPDATE
+fn unconditional<T: Strategy>() -> bool {
+    T::allow_unconditional_update()
+}
+
+/// Runs `f` with the context of a plain write.
+fn with_ctx<R>(f: impl FnOnce(&StrategyContext<'_>) -> R) -> R {
+    let (request, options) = (RequestContext::default(), WriteOptions::default());
+    f(&StrategyContext::new(&request, &options))
 }
 
 #[test]
@@ -184,6 +194,8 @@ fn strategy_choices_default_as_in_kube_and_can_be_set() {
         GarbageCollectionPolicy::DeleteDependents
     );
     assert!(unconditional::<Class>());
+    assert!(!Policy::allow_create_on_update());
+    assert!(Class::allow_create_on_update());
     assert_eq!(
         Class::GARBAGE_COLLECTION_POLICY,
         GarbageCollectionPolicy::OrphanDependents
@@ -222,7 +234,7 @@ fn metadata_accessors_reach_the_field() {
 fn hooks_delegate_to_the_given_functions() {
     let mut flunder = Flunder::default();
     assert_eq!(
-        flunder.validate(),
+        with_ctx(|ctx| flunder.validate(ctx)),
         vec![FieldError::required("spec.reference", "")]
     );
     flunder.default_fields();
@@ -243,21 +255,64 @@ fn hooks_delegate_to_the_given_functions() {
         ..Flunder::default()
     };
     assert_eq!(
-        new.validate_update(&old),
+        with_ctx(|ctx| new.validate_update(&old, ctx)),
         vec![FieldError::forbidden(
             "spec.reference",
             "field is immutable"
         )]
     );
-    assert!(old.validate_update(&old).is_empty());
+    assert!(with_ctx(|ctx| old.validate_update(&old, ctx)).is_empty());
 }
 
 #[test]
 fn hooks_default_to_nothing() {
     let mut policy = Policy::default();
     policy.default_fields();
-    assert!(policy.validate().is_empty());
-    assert!(policy.validate_update(&Policy::default()).is_empty());
+    assert!(with_ctx(|ctx| policy.validate(ctx)).is_empty());
+    assert!(with_ctx(|ctx| policy.validate_update(&Policy::default(), ctx)).is_empty());
+    assert!(with_ctx(|ctx| policy.warnings_on_create(ctx)).is_empty());
+}
+
+/// A kind whose strategy is written by hand: the derive leaves `Strategy` to it (a second
+/// impl would not compile).
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[resource(group = "example.com", version = "v1", kind = "Note", custom_strategy)]
+pub struct Note {
+    pub metadata: ObjectMeta,
+    pub text: String,
+}
+
+impl Strategy for Note {
+    fn validate(&self, ctx: &StrategyContext<'_>) -> Vec<FieldError> {
+        match ctx.dry_run() {
+            true => vec![FieldError::forbidden("text", "no dry runs")],
+            false => Vec::new(),
+        }
+    }
+
+    fn canonicalize(&mut self) {
+        self.text = self.text.trim().to_string();
+    }
+}
+
+#[test]
+fn custom_strategy_is_the_users() {
+    let request = RequestContext::default();
+    let options = WriteOptions {
+        dry_run: true,
+        ..WriteOptions::default()
+    };
+    let mut note = Note {
+        text: " a ".into(),
+        ..Note::default()
+    };
+    assert_eq!(
+        note.validate(&StrategyContext::new(&request, &options))
+            .len(),
+        1
+    );
+    note.canonicalize();
+    assert_eq!(note.text, "a");
 }
 
 #[test]

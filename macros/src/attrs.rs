@@ -35,6 +35,8 @@ const KEYS: &[&str] = &[
     "validate_update",
     "defaults",
     "allow_unconditional_update",
+    "allow_create_on_update",
+    "custom_strategy",
     "garbage_collection",
     "crate",
 ];
@@ -78,6 +80,10 @@ pub struct ResourceAttrs {
     pub defaults: Option<Path>,
     /// `allow_unconditional_update`.
     pub allow_unconditional_update: bool,
+    /// `allow_create_on_update`.
+    pub allow_create_on_update: bool,
+    /// `custom_strategy`: the path of the key, where conflicts point.
+    pub custom_strategy: Option<Path>,
     /// `garbage_collection = "OrphanDependents"`.
     pub garbage_collection: Option<LitStr>,
     /// `crate = "path"`.
@@ -131,6 +137,12 @@ impl ResourceAttrs {
             "validate_update" => self.validate_update = value::path(cx, item),
             "defaults" => self.defaults = value::path(cx, item),
             "allow_unconditional_update" => self.allow_unconditional_update = value::flag(cx, item),
+            "allow_create_on_update" => self.allow_create_on_update = value::flag(cx, item),
+            "custom_strategy" => {
+                if value::flag(cx, item) {
+                    self.custom_strategy = Some(item.path().clone());
+                }
+            }
             "garbage_collection" => self.garbage_collection = value::string(cx, item),
             "crate" => {
                 self.crate_path =

@@ -47,6 +47,31 @@ pub fn check(cx: &Ctxt, cont: &Container) {
     if let Some(policy) = &cont.attrs.garbage_collection {
         one_of(cx, policy, "garbage_collection", GC_POLICIES);
     }
+    check_custom_strategy(cx, &cont.attrs);
+}
+
+/// With `custom_strategy` the derive implements no `Strategy`: the hooks it would have filled
+/// in would be silently ignored.
+fn check_custom_strategy(cx: &Ctxt, attrs: &ResourceAttrs) {
+    let Some(custom) = &attrs.custom_strategy else {
+        return;
+    };
+    const HOOKS: [&str; 5] = [
+        "defaults",
+        "validate",
+        "validate_update",
+        "allow_unconditional_update",
+        "allow_create_on_update",
+    ];
+    for key in HOOKS.iter().filter(|k| attrs.given.contains(**k)) {
+        cx.error_spanned_by(
+            custom,
+            format!(
+                "`custom_strategy` and `{key}` do not go together: with `custom_strategy` you \
+                 implement `Strategy` yourself, so put `{key}` in that impl"
+            ),
+        );
+    }
 }
 
 /// `group`, `version` and `kind` have no sensible default.

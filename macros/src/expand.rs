@@ -33,7 +33,8 @@ fn expand(cont: &Container) -> TokenStream {
     let resource = impl_resource(cont, &names, &krate);
     let kube_resource = impl_kube_resource(cont, &names, &krate);
     let status = assert_status_type(cont);
-    quote! { #resource #kube_resource #status }
+    let strategy = impl_strategy(cont, &krate);
+    quote! { #resource #kube_resource #strategy #status }
 }
 
 /// The names of the kind, with defaults applied. Required keys are present: `check` ran.
@@ -76,7 +77,7 @@ fn impl_resource(cont: &Container, names: &Names, krate: &Path) -> TokenStream {
     let info = resource_info(&cont.attrs, names, krate);
     let (meta, meta_mut) = metadata_access(cont);
     let meta_ty = object_meta(krate);
-    let hooks = hooks(&cont.attrs, krate);
+    let gc = garbage_collection(&cont.attrs, krate);
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::Resource for #ident #ty_generics #where_clause {
@@ -86,6 +87,22 @@ fn impl_resource(cont: &Container, names: &Names, krate: &Path) -> TokenStream {
 
             fn metadata_mut(&mut self) -> &mut #meta_ty { #meta_mut }
 
+            #gc
+        }
+    }
+}
+
+/// `Strategy` with the hooks the attributes name, or nothing with `custom_strategy`.
+fn impl_strategy(cont: &Container, krate: &Path) -> TokenStream {
+    if cont.attrs.custom_strategy.is_some() {
+        return TokenStream::new();
+    }
+    let ident = cont.ident;
+    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let hooks = hooks(&cont.attrs, krate);
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #krate::Strategy for #ident #ty_generics #where_clause {
             #hooks
         }
     }
@@ -204,13 +221,14 @@ fn metadata_access(cont: &Container) -> (TokenStream, TokenStream) {
 /// the wrong signature is reported at its path.
 fn hooks(attrs: &ResourceAttrs, krate: &Path) -> TokenStream {
     let errors = quote!(::std::vec::Vec<#krate::FieldError>);
+    let ctx = quote!(_: &#krate::StrategyContext<'_>);
     let validate = attrs.validate.as_ref().map(|f| {
         let call = quote_spanned!(f.span()=> #f(self));
-        quote!(fn validate(&self) -> #errors { #call })
+        quote!(fn validate(&self, #ctx) -> #errors { #call })
     });
     let validate_update = attrs.validate_update.as_ref().map(|f| {
         let call = quote_spanned!(f.span()=> #f(self, old));
-        quote!(fn validate_update(&self, old: &Self) -> #errors { #call })
+        quote!(fn validate_update(&self, old: &Self, #ctx) -> #errors { #call })
     });
     let defaults = attrs.defaults.as_ref().map(|f| {
         let call = quote_spanned!(f.span()=> #f(self));
@@ -218,17 +236,31 @@ fn hooks(attrs: &ResourceAttrs, krate: &Path) -> TokenStream {
     });
     let unconditional = attrs.allow_unconditional_update.then(|| {
         quote!(
-            const ALLOW_UNCONDITIONAL_UPDATE: bool = true;
+            fn allow_unconditional_update() -> bool {
+                true
+            }
         )
     });
-    let gc = attrs.garbage_collection.as_ref().map(|lit| {
-        let policy = syn::Ident::new(&lit.value(), lit.span());
-        quote! {
-            const GARBAGE_COLLECTION_POLICY: #krate::GarbageCollectionPolicy =
-                #krate::GarbageCollectionPolicy::#policy;
-        }
+    let create_on_update = attrs.allow_create_on_update.then(|| {
+        quote!(
+            fn allow_create_on_update() -> bool {
+                true
+            }
+        )
     });
-    quote!(#unconditional #gc #validate #validate_update #defaults)
+    quote!(#unconditional #create_on_update #validate #validate_update #defaults)
+}
+
+/// `GARBAGE_COLLECTION_POLICY`, when `garbage_collection = "..."` is given.
+fn garbage_collection(attrs: &ResourceAttrs, krate: &Path) -> TokenStream {
+    let Some(lit) = &attrs.garbage_collection else {
+        return TokenStream::new();
+    };
+    let policy = syn::Ident::new(&lit.value(), lit.span());
+    quote! {
+        const GARBAGE_COLLECTION_POLICY: #krate::GarbageCollectionPolicy =
+            #krate::GarbageCollectionPolicy::#policy;
+    }
 }
 
 /// kube-core's view of the same type, so `kube::Api<T>` works in clients and tests.

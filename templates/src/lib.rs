@@ -69,7 +69,9 @@ pub struct {{kind}}Status {
     pub phase: Option<String>,
 }
 
-/// Defaulting, on every create and update before validation.
+/// Defaulting, on every create and update before validation. For hooks that need the
+/// request (the user, dry run), warnings or canonicalization, write `impl Strategy for
+/// {{kind}}` yourself and say `custom_strategy` in `#[resource(...)]`.
 fn set_defaults(object: &mut {{kind}}) {
     object.spec.replicas.get_or_insert(1);
 }
@@ -141,9 +143,9 @@ mod tests {
 
     #[test]
     fn replicas_are_validated() {
-        assert!(with_replicas(Some(3)).validate().is_empty());
+        assert!(validate(&with_replicas(Some(3))).is_empty());
         for bad in [-1, MAX_REPLICAS + 1] {
-            let errors = with_replicas(Some(bad)).validate();
+            let errors = validate(&with_replicas(Some(bad)));
             assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
             assert_eq!(errors[0].field, "spec.replicas");
         }

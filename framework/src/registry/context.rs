@@ -1,13 +1,18 @@
-//! The per-request context handed to storage: the namespace of the URL and a sink for
-//! warnings (sent back as `Warning` headers, as `k8s.io/apiserver/pkg/warning` does).
+//! The per-request context handed to storage: who asked, the namespace of the URL, and a sink
+//! for warnings (sent back as `Warning` headers, as `k8s.io/apiserver/pkg/warning` does).
 
 use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::authentication::v1::UserInfo;
 
 /// What storage needs to know about the request besides its options.
 #[derive(Clone, Debug, Default)]
 pub struct RequestContext {
     /// The namespace from the URL; `None` for cluster-scoped requests and all-namespace lists.
     pub namespace: Option<String>,
+    /// The user authentication found (kube's `request.UserFrom(ctx)`); `None` when the
+    /// request did not go through authentication (storage called directly, in tests).
+    pub user: Option<UserInfo>,
     warnings: Arc<Mutex<Vec<String>>>,
 }
 
@@ -23,6 +28,20 @@ impl RequestContext {
     /// A context for a cluster-scoped request or an all-namespaces list.
     pub fn cluster() -> Self {
         Self::default()
+    }
+
+    /// The same context, made by `user`.
+    ///
+    /// ```
+    /// use apiserver::k8s_openapi::api::authentication::v1::UserInfo;
+    /// use apiserver::registry::context::RequestContext;
+    /// let user = UserInfo { username: Some("alice".into()), ..UserInfo::default() };
+    /// let ctx = RequestContext::namespaced("ns").with_user(user);
+    /// assert_eq!(ctx.user.unwrap().username.as_deref(), Some("alice"));
+    /// ```
+    pub fn with_user(mut self, user: UserInfo) -> Self {
+        self.user = Some(user);
+        self
     }
 
     /// Adds a warning for the client (duplicates are dropped).

@@ -26,13 +26,14 @@ use crate::registry::rest::{
     RestStorage, UpdateFn, Updater, WatchEventType, WatchStream, Watcher,
 };
 use crate::registry::store::codec::{decode_typed, encode_typed};
+use crate::registry::strategy::{Strategy, StrategyContext};
 use crate::runtime::{Convertible, Resource};
 
 /// `hub` (a storage of `H`, the storage version) served as `S`: the same verbs, objects
 /// converted both ways.
 pub fn converted<S, H>(hub: RestStorage) -> RestStorage
 where
-    S: Convertible<H>,
+    S: Convertible<H> + Strategy,
     H: Resource,
 {
     const {
@@ -84,7 +85,7 @@ impl<S, H> Clone for Converter<S, H> {
 
 impl<S, H> Copy for Converter<S, H> {}
 
-impl<S: Convertible<H>, H: Resource> Converter<S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> Converter<S, H> {
     /// A stored object (of `H`) as `S`, with `S`'s `apiVersion` and `kind`.
     fn outward(self, hub: &Value) -> Result<Value> {
         let typed = H::deserialize(hub).map_err(|e| undecodable::<H>(e))?;
@@ -140,17 +141,18 @@ impl<S: Convertible<H>, H: Resource> Converter<S, H> {
         self,
         served: &Value,
         old: Option<&Value>,
-        validation: FieldValidation,
+        options: &WriteOptions,
         ctx: &RequestContext,
     ) -> Result<Value> {
-        let mut typed: S = decode_typed(served, validation, ctx)?;
+        let mut typed: S = decode_typed(served, options.field_validation, ctx)?;
         typed.default_fields();
+        let strategy = StrategyContext::new(ctx, options);
         let errors = match old {
             Some(old) => {
                 let old: S = decode_typed(old, FieldValidation::Ignore, ctx)?;
-                typed.validate_update(&old)
+                typed.validate_update(&old, &strategy)
             }
-            None => typed.validate(),
+            None => typed.validate(&strategy),
         };
         if !errors.is_empty() {
             let name = crate::runtime::object::name(served).unwrap_or_default();
@@ -228,7 +230,7 @@ struct Verb<V: ?Sized, S, H> {
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> Getter for Verb<dyn Getter, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> Getter for Verb<dyn Getter, S, H> {
     async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value> {
         let hub = self.inner.get(ctx, name, options).await?;
         self.conv.outward(&hub)
@@ -236,7 +238,7 @@ impl<S: Convertible<H>, H: Resource> Getter for Verb<dyn Getter, S, H> {
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> Lister for Verb<dyn Lister, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> Lister for Verb<dyn Lister, S, H> {
     async fn list(&self, ctx: &RequestContext, options: &ListOptions) -> Result<ObjectList> {
         let options = self.conv.list_options(options);
         let list = self.inner.list(ctx, &options).await?;
@@ -245,23 +247,21 @@ impl<S: Convertible<H>, H: Resource> Lister for Verb<dyn Lister, S, H> {
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> Creater for Verb<dyn Creater, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> Creater for Verb<dyn Creater, S, H> {
     async fn create(
         &self,
         ctx: &RequestContext,
         object: Value,
         options: &WriteOptions,
     ) -> Result<Value> {
-        let hub = self
-            .conv
-            .inward(&object, None, options.field_validation, ctx)?;
+        let hub = self.conv.inward(&object, None, options, ctx)?;
         let created = self.inner.create(ctx, hub, options).await?;
         self.conv.outward(&created)
     }
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> Updater for Verb<dyn Updater, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> Updater for Verb<dyn Updater, S, H> {
     async fn update(
         &self,
         ctx: &RequestContext,
@@ -270,12 +270,12 @@ impl<S: Convertible<H>, H: Resource> Updater for Verb<dyn Updater, S, H> {
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
         let conv = self.conv;
-        let validation = options.field_validation;
+        let write = options.clone();
         let request = ctx.clone();
         let in_hub: UpdateFn = Arc::new(move |current: Option<&Value>| {
             let served = current.map(|hub| conv.outward(hub)).transpose()?;
             let new = update(served.as_ref())?;
-            conv.inward(&new, served.as_ref(), validation, &request)
+            conv.inward(&new, served.as_ref(), &write, &request)
         });
         let (stored, created) = self.inner.update(ctx, name, in_hub, options).await?;
         Ok((self.conv.outward(&stored)?, created))
@@ -283,7 +283,9 @@ impl<S: Convertible<H>, H: Resource> Updater for Verb<dyn Updater, S, H> {
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> GracefulDeleter for Verb<dyn GracefulDeleter, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> GracefulDeleter
+    for Verb<dyn GracefulDeleter, S, H>
+{
     async fn delete(
         &self,
         ctx: &RequestContext,
@@ -298,7 +300,9 @@ impl<S: Convertible<H>, H: Resource> GracefulDeleter for Verb<dyn GracefulDelete
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> CollectionDeleter for Verb<dyn CollectionDeleter, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> CollectionDeleter
+    for Verb<dyn CollectionDeleter, S, H>
+{
     async fn delete_collection(
         &self,
         ctx: &RequestContext,
@@ -312,7 +316,7 @@ impl<S: Convertible<H>, H: Resource> CollectionDeleter for Verb<dyn CollectionDe
 }
 
 #[async_trait]
-impl<S: Convertible<H>, H: Resource> Watcher for Verb<dyn Watcher, S, H> {
+impl<S: Convertible<H> + Strategy, H: Resource> Watcher for Verb<dyn Watcher, S, H> {
     async fn watch(&self, ctx: &RequestContext, options: &ListOptions) -> Result<WatchStream> {
         let options = self.conv.list_options(options);
         let events = self.inner.watch(ctx, &options).await?;

@@ -7,8 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::runtime::field_error::FieldError;
-
 /// Whether objects live in a namespace or in the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
@@ -189,8 +187,8 @@ impl ResourceInfo {
 /// is the stored shape: `metadata`, usually `spec` and `status`, without `apiVersion` and `kind`
 /// (the framework adds those from [`ResourceInfo`]).
 ///
-/// The hook methods are the per-type part of the strategy (see
-/// [`registry::strategy`](crate::registry::strategy)); their defaults do nothing.
+/// It is the static description of the kind; what create and update do to its objects is
+/// its [`Strategy`](crate::registry::strategy::Strategy), which the derive implements too.
 pub trait Resource:
     Serialize + DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static
 {
@@ -203,31 +201,10 @@ pub trait Resource:
     /// The object's metadata, mutable.
     fn metadata_mut(&mut self) -> &mut ObjectMeta;
 
-    /// Whether an update without `metadata.resourceVersion` applies to whatever is stored
-    /// (kube's `AllowUnconditionalUpdate`). `false`, as for custom resources and
-    /// sample-apiserver: such an update is refused with 422 (`metadata.resourceVersion: Invalid
-    /// value: 0x0: must be specified for an update`). Patches never need a resourceVersion.
-    /// Set with `#[resource(allow_unconditional_update)]`.
-    const ALLOW_UNCONDITIONAL_UPDATE: bool = false;
-
     /// What a delete does about dependents when the request does not say
     /// (kube's `DefaultGarbageCollectionPolicy`).
     const GARBAGE_COLLECTION_POLICY: GarbageCollectionPolicy =
         GarbageCollectionPolicy::DeleteDependents;
-
-    /// Fills defaults on create and update, before validation.
-    fn default_fields(&mut self) {}
-
-    /// Validates a new object. Each error becomes one `details.causes` entry of a 422.
-    fn validate(&self) -> Vec<FieldError> {
-        Vec::new()
-    }
-
-    /// Validates an update of `old` to `self`. Defaults to [`Resource::validate`].
-    fn validate_update(&self, old: &Self) -> Vec<FieldError> {
-        let _ = old;
-        self.validate()
-    }
 }
 
 /// A namespaced `Flunder` with a status, for unit tests across the crate.

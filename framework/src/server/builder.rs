@@ -32,6 +32,7 @@ use crate::registry::converted::converted;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::store::{MigrationReport, Reader, StorageMigrator, Store};
+use crate::registry::strategy::Strategy;
 use crate::runtime::{Convertible, Resource};
 use crate::server::health::{self, HealthState, ReadyzCheck};
 use crate::server::migrate::MigrateStorageOptions;
@@ -338,7 +339,7 @@ pub struct VersionBuilder {
 impl VersionBuilder {
     /// Serves `T` with the generic [`Store`]: `{plural}` and, when `T` has a status,
     /// `{plural}/status`.
-    pub fn resource<T: Resource>(mut self) -> Self {
+    pub fn resource<T: Strategy>(mut self) -> Self {
         let factory: StorageFactory = Box::new(|config| {
             let store = config.store::<T>();
             let plural = T::INFO.plural;
@@ -384,8 +385,8 @@ impl VersionBuilder {
     /// ([`StorageConfig::decodes`]); `migrate-storage` rewrites them as `H`.
     pub fn converted<S, H>(mut self) -> Self
     where
-        S: Convertible<H>,
-        H: Resource,
+        S: Convertible<H> + Strategy,
+        H: Strategy,
     {
         self.declarations
             .push(Box::new(|config| config.decodes::<S, H>()));
@@ -1294,6 +1295,8 @@ mod tests {
             &mut self.metadata
         }
     }
+
+    impl Strategy for Flunder {}
 
     fn config() -> StorageConfig {
         let backend = Arc::new(crate::storage::MemoryBackend::new());

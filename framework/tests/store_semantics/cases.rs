@@ -58,8 +58,8 @@ pub struct WidgetStatus {
     pub phase: Option<String>,
 }
 
-/// A kind with kube's other strategy choices: unconditional updates allowed, dependents
-/// orphaned by default.
+/// A kind with kube's other strategy choices: unconditional updates and create on update
+/// allowed, dependents orphaned by default.
 #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[resource(
     group = "test.example.com",
@@ -67,6 +67,7 @@ pub struct WidgetStatus {
     kind = "Gadget",
     namespaced,
     allow_unconditional_update,
+    allow_create_on_update,
     garbage_collection = "OrphanDependents"
 )]
 pub struct Gadget {
@@ -753,6 +754,65 @@ async fn update_errors_and_dry_run() {
     assert_eq!(answer["metadata"]["generation"], 2);
     assert_eq!(revision(&backend).await, before);
     assert_eq!(get(&store, "a").await.unwrap(), created);
+}
+
+#[tokio::test]
+async fn update_creates_a_missing_object_when_the_kind_allows_it() {
+    let (_, backend) = setup();
+    let gadgets = Store::<Gadget>::new(backend.clone(), "/registry");
+    let gadget = |name: &str| {
+        let mut gadget = widget(name, json!({}), "red");
+        gadget["kind"] = json!("Gadget");
+        gadget
+    };
+    let put = |store: &Store<Gadget>, name: &str, object: Value, options: WriteOptions| {
+        let (store, name) = (store.clone(), name.to_string());
+        async move { Updater::update(&store, &ns(), &name, replace(object), &options).await }
+    };
+    // A dry run answers what would be created and stores nothing.
+    let before = revision(&backend).await;
+    let dry = WriteOptions {
+        dry_run: true,
+        ..WriteOptions::default()
+    };
+    let (answer, created) = put(&gadgets, "g", gadget("g"), dry).await.unwrap();
+    assert!(created);
+    assert_eq!(answer["metadata"]["generation"], 1);
+    assert_eq!(revision(&backend).await, before);
+
+    // kube's Store.Update with AllowCreateOnUpdate: created as a create would, `true` (201).
+    let (stored, created) = put(&gadgets, "g", gadget("g"), WriteOptions::default())
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(stored["metadata"]["generation"], 1);
+    assert!(stored["metadata"]["uid"].is_string());
+    assert!(stored["metadata"]["creationTimestamp"].is_string());
+    let again = put(&gadgets, "g", gadget("g"), WriteOptions::default()).await;
+    assert!(!again.unwrap().1, "the second PUT updates");
+
+    // A body with a resourceVersion was meant for an object that is gone: 404.
+    let mut stale = gadget("h");
+    stale["metadata"]["resourceVersion"] = json!("7");
+    assert_error(
+        put(&gadgets, "h", stale, WriteOptions::default()).await.map(|(o, _)| o),
+        404,
+        "NotFound",
+    );
+    // The name is the URL's.
+    assert_error(
+        put(&gadgets, "h", gadget("i"), WriteOptions::default()).await.map(|(o, _)| o),
+        400,
+        "BadRequest",
+    );
+    // A patch (an update that needs the current object) never creates.
+    let patch: UpdateFn = Arc::new(|current| {
+        current
+            .cloned()
+            .ok_or_else(|| Error::not_found(&Gadget::INFO, "h"))
+    });
+    let patched = Updater::update(&gadgets, &ns(), "h", patch, &WriteOptions::default()).await;
+    assert_error(patched.map(|(o, _)| o), 404, "NotFound");
 }
 
 #[tokio::test]

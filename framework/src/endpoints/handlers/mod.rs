@@ -12,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 
+use crate::auth::UserInfo;
 use crate::endpoints::installer::{InstalledResource, InstalledResources};
 use crate::endpoints::params::Query;
 use crate::endpoints::request_info::{RequestInfo, Verb};
@@ -79,10 +80,11 @@ fn prepare(state: Arc<APIState>, parts: Parts, body: Body, info: RequestInfo) ->
         .ok_or_else(Error::path_not_found)?;
     check_scope(&resource, &info)?;
     let query = Query::parse(parts.uri.query(), info.verb)?;
-    let ctx = match info.namespace.as_str() {
+    let mut ctx = match info.namespace.as_str() {
         "" => RequestContext::cluster(),
         ns => RequestContext::namespaced(ns),
     };
+    ctx.user = parts.extensions.get::<UserInfo>().map(user_for_storage);
     Ok(Call {
         parts,
         body,
@@ -92,6 +94,18 @@ fn prepare(state: Arc<APIState>, parts: Parts, body: Body, info: RequestInfo) ->
         query,
         state,
     })
+}
+
+/// The authenticated user as storage sees it: the neutral `authentication.k8s.io/v1`
+/// `UserInfo`, so that the registry does not depend on the authenticators.
+fn user_for_storage(user: &UserInfo) -> k8s_openapi::api::authentication::v1::UserInfo {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    k8s_openapi::api::authentication::v1::UserInfo {
+        username: some(&user.name),
+        uid: some(&user.uid),
+        groups: (!user.groups.is_empty()).then(|| user.groups.clone()),
+        extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+    }
 }
 
 /// A namespaced kind is reachable without a namespace only to list and watch across all

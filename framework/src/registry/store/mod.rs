@@ -1,5 +1,9 @@
 //! The generic `Store<T>`: every REST verb over a storage [`Backend`], with the strategy.
 //!
+//! Writes are typed: the client's object is decoded into `T` once, the generic strategy and
+//! `T`'s [`Strategy`] run on it, and it is encoded once to be stored. Reads (get, list, watch)
+//! pass the stored bytes through without decoding them.
+//!
 //! It owns API semantics (names, uid, timestamps, resourceVersion, generation, finalizers,
 //! preconditions, dry run, selectors, pagination, watch) and knows nothing of HTTP. Storage
 //! keys follow kube-apiserver: `{prefix}/{group}/{plural}/{namespace}/{name}`.
@@ -30,7 +34,7 @@ use crate::registry::rest::{
     CachedJson, CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object,
     ObjectList, RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
-use crate::registry::strategy::UpdateTarget;
+use crate::registry::strategy::{Strategy, UpdateTarget};
 use crate::runtime::Convertible;
 use crate::runtime::{GarbageCollectionPolicy, Resource, ResourceInfo, Scope};
 use crate::storage::cacher::EncodeFn;
@@ -55,7 +59,7 @@ pub const DEFAULT_PREFIX: &str = "/registry";
 /// # use std::sync::Arc;
 /// # use apiserver::registry::store::Store;
 /// # use apiserver::storage::MemoryBackend;
-/// # fn f<T: apiserver::Resource>() {
+/// # fn f<T: apiserver::Strategy>() {
 /// let store = Store::<T>::new(Arc::new(MemoryBackend::new()), "/registry");
 /// let storage = store.rest_storage();          // `flunders`
 /// let status = store.status_rest_storage();    // `flunders/status`
@@ -86,8 +90,6 @@ pub(crate) struct Inner {
     pub(crate) bookmark_interval: Duration,
     /// The watch cache of `key_root`, when on.
     pub(crate) cache: Option<Cacher>,
-    /// [`Resource::ALLOW_UNCONDITIONAL_UPDATE`] of the stored type.
-    pub(crate) allow_unconditional_update: bool,
     /// [`Resource::GARBAGE_COLLECTION_POLICY`] of the stored type.
     pub(crate) gc_policy: GarbageCollectionPolicy,
     /// The storage version, and the older ones objects may still be stored in.
@@ -173,7 +175,6 @@ impl<T: Resource> Store<T> {
             info,
             bookmark_interval: watch::BOOKMARK_INTERVAL,
             cache: None,
-            allow_unconditional_update: T::ALLOW_UNCONDITIONAL_UPDATE,
             gc_policy: T::GARBAGE_COLLECTION_POLICY,
             versions: StoredVersions::new(info),
         });
@@ -252,7 +253,10 @@ impl<T: Resource> Store<T> {
     pub fn migrator(&self) -> StorageMigrator {
         StorageMigrator::new(self.inner.clone())
     }
+}
 
+/// The writable paths, which run `T`'s [`Strategy`].
+impl<T: Strategy> Store<T> {
     /// Every verb of the main resource (`flunders`).
     pub fn rest_storage(&self) -> RestStorage {
         let me = Arc::new(self.clone());
@@ -321,7 +325,7 @@ impl<T: Resource> Lister for Store<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Creater for Store<T> {
+impl<T: Strategy> Creater for Store<T> {
     async fn create(
         &self,
         ctx: &RequestContext,
@@ -333,7 +337,7 @@ impl<T: Resource> Creater for Store<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Updater for Store<T> {
+impl<T: Strategy> Updater for Store<T> {
     async fn update(
         &self,
         ctx: &RequestContext,
@@ -396,7 +400,7 @@ impl<T: Resource> Getter for StatusStore<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Updater for StatusStore<T> {
+impl<T: Strategy> Updater for StatusStore<T> {
     async fn update(
         &self,
         ctx: &RequestContext,

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{GetOptions, WriteOptions};
 use crate::registry::rest::{Getter, UpdateFn, Updater};
-use crate::registry::strategy::UpdateTarget;
+use crate::registry::strategy::{Strategy, UpdateTarget};
 use crate::runtime::{FieldError, Resource, ResourceInfo, ScaleInfo};
 
 /// What the scale subresource serves: `autoscaling/v1` `Scale`, in the parent's scope.
@@ -50,7 +50,7 @@ impl<T: Resource> Getter for ScaleStore<T> {
 }
 
 #[async_trait]
-impl<T: Resource> Updater for ScaleStore<T> {
+impl<T: Strategy> Updater for ScaleStore<T> {
     /// apiextensions' `scaleUpdatedObjectInfo`: the current object as a Scale goes to
     /// `update`; the Scale it returns is validated, its `spec.replicas` written to the
     /// object, and its `resourceVersion`, when given, becomes the write's precondition. The
@@ -88,7 +88,7 @@ impl<T: Resource> Updater for ScaleStore<T> {
             name,
             to_object,
             options,
-            UpdateTarget::Main,
+            UpdateTarget::Scale,
         )
         .await?;
         Ok((scale_of(&self.paths, &object)?, created))

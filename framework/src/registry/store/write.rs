@@ -1,5 +1,7 @@
-//! Create and update: the strategy, the user's hooks, validation, then a compare-and-swap.
+//! Create and update: the client's object decoded once to `T`, the generic and the type's
+//! [`Strategy`] run on it typed, encoded once for a compare-and-swap.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::Rng;
 use serde_json::{json, Value};
 
@@ -10,72 +12,120 @@ use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
 use crate::registry::rest::UpdateFn;
 use crate::registry::strategy::{
-    keep_what_target_may_not_change, prepare_for_create, prepare_for_update, UpdateTarget,
+    clear_status_on_create, keep_what_target_may_not_change, next_generation,
+    prepare_meta_for_create, prepare_meta_for_update, Strategy, StrategyContext, UpdateTarget,
 };
 use crate::registry::validation::{
     validate_object_meta, validate_object_meta_update, validate_object_name,
 };
 use crate::runtime::object::{self, metadata_mut, set_meta};
-use crate::runtime::{FieldError, FieldErrorType, Resource, Scope};
+use crate::runtime::{FieldError, FieldErrorType, Scope};
 use crate::storage::StorageError;
 
-pub(crate) async fn create<T: Resource>(
+pub(crate) async fn create<T: Strategy>(
     inner: &Inner,
     ctx: &RequestContext,
-    mut object: Value,
+    object: Value,
     options: &WriteOptions,
 ) -> Result<Value> {
-    check_namespace(inner, ctx, &mut object)?;
     let version_given = object::resource_version(&object)
         .and_then(|rv| rv.parse::<u64>().ok())
         .is_some_and(|rv| rv != 0);
-    prepare_for_create(&inner.info, &mut object);
-    let generate =
-        object::name(&object).is_none() && object::meta_str(&object, "generateName").is_some();
+    let strategy = StrategyContext::new(ctx, options);
+    let new = decode_new::<T>(inner, &strategy, object)?;
+    let meta = new.metadata();
+    let generate_base = meta
+        .generate_name
+        .clone()
+        .filter(|_| meta.name.as_deref().unwrap_or_default().is_empty())
+        .filter(|base| !base.is_empty());
     let mut last_name = String::new();
     for _ in 0..MAX_ATTEMPTS {
-        let mut candidate = object.clone();
-        if generate {
-            let base = object::meta_str(&object, "generateName").unwrap_or_default();
-            set_meta(&mut candidate, "name", json!(generate_name(base)));
+        let mut candidate = new.clone();
+        if let Some(base) = &generate_base {
+            candidate.metadata_mut().name = Some(generate_name(base));
         }
-        let stored = admit_new::<T>(inner, ctx, candidate, options)?;
-        let name = object::name(&stored).unwrap_or_default().to_string();
-        let key = inner.key(ctx, &name)?;
-        if options.dry_run {
-            return dry_run_create(inner, &key, &name, stored).await;
-        }
-        if version_given {
-            // kube's storage refuses it with an error that is not a Status: a 500 without a
-            // reason. (Its dry run does not look, nor does it at a version that is no number.)
-            return Err(Error::new(
-                500,
-                "",
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-        match inner
-            .backend
-            .create(&key, encode_for_storage(&stored)?)
-            .await
-        {
-            // What was stored, as decode_stored would read it back.
-            Ok(kv) => {
-                let mut created = stored;
-                set_meta(
-                    &mut created,
-                    "resourceVersion",
-                    json!(kv.mod_revision.to_string()),
-                );
-                return Ok(created);
-            }
+        match insert::<T>(inner, &strategy, candidate, version_given).await? {
+            Inserted::Created(created) => return Ok(created),
             // kube's createWithGenerateNameRetry: another name, up to MAX_ATTEMPTS times.
-            Err(StorageError::KeyExists(_)) if generate => last_name = name,
-            Err(StorageError::KeyExists(_)) => return Err(name_taken(inner, &key, &name).await),
-            Err(e) => return Err(inner.storage_error(&name, e)),
+            Inserted::Taken(name) if generate_base.is_some() => last_name = name,
+            Inserted::Taken(name) => {
+                let key = inner.key(ctx, &name)?;
+                return Err(name_taken(inner, &key, &name).await);
+            }
         }
     }
     Err(Error::generate_name_conflict(&inner.info, &last_name))
+}
+
+/// The client's new object as `T`, decoded once, defaulted and prepared: the URL's
+/// namespace, the status and server-managed metadata cleared, the type's
+/// `prepare_for_create`.
+fn decode_new<T: Strategy>(
+    inner: &Inner,
+    strategy: &StrategyContext<'_>,
+    mut object: Value,
+) -> Result<T> {
+    check_namespace(inner, strategy.request(), &mut object)?;
+    clear_status_on_create(&inner.info, &mut object);
+    let validation = strategy.options().field_validation;
+    let mut typed: T = decode_typed(&object, validation, strategy.request())?;
+    typed.default_fields();
+    prepare_meta_for_create(typed.metadata_mut());
+    typed.prepare_for_create(strategy);
+    Ok(typed)
+}
+
+/// What one attempt to store a new object did.
+enum Inserted {
+    /// Stored (or, in a dry run, found storable): the object as stored.
+    Created(Value),
+    /// The name is taken.
+    Taken(String),
+}
+
+/// Validates `typed` and stores it under its name, unless that is taken.
+async fn insert<T: Strategy>(
+    inner: &Inner,
+    strategy: &StrategyContext<'_>,
+    typed: T,
+    version_given: bool,
+) -> Result<Inserted> {
+    let stored = admit_new::<T>(inner, strategy, typed)?;
+    let name = object::name(&stored).unwrap_or_default().to_string();
+    let key = inner.key(strategy.request(), &name)?;
+    if strategy.dry_run() {
+        return dry_run_create(inner, &key, &name, stored)
+            .await
+            .map(Inserted::Created);
+    }
+    if version_given {
+        // kube's storage refuses it with an error that is not a Status: a 500 without a
+        // reason. (Its dry run does not look, nor does it at a version that is no number.)
+        return Err(Error::new(
+            500,
+            "",
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    match inner
+        .backend
+        .create(&key, encode_for_storage(&stored)?)
+        .await
+    {
+        // What was stored, as decode_stored would read it back.
+        Ok(kv) => {
+            let mut created = stored;
+            set_meta(
+                &mut created,
+                "resourceVersion",
+                json!(kv.mod_revision.to_string()),
+            );
+            Ok(Inserted::Created(created))
+        }
+        Err(StorageError::KeyExists(_)) => Ok(Inserted::Taken(name)),
+        Err(e) => Err(inner.storage_error(&name, e)),
+    }
 }
 
 /// kube's answer to a create whose name is taken: `AlreadyExists`, which says so when the
@@ -102,31 +152,39 @@ async fn dry_run_create(inner: &Inner, key: &str, name: &str, stored: Value) -> 
     }
 }
 
-/// Runs defaulting and validation on a new object and fills the server-set fields.
-fn admit_new<T: Resource>(
+/// Validates a new object (metadata, then the type's rules), collects its warnings,
+/// canonicalizes it and fills the server-set fields: the object as it will be stored.
+fn admit_new<T: Strategy>(
     inner: &Inner,
-    ctx: &RequestContext,
-    object: Value,
-    options: &WriteOptions,
+    strategy: &StrategyContext<'_>,
+    mut typed: T,
 ) -> Result<Value> {
-    let name = object::name(&object).unwrap_or_default().to_string();
-    let mut typed: T = decode_typed(&object, options.field_validation, ctx)?;
-    typed.default_fields();
-    let mut stored = encode_typed(&typed)?;
-    let mut errors = validate_meta(inner, &stored);
-    errors.extend(typed.validate());
+    let name = typed.metadata().name.clone().unwrap_or_default();
+    let mut errors = validate_meta(inner, typed.metadata())?;
+    errors.extend(typed.validate(strategy));
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, &name, &errors));
     }
+    for warning in typed.warnings_on_create(strategy) {
+        strategy.warn(warning);
+    }
+    typed.canonicalize();
+    let mut stored = encode_typed(&typed)?;
     let meta = metadata_mut(&mut stored);
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(object::now_timestamp()));
     Ok(stored)
 }
 
-fn validate_meta(inner: &Inner, object: &Value) -> Vec<FieldError> {
+/// kube's `ValidateObjectMetaAccessor` on the typed metadata.
+fn validate_meta(inner: &Inner, meta: &ObjectMeta) -> Result<Vec<FieldError>> {
     let namespaced = inner.info.scope == Scope::Namespaced;
-    validate_object_meta(&object["metadata"], namespaced, validate_object_name)
+    let meta = serde_json::to_value(meta).map_err(Error::internal)?;
+    Ok(validate_object_meta(
+        &meta,
+        namespaced,
+        validate_object_name,
+    ))
 }
 
 /// kube's `SimpleNameGenerator`: five characters that cannot spell words.
@@ -163,7 +221,7 @@ fn check_namespace(inner: &Inner, ctx: &RequestContext, object: &mut Value) -> R
     Ok(())
 }
 
-pub(crate) async fn update<T: Resource>(
+pub(crate) async fn update<T: Strategy>(
     inner: &Inner,
     ctx: &RequestContext,
     name: &str,
@@ -172,15 +230,24 @@ pub(crate) async fn update<T: Resource>(
     target: UpdateTarget,
 ) -> Result<(Value, bool)> {
     let key = inner.key(ctx, name)?;
+    let strategy = StrategyContext::new(ctx, options).for_subresource(target.subresource());
     for _ in 0..MAX_ATTEMPTS {
         let current = inner.current(&key, name).await?;
         let Some(current) = current else {
-            update(None)?;
-            return Err(Error::not_found(&inner.info, name));
+            // `update` says first what it thinks of a missing object (a patch: NotFound).
+            let new = update(None)?;
+            if target != UpdateTarget::Main || !T::allow_create_on_update() {
+                return Err(Error::not_found(&inner.info, name));
+            }
+            match create_on_update::<T>(inner, &strategy, name, new).await? {
+                Inserted::Created(created) => return Ok((created, true)),
+                // Created meanwhile by another request: update that one.
+                Inserted::Taken(_) => continue,
+            }
         };
         let old = inner.decode(&current)?;
         let new = update(Some(&old))?;
-        let prepared = prepare_update::<T>(inner, ctx, name, new, &old, options, target)?;
+        let prepared = prepare_update::<T>(inner, &strategy, name, new, &old, target)?;
         // A no-op update of an object stored in an older version still writes it, in the
         // storage version: kube-apiserver writes whenever the stored bytes would change,
         // which is how kube-storage-version-migrator's no-op updates migrate objects.
@@ -213,6 +280,39 @@ pub(crate) async fn update<T: Resource>(
     Err(Error::conflict(&inner.info, name))
 }
 
+/// kube's `Store.Update` on a missing object of a kind that allows create on update: the
+/// body is created as a create would (the create strategy, `generateName` ignored), with the
+/// name from the URL; one that carries a resourceVersion was meant for an object that is
+/// gone, and is a 404.
+async fn create_on_update<T: Strategy>(
+    inner: &Inner,
+    strategy: &StrategyContext<'_>,
+    name: &str,
+    new: Value,
+) -> Result<Inserted> {
+    check_name(&new, name)?;
+    let version = object::resource_version(&new).unwrap_or_default();
+    if version
+        .parse::<u64>()
+        .map_or(!version.is_empty(), |v| v != 0)
+    {
+        return Err(Error::not_found(&inner.info, name));
+    }
+    let typed = decode_new::<T>(inner, strategy, new)?;
+    insert::<T>(inner, strategy, typed, false).await
+}
+
+/// The name in an update's body must be the URL's.
+fn check_name(new: &Value, name: &str) -> Result<()> {
+    if object::name(new) == Some(name) {
+        return Ok(());
+    }
+    let given = object::name(new).unwrap_or_default();
+    Err(Error::bad_request(format!(
+        "the name of the object ({given}) does not match the name on the URL ({name})"
+    )))
+}
+
 /// kube's storage precondition of a PUT: the body's uid must be the stored object's. kube
 /// answers with its storage error's text inside a `Conflict` on the resource.
 fn check_uid_precondition(
@@ -243,7 +343,12 @@ fn check_uid_precondition(
 /// The optimistic-concurrency check of an update: the version sent must be the stored one.
 /// kube reads it as a number: "" and "0" are none (an unconditional update, when the kind
 /// allows it), and one that is no number fails kube's parse with a 500 without a reason.
-fn check_resource_version(inner: &Inner, name: &str, new: &mut Value, stored: &str) -> Result<()> {
+fn check_resource_version<T: Strategy>(
+    inner: &Inner,
+    name: &str,
+    new: &mut Value,
+    stored: &str,
+) -> Result<()> {
     let given = object::resource_version(new).unwrap_or_default();
     let number = match given.parse::<u64>() {
         _ if given.is_empty() => 0,
@@ -263,7 +368,7 @@ fn check_resource_version(inner: &Inner, name: &str, new: &mut Value, stored: &s
     if number != 0 {
         return Err(Error::conflict(&inner.info, name));
     }
-    if !inner.allow_unconditional_update {
+    if !T::allow_unconditional_update() {
         return Err(resource_version_required(inner, name));
     }
     // Unconditional: it applies to the version just read.
@@ -284,53 +389,45 @@ fn resource_version_required(inner: &Inner, name: &str) -> Error {
     Error::invalid_in(inner.info.group, inner.info.plural, name, &[error])
 }
 
-/// `object` through `T` with its defaults applied.
-fn defaulted<T: Resource>(
-    object: &Value,
-    options: &WriteOptions,
-    ctx: &RequestContext,
-) -> Result<Value> {
-    let mut typed: T = decode_typed(object, options.field_validation, ctx)?;
-    typed.default_fields();
-    encode_typed(&typed)
-}
-
-/// Checks and prepares the new state of an object; `None` when nothing would change.
-fn prepare_update<T: Resource>(
+/// Checks and prepares the new state of an object; `None` when nothing would change. The
+/// parts the update may not change are put back on the JSON, then the object is decoded once
+/// and the generic and the type's strategies run on it typed.
+fn prepare_update<T: Strategy>(
     inner: &Inner,
-    ctx: &RequestContext,
+    strategy: &StrategyContext<'_>,
     name: &str,
     mut new: Value,
     old: &Value,
-    options: &WriteOptions,
     target: UpdateTarget,
 ) -> Result<Option<Value>> {
-    if object::name(&new) != Some(name) {
-        let given = object::name(&new).unwrap_or_default();
-        return Err(Error::bad_request(format!(
-            "the name of the object ({given}) does not match the name on the URL ({name})"
-        )));
-    }
+    let (ctx, options) = (strategy.request(), strategy.options());
+    check_name(&new, name)?;
     check_namespace(inner, ctx, &mut new)?;
     check_uid_precondition(inner, ctx, name, old, options)?;
     let old_rv = object::resource_version(old).unwrap_or_default();
-    check_resource_version(inner, name, &mut new, old_rv)?;
+    check_resource_version::<T>(inner, name, &mut new, old_rv)?;
     keep_what_target_may_not_change(&inner.info, target, &mut new, old);
     // Defaults first, as kube decodes with defaulting before the strategy runs: a client
     // that leaves out a defaulted field has not changed the spec.
-    let mut stored = defaulted::<T>(&new, options, ctx)?;
-    prepare_for_update(&inner.info, target, &mut stored, old);
+    let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
+    typed.default_fields();
     let old_typed: T = decode_typed(old, FieldValidation::Ignore, ctx)?;
-    let typed: T = decode_typed(&stored, FieldValidation::Ignore, ctx)?;
-    let mut errors: Vec<FieldError> = validate_meta(inner, &stored);
-    errors.extend(validate_object_meta_update(
-        &stored["metadata"],
-        &old["metadata"],
-    ));
-    errors.extend(typed.validate_update(&old_typed));
+    prepare_meta_for_update(typed.metadata_mut(), old_typed.metadata());
+    typed.prepare_for_update(&old_typed, strategy);
+    let mut errors = validate_meta(inner, typed.metadata())?;
+    let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
+    errors.extend(validate_object_meta_update(&meta, &old["metadata"]));
+    errors.extend(typed.validate_update(&old_typed, strategy));
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, name, &errors));
     }
+    for warning in typed.warnings_on_update(&old_typed, strategy) {
+        strategy.warn(warning);
+    }
+    typed.canonicalize();
+    let mut stored = encode_typed(&typed)?;
+    let generation = next_generation(&stored, old);
+    set_meta(&mut stored, "generation", json!(generation));
     if &stored == old {
         return Ok(None);
     }
