@@ -2,11 +2,12 @@
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
 //! request info, timeout (not for watches), authentication, in-flight limits, authorization,
-//! request metrics.
+//! request metrics, and audit around everything after authentication.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
 
+pub(crate) mod audit;
 pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod error_encoding;
@@ -43,6 +44,8 @@ pub struct FilterConfig {
     /// Seats for requests in flight (`--max-requests-inflight`,
     /// `--max-mutating-requests-inflight`).
     pub inflight: Arc<inflight::InflightLimits>,
+    /// The audit policy and backends (`--audit-policy-file`); `None`: nothing is audited.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl std::fmt::Debug for FilterConfig {
@@ -77,6 +80,7 @@ async fn chain(
     let yaml_errors = error_encoding::wants_yaml(&request);
     let pretty = pretty::wanted(&request);
     let uri = request.uri().clone();
+    let audit = audit::record(&config, &mut request, &audit_id);
     let mut response = panic_recovery::recover(uri, async move {
         request_info::annotate(&mut request);
         let long_running = timeout::is_long_running(&request);
@@ -86,6 +90,7 @@ async fn chain(
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
+            let request = audit::begin(request).await;
             let _seat = match config.inflight.admit(&request, long_running) {
                 Ok(seat) => seat,
                 Err(refused) => return refused.into_response(),
@@ -109,6 +114,7 @@ async fn chain(
         }
     })
     .await;
+    response = audit::finish(audit, response).await;
     if yaml_errors {
         response = error_encoding::as_yaml(response).await;
     }
@@ -179,6 +185,7 @@ mod tests {
                 anonymous,
                 request_timeout: Duration::from_millis(200),
                 inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
+                audit: None,
             },
         )
     }

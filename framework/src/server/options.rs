@@ -149,6 +149,11 @@ pub struct ServerOptions {
     /// `--disable-admission-plugins`).
     #[command(flatten)]
     pub admission: crate::admission::AdmissionOptions,
+
+    /// Audit policy, log and webhook (`--audit-policy-file`, `--audit-log-path`,
+    /// `--audit-webhook-config-file`, ...).
+    #[command(flatten)]
+    pub audit: crate::audit::AuditOptions,
 }
 
 impl Default for ServerOptions {
@@ -182,6 +187,7 @@ impl Default for ServerOptions {
             max_mutating_requests_inflight: 200,
             auth: crate::auth::DelegatingOptions::default(),
             admission: crate::admission::AdmissionOptions::default(),
+            audit: crate::audit::AuditOptions::default(),
         }
     }
 }
