@@ -156,6 +156,10 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
         "apiGroup": "audit.example.com", "apiVersion": "v1"});
     assert_eq!(received["objectRef"], reference);
     assert!(received.get("requestObject").is_none() && received.get("responseStatus").is_none());
+    assert_eq!(
+        received["stageTimestamp"],
+        received["requestReceivedTimestamp"]
+    );
     assert_eq!(complete["objectRef"]["name"], "w1");
     assert_eq!(
         complete["responseStatus"],
@@ -231,6 +235,8 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
     assert_eq!(refused["userAgent"], "audit-test");
     assert_eq!(refused["responseStatus"]["code"], 401);
     assert_eq!(refused["responseStatus"]["reason"], "Unauthorized");
+    assert_eq!(refused["responseStatus"]["message"], "Unauthorized");
+    assert_eq!(refused["responseStatus"]["status"], "Failure");
 
     // A None rule: nothing about quiets.
     let file = dir.path().join("quiet.yaml");

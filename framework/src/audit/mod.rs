@@ -209,7 +209,11 @@ impl RequestAudit {
             }
             let omit_managed_fields = config.omit_managed_fields;
             state.event.stage = stage;
-            state.event.stage_timestamp = micro_time(jiff::Timestamp::now());
+            // As kube: RequestReceived is stamped with the time the request arrived.
+            state.event.stage_timestamp = match stage {
+                Stage::RequestReceived => state.event.request_received_timestamp.clone(),
+                _ => micro_time(jiff::Timestamp::now()),
+            };
             let mut event = state.event.clone();
             if omit_managed_fields {
                 for object in [&mut event.request_object, &mut event.response_object]

@@ -20,7 +20,11 @@ use serde_json::Value;
 use super::FilterConfig;
 use crate::audit::{Attributes, Level, ObjectReference, RequestAudit, ResponseStatus, Stage};
 use crate::auth::UserInfo;
-use crate::endpoints::{RequestInfo, MAX_REQUEST_BODY_BYTES};
+use crate::endpoints::{RequestInfo, Verb, MAX_REQUEST_BODY_BYTES};
+
+/// kube's bound on the `userAgent` of an event, and what marks a cut one.
+const MAX_USER_AGENT: usize = 1024;
+const USER_AGENT_TRUNCATED: &str = "...TRUNCATED";
 
 /// Set on the response of a handler that panicked.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +56,7 @@ pub fn record(
         info.verb.as_str(),
     );
     event.source_ips = source_ips(request);
-    event.user_agent = header_str(request, header::USER_AGENT).to_string();
+    event.user_agent = user_agent(header_str(request, header::USER_AGENT));
     if info.is_resource_request {
         event.object_ref = Some(ObjectReference {
             resource: info.resource.clone(),
@@ -66,12 +70,23 @@ pub fn record(
     }
     let audit = RequestAudit::new(auditor.clone(), event);
     request.extensions_mut().insert(audit.clone());
-    let long_running = info.verb == crate::endpoints::Verb::Watch;
+    let long_running = info.verb == Verb::Watch;
     Some(Recording {
         audit,
         info,
         long_running,
     })
+}
+
+fn user_agent(agent: &str) -> String {
+    if agent.len() <= MAX_USER_AGENT {
+        return agent.to_string();
+    }
+    let mut end = MAX_USER_AGENT;
+    while !agent.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{USER_AGENT_TRUNCATED}", &agent[..end])
 }
 
 fn header_str(request: &Request, name: header::HeaderName) -> &str {
@@ -147,7 +162,7 @@ pub async fn begin(request: Request) -> Request {
         return request;
     }
     audit.emit(Stage::RequestReceived);
-    let writes = matches!(info.verb.as_str(), "create" | "update" | "patch");
+    let writes = matches!(info.verb, Verb::Create | Verb::Update | Verb::Patch);
     if !(writes && info.is_resource_request) {
         return request;
     }
@@ -157,8 +172,15 @@ pub async fn begin(request: Request) -> Request {
         // Too large: the handler answers 413 as it would have.
         Err(_) => bytes::Bytes::from(vec![0; MAX_REQUEST_BODY_BYTES + 1]),
     };
-    if let Some(object) = parse_object(&parts.headers, &bytes) {
-        audit.update(|e| log_request_object(e, object, level));
+    match parse_object(&parts.headers, &bytes) {
+        // kube's `LogRequestPatch`: the patch is the request object, the reference stays.
+        Some(patch) if info.verb == Verb::Patch && level >= Level::Request => {
+            audit.update(|e| e.request_object = Some(patch));
+        }
+        Some(object) if info.verb != Verb::Patch => {
+            audit.update(|e| log_request_object(e, object, level));
+        }
+        _ => {}
     }
     Request::from_parts(parts, Body::from(bytes))
 }

@@ -157,6 +157,10 @@ mod tests {
     }
 
     fn router(anonymous: bool) -> Router {
+        router_audited(anonymous, None)
+    }
+
+    fn router_audited(anonymous: bool, audit: Option<Arc<crate::audit::Auditor>>) -> Router {
         let routes = Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route(
@@ -185,7 +189,7 @@ mod tests {
                 anonymous,
                 request_timeout: Duration::from_millis(200),
                 inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
-                audit: None,
+                audit,
             },
         )
     }
@@ -301,5 +305,62 @@ mod tests {
                 "{accept}"
             );
         }
+    }
+
+    struct Collect(std::sync::Mutex<Vec<crate::audit::Event>>);
+
+    impl crate::audit::AuditBackend for Collect {
+        fn name(&self) -> &'static str {
+            "collect"
+        }
+        fn process(&self, event: &crate::audit::Event) {
+            self.0.lock().unwrap().push(event.clone());
+        }
+    }
+
+    #[tokio::test]
+    async fn audit_writes_each_stage_as_kube_apiserver_does() {
+        use crate::audit::{Auditor, Policy, Stage};
+        let policy: Policy = serde_norway::from_str(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]",
+        )
+        .unwrap();
+        let collect = Arc::new(Collect(std::sync::Mutex::new(Vec::new())));
+        let auditor = Arc::new(Auditor::new(policy, vec![collect.clone()]));
+        let audited = || router_audited(false, Some(auditor.clone()));
+        let stages = |response: &Response| {
+            let id = response.headers()["audit-id"].to_str().unwrap().to_string();
+            let events = collect.0.lock().unwrap();
+            let mine: Vec<_> = events
+                .iter()
+                .filter(|e| e.audit_id == id)
+                .cloned()
+                .collect();
+            let stages: Vec<Stage> = mine.iter().map(|e| e.stage).collect();
+            (mine, stages)
+        };
+        let request = Request::get("/apis/g/v1/things").header("x-user", "alice");
+        let response = respond(audited(), request).await;
+        let (events, seen) = stages(&response);
+        assert_eq!(seen, [Stage::RequestReceived, Stage::ResponseComplete]);
+        assert_eq!(events[1].user.username, "alice");
+        assert_eq!(events[1].response_status.as_ref().unwrap().code, 200);
+        // A panic: RequestReceived, then Panic with the 500.
+        let request = Request::get("/panic").header("x-user", "alice");
+        let response = respond(audited(), request).await;
+        let (events, seen) = stages(&response);
+        assert_eq!(seen, [Stage::RequestReceived, Stage::Panic]);
+        let status = events[1].response_status.clone().unwrap();
+        assert_eq!(
+            (status.code, status.reason.as_str()),
+            (500, "InternalError")
+        );
+        // Wrong credentials: one ResponseStarted event, no user.
+        let request = Request::get("/apis/g/v1/things").header("x-user", "bad");
+        let response = respond(audited(), request).await;
+        let (events, seen) = stages(&response);
+        assert_eq!(seen, [Stage::ResponseStarted]);
+        assert_eq!(events[0].user, crate::audit::UserInfo::default());
+        assert_eq!(events[0].response_status.as_ref().unwrap().code, 401);
     }
 }
