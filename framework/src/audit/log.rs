@@ -125,7 +125,7 @@ impl RotatingFile {
     /// lumberjack's `millRun`: keeps the newest `max_backups`, none older than `max_age`.
     fn remove_old_backups(&self) -> std::io::Result<()> {
         let mut backups = self.backups()?;
-        backups.sort_by(|a, b| b.0.cmp(&a.0));
+        backups.sort_by_key(|b| std::cmp::Reverse(b.0));
         let now = SystemTime::now();
         for (i, (time, path)) in backups.iter().enumerate() {
             let too_many = self.max_backups > 0 && i >= self.max_backups;

@@ -17,53 +17,81 @@ use crate::lifecycle::ShutdownSignal;
 pub struct AuditOptions {
     /// Path to the file that defines the audit policy configuration (`audit.k8s.io/v1`
     /// `Policy`).
-    #[arg(long = "audit-policy-file")]
+    #[arg(long = "audit-policy-file", value_name = "FILE")]
     pub policy_file: Option<PathBuf>,
 
-    /// If set, all requests coming to the apiserver will be logged to this file. '-' means
-    /// standard out.
-    #[arg(long = "audit-log-path")]
+    /// If set, all requests coming to the apiserver will be logged to this file (one JSON
+    /// event a line, rotated by --audit-log-maxsize). '-' means standard out.
+    #[arg(long = "audit-log-path", value_name = "FILE")]
     pub log_path: Option<String>,
 
     /// The maximum number of days to retain old audit log files based on the timestamp
     /// encoded in their filename (0: no limit).
-    #[arg(long = "audit-log-maxage", default_value_t = 0)]
+    #[arg(long = "audit-log-maxage", default_value_t = 0, value_name = "DAYS")]
     pub log_max_age: u64,
 
     /// The maximum number of old audit log files to retain (0: no limit).
-    #[arg(long = "audit-log-maxbackup", default_value_t = 0)]
+    #[arg(
+        long = "audit-log-maxbackup",
+        default_value_t = 0,
+        value_name = "COUNT"
+    )]
     pub log_max_backups: usize,
 
     /// The maximum size in megabytes of the audit log file before it gets rotated (0: 100).
-    #[arg(long = "audit-log-maxsize", default_value_t = 0)]
+    #[arg(
+        long = "audit-log-maxsize",
+        default_value_t = 0,
+        value_name = "MEGABYTES"
+    )]
     pub log_max_size: u64,
 
     /// Format of saved audits: only "json" (one event per line; kube's "legacy" text format
     /// is not supported).
-    #[arg(long = "audit-log-format", default_value = "json")]
+    #[arg(
+        long = "audit-log-format",
+        default_value = "json",
+        value_name = "FORMAT"
+    )]
     pub log_format: String,
 
     /// How events reach the log: "blocking" (written before the request goes on; also what
     /// "blocking-strict" does here).
-    #[arg(long = "audit-log-mode", default_value = "blocking")]
+    #[arg(
+        long = "audit-log-mode",
+        default_value = "blocking",
+        value_name = "MODE"
+    )]
     pub log_mode: String,
 
     /// Path to a kubeconfig formatted file that defines the audit webhook configuration.
-    #[arg(long = "audit-webhook-config-file")]
+    #[arg(long = "audit-webhook-config-file", value_name = "FILE")]
     pub webhook_config_file: Option<PathBuf>,
 
     /// How events reach the webhook: only "batch" (buffered, sent in the background; a
     /// request never waits for the webhook).
-    #[arg(long = "audit-webhook-mode", default_value = "batch")]
+    #[arg(
+        long = "audit-webhook-mode",
+        default_value = "batch",
+        value_name = "MODE"
+    )]
     pub webhook_mode: String,
 
     /// The size of the buffer to store events before batching and writing; events past it
     /// are dropped and counted.
-    #[arg(long = "audit-webhook-batch-buffer-size", default_value_t = 10_000)]
+    #[arg(
+        long = "audit-webhook-batch-buffer-size",
+        default_value_t = 10_000,
+        value_name = "COUNT"
+    )]
     pub webhook_buffer_size: usize,
 
     /// The maximum size of a batch.
-    #[arg(long = "audit-webhook-batch-max-size", default_value_t = 400)]
+    #[arg(
+        long = "audit-webhook-batch-max-size",
+        default_value_t = 400,
+        value_name = "COUNT"
+    )]
     pub webhook_max_batch_size: usize,
 
     /// The amount of time to wait before force writing the batch that hadn't reached the max
@@ -78,17 +106,25 @@ pub struct AuditOptions {
     pub webhook_throttle_enable: bool,
 
     /// Maximum average number of batches per second.
-    #[arg(long = "audit-webhook-batch-throttle-qps", default_value_t = 10.0)]
+    #[arg(
+        long = "audit-webhook-batch-throttle-qps",
+        default_value_t = 10.0,
+        value_name = "QPS"
+    )]
     pub webhook_throttle_qps: f64,
 
     /// Maximum number of requests sent at the same moment if throttle-qps was not utilized
     /// before.
-    #[arg(long = "audit-webhook-batch-throttle-burst", default_value_t = 15)]
+    #[arg(
+        long = "audit-webhook-batch-throttle-burst",
+        default_value_t = 15,
+        value_name = "COUNT"
+    )]
     pub webhook_throttle_burst: u32,
 
     /// API group and version used for serializing audit events written to webhook: only
     /// audit.k8s.io/v1.
-    #[arg(long = "audit-webhook-version", default_value = super::types::API_VERSION)]
+    #[arg(long = "audit-webhook-version", default_value = super::types::API_VERSION, value_name = "VERSION")]
     pub webhook_version: String,
 }
 

@@ -253,10 +253,13 @@ pub async fn finish(recording: Option<Recording>, response: Response) -> Respons
         audit.emit(Stage::Panic);
         return response;
     }
-    if long_running && response.status().is_success() {
+    if long_running {
+        // kube's long-running sink: ResponseStarted as the headers go out, refused or not.
         audit.update(|e| e.response_status = Some(code_only(response.status())));
         audit.emit(Stage::ResponseStarted);
-        return complete_when_body_ends(audit, response);
+        if response.status().is_success() {
+            return complete_when_body_ends(audit, response);
+        }
     }
     let with_body = audit.level() == Some(Level::RequestResponse);
     let (response, status, object) = response_status(response, with_body).await;
@@ -287,7 +290,9 @@ async fn response_status(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/json"));
-    if !json || !(keep_body || !code.is_success()) {
+    // Only a JSON body is read, and only when it is kept or may be an error `Status`.
+    let wanted = keep_body || !code.is_success();
+    if !json || !wanted {
         return (response, code_only(code), None);
     }
     let (parts, body) = response.into_parts();
