@@ -513,3 +513,90 @@ async fn a_hanging_or_failing_webhook_never_holds_up_requests_and_losses_are_cou
     assert!(failed);
     server.stop().await;
 }
+
+/// The extension server's own identity towards the fake core.
+const CALLER: &str = "system:serviceaccount:audit:apiserver";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_authorizer_denies_is_audited_as_kube_apiserver_audits_it() {
+    use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore};
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(dir.path()).await;
+    let users = TestCa::new("client-ca");
+    let proxies = TestCa::new("front-proxy-ca");
+    core.set_authentication_config(&AuthenticationConfig::with_front_proxy(
+        &users.cert_pem,
+        &proxies.cert_pem,
+    ));
+    let log = dir.path().join("audit.log");
+    let mut options = ServerOptions {
+        storage_backend: apiserver::server::StorageBackendKind::Memory,
+        ..TestServer::options(dir.path())
+    };
+    let kubeconfig = core.kubeconfig(CALLER);
+    options.auth.authentication_kubeconfig = Some(kubeconfig.clone());
+    options.auth.authorization_kubeconfig = Some(kubeconfig);
+    options.audit.policy_file = Some(write_policy(dir.path()));
+    options.audit.log_path = Some(log.display().to_string());
+    let server = TestServer::start_with_options(options, vec![group()]).await;
+
+    // bob, with a client certificate of the cluster's client CA, may do nothing.
+    let (cert, key) = users.client("bob", &["devs"]).write(dir.path(), "bob");
+    let url = format!("https://127.0.0.1:{}{WIDGETS}", server.addr.port());
+    let curl = std::process::Command::new("curl")
+        .args(["-sk", "-D", "-", "-o", "/dev/null", "--cert"])
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .arg(&url)
+        .output()
+        .unwrap();
+    let headers = String::from_utf8_lossy(&curl.stdout).to_lowercase();
+    assert!(headers.contains(" 403"), "{headers}");
+    let id = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("audit-id:"))
+        .expect("Audit-Id on a 403")
+        .trim()
+        .to_string();
+    let all = events(&log);
+    let denied = with_id(&all, &id);
+    let stages: Vec<&Value> = denied.iter().map(|e| &e["stage"]).collect();
+    assert_eq!(stages, ["RequestReceived", "ResponseComplete"], "{all:#?}");
+    let event = denied[1];
+    assert_eq!(event["level"], "Metadata");
+    assert_eq!(event["verb"], "list");
+    assert_eq!(event["user"]["username"], "bob");
+    assert_eq!(
+        event["user"]["groups"],
+        json!(["devs", "system:authenticated"])
+    );
+    assert_eq!(
+        event["objectRef"],
+        json!({"resource": "widgets", "namespace": "default",
+        "apiGroup": "audit.example.com", "apiVersion": "v1"})
+    );
+    assert_eq!(
+        event["annotations"]["authorization.k8s.io/decision"],
+        "forbid"
+    );
+    assert!(
+        event["annotations"]
+            .get("authorization.k8s.io/reason")
+            .is_some(),
+        "{event}"
+    );
+    let status = &event["responseStatus"];
+    assert_eq!(status["code"], 403);
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "widgets.audit.example.com is forbidden: User \"bob\" cannot list resource \"widgets\" \
+         in API group \"audit.example.com\" in the namespace \"default\""
+    );
+    assert_eq!(status["details"]["group"], "audit.example.com");
+    assert_eq!(status["details"]["kind"], "widgets");
+    assert!(event.get("requestObject").is_none() && event.get("responseObject").is_none());
+    server.stop().await;
+}
