@@ -176,6 +176,29 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
         "allow"
     );
 
+    // A patch: the patch itself is the request object (kube's LogRequestPatch).
+    let patch = r#"{"spec":{"color":"green"}}"#;
+    ok(server.kubectl(&[
+        "patch",
+        "widgets.audit.example.com",
+        "w1",
+        "--type=merge",
+        "-p",
+        patch,
+    ]));
+    let all = events(&log);
+    let patched = all
+        .iter()
+        .rfind(|e| e["verb"] == "patch" && e["stage"] == "ResponseComplete")
+        .expect("the patch's event");
+    assert_eq!(
+        patched["requestObject"],
+        json!({"spec": {"color": "green"}})
+    );
+    assert_eq!(patched["responseObject"]["spec"]["color"], "green");
+    assert_eq!(patched["objectRef"]["name"], "w1");
+    assert_eq!(patched["responseStatus"]["code"], 200);
+
     // A missing object: 404 with the Status's bounded fields.
     let missing = server.kubectl(&["get", "widgets.audit.example.com", "nope"]);
     assert!(!missing.success);

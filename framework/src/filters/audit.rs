@@ -162,8 +162,14 @@ pub async fn begin(request: Request) -> Request {
         return request;
     }
     audit.emit(Stage::RequestReceived);
-    let writes = matches!(info.verb, Verb::Create | Verb::Update | Verb::Patch);
-    if !(writes && info.is_resource_request) {
+    // A created or updated object completes the reference even at Metadata; a patch is
+    // only kept from Request on.
+    let reads = match info.verb {
+        Verb::Create | Verb::Update => true,
+        Verb::Patch => level >= Level::Request,
+        _ => false,
+    };
+    if !(reads && info.is_resource_request) {
         return request;
     }
     let (parts, body) = request.into_parts();
@@ -174,13 +180,11 @@ pub async fn begin(request: Request) -> Request {
     };
     match parse_object(&parts.headers, &bytes) {
         // kube's `LogRequestPatch`: the patch is the request object, the reference stays.
-        Some(patch) if info.verb == Verb::Patch && level >= Level::Request => {
+        Some(patch) if info.verb == Verb::Patch => {
             audit.update(|e| e.request_object = Some(patch));
         }
-        Some(object) if info.verb != Verb::Patch => {
-            audit.update(|e| log_request_object(e, object, level));
-        }
-        _ => {}
+        Some(object) => audit.update(|e| log_request_object(e, object, level)),
+        None => {}
     }
     Request::from_parts(parts, Body::from(bytes))
 }
