@@ -199,6 +199,18 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
     assert_eq!(patched["objectRef"]["name"], "w1");
     assert_eq!(patched["responseStatus"]["code"], 200);
 
+    // A body past the 3 MiB limit: still 413, audited as such.
+    let (id, code) = create_widget(&server, "huge", &"x".repeat(3 * 1024 * 1024)).await;
+    assert_eq!(code, 413);
+    let all = events(&log);
+    let huge = with_id(&all, &id);
+    assert_eq!(
+        huge.last().unwrap()["responseStatus"]["code"],
+        413,
+        "{huge:#?}"
+    );
+    assert!(huge.last().unwrap().get("requestObject").is_none());
+
     // A missing object: 404 with the Status's bounded fields.
     let missing = server.kubectl(&["get", "widgets.audit.example.com", "nope"]);
     assert!(!missing.success);

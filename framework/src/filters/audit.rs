@@ -175,8 +175,7 @@ pub async fn begin(request: Request) -> Request {
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES).await {
         Ok(bytes) => bytes,
-        // Too large: the handler answers 413 as it would have.
-        Err(_) => bytes::Bytes::from(vec![0; MAX_REQUEST_BODY_BYTES + 1]),
+        Err(e) => return Request::from_parts(parts, unread(e)),
     };
     match parse_object(&parts.headers, &bytes) {
         // kube's `LogRequestPatch`: the patch is the request object, the reference stays.
@@ -187,6 +186,19 @@ pub async fn begin(request: Request) -> Request {
         None => {}
     }
     Request::from_parts(parts, Body::from(bytes))
+}
+
+/// What the handler reads instead of a body that could not be read: too large, a body the
+/// handler refuses with 413 as it would have; else the same error.
+fn unread(error: axum::Error) -> Body {
+    let error = error.into_inner();
+    if error.is::<http_body_util::LengthLimitError>() {
+        return Body::from(vec![0; MAX_REQUEST_BODY_BYTES + 1]);
+    }
+    let message = error.to_string();
+    Body::from_stream(futures::stream::once(async move {
+        Err::<bytes::Bytes, _>(std::io::Error::other(message))
+    }))
 }
 
 /// A JSON or YAML body.
