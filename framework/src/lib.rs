@@ -39,12 +39,13 @@
 //! [`admission`] → [`registry`] (API semantics: the generic store and strategies) →
 //! [`storage`] (keys, revisions, watches). [`aggregator`] registers the server with
 //! kube-apiserver's aggregator and prints its deploy manifests. Below every stage: [`tls`]
-//! (certificates and keys), [`lifecycle`] (shutdown, readiness), [`metrics`] (what `/metrics`
+//! (certificates and keys), [`audit`] (policy, events and their backends), [`lifecycle`] (shutdown, readiness), [`metrics`] (what `/metrics`
 //! serves) and [`core_api`] (the client of the core kube-apiserver). [`testing`] starts a real server for your own tests.
 #![warn(missing_docs)]
 
 pub mod admission;
 pub mod aggregator;
+pub mod audit;
 pub mod auth;
 pub mod core_api;
 pub mod discovery;

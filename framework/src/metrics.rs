@@ -71,6 +71,11 @@ pub struct Metrics {
     /// `apiserver_dropped_requests_total` by request_kind: refused with 429 because the
     /// server had no seat for them.
     pub dropped: IntCounterVec,
+    /// `apiserver_audit_event_total`: audit events handed to the backends.
+    pub audit_events: IntCounterVec,
+    /// `apiserver_audit_error_total` by plugin: audit events lost (`buffered`: the webhook's
+    /// buffer was full; `webhook`, `log`: the backend failed).
+    pub audit_errors: IntCounterVec,
 }
 
 impl Metrics {
@@ -191,6 +196,16 @@ impl Metrics {
                 "apiserver_dropped_requests_total",
                 "Number of requests dropped with 'Try again later' response",
                 &["request_kind"],
+            )?,
+            audit_events: counter(
+                "apiserver_audit_event_total",
+                "Counter of audit events generated and sent to the audit backend.",
+                &[],
+            )?,
+            audit_errors: counter(
+                "apiserver_audit_error_total",
+                "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
+                &["plugin"],
             )?,
             registry,
         };

@@ -65,6 +65,9 @@ pub struct AdmissionRequest<'a> {
     pub namespace: &'a str,
     /// The object's name (empty on a create with `generateName`).
     pub name: &'a str,
+    /// Annotations a plugin adds to the request's audit events (kube's
+    /// `AddAuditAnnotation`), e.g. `mutation.example.com/reason`.
+    pub audit: crate::audit::AuditAnnotations,
 }
 
 /// One admission check.

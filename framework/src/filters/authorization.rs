@@ -52,6 +52,7 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
         .authorization_duration
         .with_label_values(&[result])
         .observe(started.elapsed().as_secs_f64());
+    annotate_decision(&parts.extensions, &decided);
     match decided {
         Ok(decision) if decision.is_allowed() => Ok(Request::from_parts(parts, body)),
         Ok(decision) => Err(forbidden(user, info, &decision.reason).into_response()),
@@ -60,6 +61,23 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
             Err(Error::internal(e).into_response())
         }
     }
+}
+
+/// kube's audit annotations of the decision: `authorization.k8s.io/decision` (`allow`,
+/// `forbid`) and `authorization.k8s.io/reason`.
+fn annotate_decision<E>(
+    extensions: &http::Extensions,
+    decided: &Result<crate::auth::authorizer::Authorization, E>,
+) {
+    let Ok(decision) = decided else { return };
+    let annotations = crate::audit::AuditAnnotations::of(extensions);
+    let verdict = if decision.is_allowed() {
+        "allow"
+    } else {
+        "forbid"
+    };
+    annotations.add("authorization.k8s.io/decision", verdict);
+    annotations.add("authorization.k8s.io/reason", &decision.reason);
 }
 
 /// kube's `ForbiddenStatusError`: `{resource}.{group} "{name}" is forbidden: User "{user}"

@@ -2,11 +2,13 @@
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
 //! request info and the request's tracing span, timeout (not for watches), authentication,
-//! in-flight limits, authorization, request metrics.
+//! in-flight limits, authorization, request metrics, and audit around everything after
+//! authentication.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
 
+pub(crate) mod audit;
 pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod error_encoding;
@@ -45,6 +47,8 @@ pub struct FilterConfig {
     /// Seats for requests in flight (`--max-requests-inflight`,
     /// `--max-mutating-requests-inflight`).
     pub inflight: Arc<inflight::InflightLimits>,
+    /// The audit policy and backends (`--audit-policy-file`); `None`: nothing is audited.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl std::fmt::Debug for FilterConfig {
@@ -81,6 +85,7 @@ async fn chain(
     let uri = request.uri().clone();
     request_info::annotate(&mut request);
     let span = trace::request_span(&request, &audit_id);
+    let audit = audit::record(&config, &mut request, &audit_id);
     let served = async move {
         let long_running = timeout::is_long_running(&request);
         let limit = config.request_timeout;
@@ -90,6 +95,7 @@ async fn chain(
                 Err(refused) => return refused,
             };
             trace::record_user(&request);
+            let request = audit::begin(request).await;
             let _seat = match config.inflight.admit(&request, long_running) {
                 Ok(seat) => seat,
                 Err(refused) => return refused.into_response(),
@@ -113,6 +119,7 @@ async fn chain(
         }
     };
     let mut response = panic_recovery::recover(uri, served.instrument(span.clone())).await;
+    response = audit::finish(audit, response).await;
     let code = response.status().as_u16();
     span.record("code", code);
     // kube-apiserver's httplog line, at debug (`RUST_LOG=apiserver::filters=debug`).
@@ -160,6 +167,10 @@ mod tests {
     }
 
     fn router(anonymous: bool) -> Router {
+        router_audited(anonymous, None)
+    }
+
+    fn router_audited(anonymous: bool, audit: Option<Arc<crate::audit::Auditor>>) -> Router {
         let routes = Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route(
@@ -188,6 +199,7 @@ mod tests {
                 anonymous,
                 request_timeout: Duration::from_millis(200),
                 inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
+                audit,
             },
         )
     }
@@ -303,5 +315,62 @@ mod tests {
                 "{accept}"
             );
         }
+    }
+
+    struct Collect(std::sync::Mutex<Vec<crate::audit::Event>>);
+
+    impl crate::audit::AuditBackend for Collect {
+        fn name(&self) -> &'static str {
+            "collect"
+        }
+        fn process(&self, event: &crate::audit::Event) {
+            self.0.lock().unwrap().push(event.clone());
+        }
+    }
+
+    #[tokio::test]
+    async fn audit_writes_each_stage_as_kube_apiserver_does() {
+        use crate::audit::{Auditor, Policy, Stage};
+        let policy: Policy = serde_norway::from_str(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]",
+        )
+        .unwrap();
+        let collect = Arc::new(Collect(std::sync::Mutex::new(Vec::new())));
+        let auditor = Arc::new(Auditor::new(policy, vec![collect.clone()]));
+        let audited = || router_audited(false, Some(auditor.clone()));
+        let stages = |response: &Response| {
+            let id = response.headers()["audit-id"].to_str().unwrap().to_string();
+            let events = collect.0.lock().unwrap();
+            let mine: Vec<_> = events
+                .iter()
+                .filter(|e| e.audit_id == id)
+                .cloned()
+                .collect();
+            let stages: Vec<Stage> = mine.iter().map(|e| e.stage).collect();
+            (mine, stages)
+        };
+        let request = Request::get("/apis/g/v1/things").header("x-user", "alice");
+        let response = respond(audited(), request).await;
+        let (events, seen) = stages(&response);
+        assert_eq!(seen, [Stage::RequestReceived, Stage::ResponseComplete]);
+        assert_eq!(events[1].user.username, "alice");
+        assert_eq!(events[1].response_status.as_ref().unwrap().code, 200);
+        // A panic: RequestReceived, then Panic with the 500.
+        let request = Request::get("/panic").header("x-user", "alice");
+        let response = respond(audited(), request).await;
+        let (events, seen) = stages(&response);
+        assert_eq!(seen, [Stage::RequestReceived, Stage::Panic]);
+        let status = events[1].response_status.clone().unwrap();
+        assert_eq!(
+            (status.code, status.reason.as_str()),
+            (500, "InternalError")
+        );
+        // Wrong credentials: one ResponseStarted event, no user.
+        let request = Request::get("/apis/g/v1/things").header("x-user", "bad");
+        let response = respond(audited(), request).await;
+        let (events, seen) = stages(&response);
+        assert_eq!(seen, [Stage::ResponseStarted]);
+        assert_eq!(events[0].user, crate::audit::UserInfo::default());
+        assert_eq!(events[0].response_status.as_ref().unwrap().code, 401);
     }
 }

@@ -21,7 +21,10 @@ pub async fn recover(uri: Uri, serve: impl Future<Output = Response>) -> Respons
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
             tracing::error!(path = %uri.path(), panic = %what, "handler panicked");
-            Error::internal("the server panicked while serving the request").into_response()
+            let mut response =
+                Error::internal("the server panicked while serving the request").into_response();
+            response.extensions_mut().insert(super::audit::Panicked);
+            response
         }
     }
 }

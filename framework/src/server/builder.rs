@@ -58,6 +58,9 @@ pub enum ServerError {
     /// The admission flags name plugins that do not exist.
     #[error(transparent)]
     Admission(#[from] crate::admission::AdmissionOptionsError),
+    /// The audit policy or a backend could not be set up.
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     /// Reaching the core kube-apiserver or registering the APIServices failed.
     #[error(transparent)]
     Aggregator(#[from] crate::aggregator::WireError),
@@ -134,6 +137,7 @@ struct Bound {
     kubeconfig: PathBuf,
     wiring: crate::aggregator::Wiring,
     admission: Admission,
+    audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 type StorageFactory = Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;
@@ -675,6 +679,9 @@ pub struct APIServer {
     version: VersionInfo,
 }
 
+/// How long a stopping server waits for the audit webhook to take the buffered events.
+const AUDIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A started server.
 pub struct RunningServer {
     /// The address it listens on.
@@ -954,10 +961,18 @@ impl APIServer {
             (shutdown.clone(), initiated.clone()),
             bound.wiring.readyz.clone(),
         );
-        let router = self.build_router(&groups, health, auth, bound.admission);
+        let audit = bound.audit;
+        let router = self.build_router(&groups, health, auth, bound.admission, audit.clone());
         self.spawn_upkeep(&tls, &backend, bound.wiring.handle.clone(), &shutdown);
         let signals = (shutdown.clone(), initiated);
-        let task = self.spawn_serving(bound.listener, tls.config, router, signals, os_signals);
+        let task = self.spawn_serving(
+            bound.listener,
+            tls.config,
+            router,
+            signals,
+            os_signals,
+            audit,
+        );
         Ok(RunningServer {
             addr: bound.addr,
             kubeconfig: bound.kubeconfig,
@@ -1010,12 +1025,14 @@ impl APIServer {
             crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone()).await?;
         let admission =
             crate::admission::build(&options.admission, wiring.core.as_ref(), shutdown)?;
+        let audit = options.audit.build(shutdown).await?;
         Ok(Bound {
             listener,
             addr,
             kubeconfig,
             wiring,
             admission,
+            audit,
         })
     }
 
@@ -1046,7 +1063,7 @@ impl APIServer {
     /// Serves `router` on `listener` until `shutdown` (or SIGTERM/SIGINT with `os_signals`).
     /// A signal first sets `initiated` (`/readyz` fails) and keeps serving for
     /// `--shutdown-delay-duration`; then the listener closes, watches end, in-flight requests
-    /// drain.
+    /// drain; last, the audit events still buffered are sent.
     fn spawn_serving(
         &self,
         listener: TcpListener,
@@ -1054,6 +1071,7 @@ impl APIServer {
         router: Router,
         (shutdown, initiated): (ShutdownSignal, ShutdownSignal),
         os_signals: bool,
+        audit: Option<Arc<crate::audit::Auditor>>,
     ) -> tokio::task::JoinHandle<Result<(), ServerError>> {
         let serve_options = ServeOptions {
             signal: shutdown,
@@ -1080,7 +1098,15 @@ impl APIServer {
                     tokio::time::sleep(delay).await;
                 }
             };
-            serve_tls_with(listener, tls_config, router, stop, serve_options).await?;
+            let served = serve_tls_with(listener, tls_config, router, stop, serve_options).await;
+            if let Some(audit) = audit {
+                // Shutdown has been signalled: the webhook sends what it holds, bounded.
+                let flushed = tokio::time::timeout(AUDIT_FLUSH_TIMEOUT, audit.flushed());
+                if flushed.await.is_err() {
+                    tracing::warn!("audit events still buffered at exit were not sent");
+                }
+            }
+            served?;
             Ok(())
         })
     }
@@ -1092,6 +1118,7 @@ impl APIServer {
         health: HealthState,
         auth: AuthSetup,
         admission: Admission,
+        audit: Option<Arc<crate::audit::Auditor>>,
     ) -> Router {
         let state = Arc::new(APIState {
             resources: InstalledResources::new(groups),
@@ -1116,6 +1143,7 @@ impl APIServer {
                 self.options.max_requests_inflight,
                 self.options.max_mutating_requests_inflight,
             )),
+            audit,
         };
         filters::apply(router, config)
     }

@@ -154,6 +154,11 @@ pub struct ServerOptions {
     /// `--disable-admission-plugins`).
     #[command(flatten)]
     pub admission: crate::admission::AdmissionOptions,
+
+    /// Audit policy, log and webhook (`--audit-policy-file`, `--audit-log-path`,
+    /// `--audit-webhook-config-file`, ...).
+    #[command(flatten)]
+    pub audit: crate::audit::AuditOptions,
 }
 
 impl Default for ServerOptions {
@@ -188,6 +193,7 @@ impl Default for ServerOptions {
             logging_format: crate::server::LoggingFormat::Text,
             auth: crate::auth::DelegatingOptions::default(),
             admission: crate::admission::AdmissionOptions::default(),
+            audit: crate::audit::AuditOptions::default(),
         }
     }
 }

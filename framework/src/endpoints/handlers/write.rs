@@ -131,6 +131,7 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
         subresource: &call.info.subresource,
         namespace: &call.info.namespace,
         name,
+        audit: crate::audit::AuditAnnotations::of(&call.parts.extensions),
     };
     call.state.admission.admit(&request).await?;
     let created = creater.create(&call.ctx, object, &options).await?;
