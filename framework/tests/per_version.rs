@@ -1,12 +1,13 @@
 //! What each served version has of its own over one storage: field selectors in its own field
 //! names (evaluated on the object as that version shows it, pages and revisions still the
-//! store's), pages that go on from one version in another, and watch events converted once
-//! per version, not once per watcher.
+//! store's), pages that go on from one version in another, its own strategy beside the
+//! storage version's, and watch events converted once per version, not once per watcher.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use apiserver::registry::strategy::{Strategy, StrategyContext};
 use apiserver::runtime::convert::{ConversionError, Convertible};
 use apiserver::server::APIGroup;
 use apiserver::testing::TestServer;
@@ -38,14 +39,16 @@ pub struct SpecV2 {
     pub size: i64,
 }
 
-/// The older version calls it `width`, selectable under that name.
+/// The older version calls it `width`, selectable under that name; its own strategy warns
+/// that it is old and rounds widths to even numbers.
 #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[resource(
     group = "perversion.example.com",
     version = "v1",
     kind = "Gadget",
     namespaced,
-    selectable_field = ".spec.width"
+    selectable_field = ".spec.width",
+    custom_strategy
 )]
 pub struct GadgetV1 {
     #[serde(default)]
@@ -58,6 +61,16 @@ pub struct GadgetV1 {
 pub struct SpecV1 {
     #[serde(default)]
     pub width: i64,
+}
+
+impl Strategy for GadgetV1 {
+    fn warnings_on_create(&self, _: &StrategyContext<'_>) -> Vec<String> {
+        vec!["perversion.example.com/v1 Gadget is old; use v2".into()]
+    }
+
+    fn canonicalize(&mut self) {
+        self.spec.width += self.spec.width % 2;
+    }
 }
 
 /// How many objects named `counted-…` were converted from the hub to v1 (tests of this file
@@ -197,6 +210,30 @@ async fn field_selectors_speak_each_versions_own_fields() {
     .await
     .unwrap();
     assert_eq!(seen, [("ADDED".into(), 7), ("DELETED".into(), 7)]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_version_runs_its_own_strategy_too() {
+    let server = TestServer::builder().group(group()).start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.yaml");
+    let yaml = "apiVersion: perversion.example.com/v1\nkind: Gadget\nmetadata:\n  name: odd\n  namespace: default\nspec:\n  width: 3\n";
+    std::fs::write(&file, yaml).unwrap();
+    let out = server.kubectl(&["create", "-f", &file.display().to_string()]);
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("Warning: perversion.example.com/v1 Gadget is old; use v2"),
+        "{}",
+        out.stderr
+    );
+    let v2: Api<GadgetV2> = Api::namespaced(server.client(), "default");
+    assert_eq!(
+        v2.get("odd").await.unwrap().spec.size,
+        4,
+        "canonicalized as v1"
+    );
     server.stop().await;
 }
 

@@ -133,10 +133,10 @@ impl<S: Convertible<H> + Strategy, H: Resource> Converter<S, H> {
         }
     }
 
-    /// An object of `S` from a client, defaulted and validated as `S` (against `old`, the
-    /// current object as `S`, on update), as `H` for the hub's store, which then runs the
-    /// hub's strategy too: as kube-apiserver defaults each version and validates the one
-    /// internal version, both sets of rules hold.
+    /// An object of `S` from a client, defaulted, prepared, validated, warned about and
+    /// canonicalized by `S`'s strategy (against `old`, the current object as `S`, on update),
+    /// as `H` for the hub's store, which then runs the hub's strategy too: as kube-apiserver
+    /// defaults each version and validates the one internal version, both sets of rules hold.
     fn inward(
         self,
         served: &Value,
@@ -147,17 +147,29 @@ impl<S: Convertible<H> + Strategy, H: Resource> Converter<S, H> {
         let mut typed: S = decode_typed(served, options.field_validation, ctx)?;
         typed.default_fields();
         let strategy = StrategyContext::new(ctx, options);
-        let errors = match old {
-            Some(old) => {
-                let old: S = decode_typed(old, FieldValidation::Ignore, ctx)?;
-                typed.validate_update(&old, &strategy)
-            }
+        let old: Option<S> = old
+            .map(|old| decode_typed(old, FieldValidation::Ignore, ctx))
+            .transpose()?;
+        // The served version's own strategy, in kube's order (prepare, validate, warnings,
+        // canonicalize), before the hub's runs in its store.
+        match &old {
+            Some(old) => typed.prepare_for_update(old, &strategy),
+            None => typed.prepare_for_create(&strategy),
+        }
+        let errors = match &old {
+            Some(old) => typed.validate_update(old, &strategy),
             None => typed.validate(&strategy),
         };
         if !errors.is_empty() {
             let name = crate::runtime::object::name(served).unwrap_or_default();
             return Err(Error::invalid(&S::INFO, name, &errors));
         }
+        let warnings = match &old {
+            Some(old) => typed.warnings_on_update(old, &strategy),
+            None => typed.warnings_on_create(&strategy),
+        };
+        warnings.into_iter().for_each(|w| strategy.warn(w));
+        typed.canonicalize();
         let hub = typed.into_hub().map_err(conversion_failed::<S>)?;
         encode_typed(&hub)
     }
