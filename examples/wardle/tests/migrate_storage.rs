@@ -132,6 +132,74 @@ async fn an_object_in_a_version_wardle_does_not_know_fails_the_migration() {
     assert_eq!(stored(&db).await[0]["apiVersion"], "wardle.example.com/v9");
 }
 
+/// On SQLite, with the server running: `--server-kubeconfig` migrates through the server's
+/// API (read, write back unchanged), so the server's watch cache and watchers follow — the
+/// way to migrate a file that only the running server may write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_storage_through_the_running_servers_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("wardle.db");
+    let old = json!({"flunderReference": "other", "referenceType": "Flunder"});
+    put(&db, &[("old", flunder("v1beta1", "old", old))]).await;
+    let path = db.clone();
+    let server = apiserver::testing::TestServer::builder()
+        .group(wardle::api_group())
+        .sqlite()
+        .dir(dir.path().join("server"))
+        .options(move |o| o.sqlite_path = path)
+        .start()
+        .await;
+    // One object written by the server itself, in the storage version: left as it is.
+    let new = dir.path().join("new.yaml");
+    let yaml = "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: new\n  namespace: default\nspec:\n  reference: x\n";
+    std::fs::write(&new, yaml).unwrap();
+    let created = server.kubectl(&["create", "-f", &new.display().to_string()]);
+    assert!(created.success, "{}", created.stderr);
+    let watch = server.kubectl_watch(&[
+        "get",
+        "flunders",
+        "-w",
+        "--output-watch-events",
+        "--no-headers",
+    ]);
+    // The watch is on once it has shown what there is.
+    watch.expect_line(&["ADDED", "old", "other"]);
+    let kubeconfig = format!("--server-kubeconfig={}", server.kubeconfig.display());
+    let out = Command::new(env!("CARGO_BIN_EXE_wardle"))
+        .args(["migrate-storage", &kubeconfig])
+        .output()
+        .expect("wardle runs");
+    let out = stdout(&out);
+    assert!(
+        out.contains("flunders.wardle.example.com: 2 objects, 1 rewritten\n"),
+        "{out}"
+    );
+    watch.expect_line(&["MODIFIED", "old", "other"]);
+    let versions: Vec<_> = stored(&db)
+        .await
+        .iter()
+        .map(|o| o["apiVersion"].clone())
+        .collect();
+    assert_eq!(
+        versions,
+        ["wardle.example.com/v1alpha1", "wardle.example.com/v1alpha1"]
+    );
+    let kubeconfig = format!("--server-kubeconfig={}", server.kubeconfig.display());
+    let again = Command::new(env!("CARGO_BIN_EXE_wardle"))
+        .args([
+            "migrate-storage",
+            &kubeconfig,
+            "--resource=flunders.wardle.example.com",
+        ])
+        .output()
+        .expect("wardle runs");
+    assert_eq!(
+        stdout(&again),
+        "flunders.wardle.example.com: 2 objects, 0 rewritten\n"
+    );
+    server.stop().await;
+}
+
 #[cfg(feature = "etcd")]
 mod common;
 
@@ -162,6 +230,12 @@ mod etcd3 {
         etcd.create(&key, bytes.into()).await.unwrap();
 
         let server = common::serve(options.clone()).await;
+        // One object written by the server itself, in the storage version: left as it is.
+        let new = dir.path().join("new.yaml");
+        let yaml = "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: new\n  namespace: default\nspec:\n  reference: x\n";
+        std::fs::write(&new, yaml).unwrap();
+        let created = server.kubectl(&["create", "-f", &new.display().to_string()]);
+        assert!(created.success, "{}", created.stderr);
         let watch = server.kubectl_watch(&[
             "get",
             "flunders",

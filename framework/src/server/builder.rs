@@ -860,6 +860,12 @@ impl APIServer {
         }
         if let Some(Command::MigrateStorage(options)) = &self.command {
             let print = &mut |report: &MigrationReport| println!("{report}");
+            if let Some(kubeconfig) = &options.server_kubeconfig {
+                return self
+                    .migrate_through_api(kubeconfig, &options.resources, print)
+                    .await
+                    .map(drop);
+            }
             return self.migrate(&options.resources, print).await.map(drop);
         }
         if let Some(max) = self.malloc_arena_max {
@@ -925,6 +931,25 @@ impl APIServer {
         built?;
         let migrators = super::migrate::select(config.migrators(), resources)?;
         super::migrate::run(&migrators, progress).await
+    }
+
+    /// `migrate-storage --server-kubeconfig`: the resources this server stores, migrated
+    /// through the API of the running server `kubeconfig` reaches (nothing of the storage is
+    /// opened here; the groups are built on memory only to learn their storage versions).
+    async fn migrate_through_api(
+        &self,
+        kubeconfig: &std::path::Path,
+        resources: &[String],
+        progress: &mut dyn FnMut(&MigrationReport),
+    ) -> Result<Vec<MigrationReport>, ServerError> {
+        let backend: Arc<dyn Backend> = Arc::new(crate::storage::MemoryBackend::new());
+        let shutdown = ShutdownSignal::new();
+        let config = StorageConfig::new(backend, &self.options.storage_prefix, false, shutdown);
+        let built = build_groups(&self.groups, &config);
+        config.shutdown().trigger();
+        built?;
+        let migrators = super::migrate::select(config.migrators(), resources)?;
+        super::migrate::run_through_api(kubeconfig, &migrators, progress).await
     }
 
     /// Starts serving and returns at once (for tests and embedding).

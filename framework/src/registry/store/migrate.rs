@@ -78,6 +78,11 @@ impl StorageMigrator {
         self.inner.info.api_version()
     }
 
+    /// The resource as stored: its storage version's group, version, kind, plural, scope.
+    pub fn info(&self) -> &crate::runtime::ResourceInfo {
+        &self.inner.info
+    }
+
     /// Reads every key of the store, a page at a time at the latest revision, and rewrites
     /// each object not in the storage version. Fails on the first object that cannot be
     /// read in the storage version (a version the store does not know, a failed
