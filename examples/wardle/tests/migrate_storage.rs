@@ -230,12 +230,6 @@ mod etcd3 {
         etcd.create(&key, bytes.into()).await.unwrap();
 
         let server = common::serve(options.clone()).await;
-        // One object written by the server itself, in the storage version: left as it is.
-        let new = dir.path().join("new.yaml");
-        let yaml = "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: new\n  namespace: default\nspec:\n  reference: x\n";
-        std::fs::write(&new, yaml).unwrap();
-        let created = server.kubectl(&["create", "-f", &new.display().to_string()]);
-        assert!(created.success, "{}", created.stderr);
         let watch = server.kubectl_watch(&[
             "get",
             "flunders",
