@@ -922,14 +922,7 @@ impl APIServer {
             Some(b) => b,
             None => open_backend(&self.options).await?,
         };
-        // No watch caches: each object is read once, from the backend.
-        let shutdown = ShutdownSignal::new();
-        let config = StorageConfig::new(backend, &self.options.storage_prefix, false, shutdown);
-        let built = build_groups(&self.groups, &config);
-        // Ends what building started (computed resources' upkeep).
-        config.shutdown().trigger();
-        built?;
-        let migrators = super::migrate::select(config.migrators(), resources)?;
+        let migrators = self.migrators(backend, resources)?;
         super::migrate::run(&migrators, progress).await
     }
 
@@ -942,14 +935,25 @@ impl APIServer {
         resources: &[String],
         progress: &mut dyn FnMut(&MigrationReport),
     ) -> Result<Vec<MigrationReport>, ServerError> {
-        let backend: Arc<dyn Backend> = Arc::new(crate::storage::MemoryBackend::new());
+        let memory: Arc<dyn Backend> = Arc::new(crate::storage::MemoryBackend::new());
+        let migrators = self.migrators(memory, resources)?;
+        super::migrate::run_through_api(kubeconfig, &migrators, progress).await
+    }
+
+    /// The migrators of `resources` (all stored ones when empty), from the groups built on
+    /// `backend` without watch caches (each object is read once, from the backend).
+    fn migrators(
+        &self,
+        backend: Arc<dyn Backend>,
+        resources: &[String],
+    ) -> Result<Vec<StorageMigrator>, ServerError> {
         let shutdown = ShutdownSignal::new();
         let config = StorageConfig::new(backend, &self.options.storage_prefix, false, shutdown);
         let built = build_groups(&self.groups, &config);
+        // Ends what building started (computed resources' upkeep).
         config.shutdown().trigger();
         built?;
-        let migrators = super::migrate::select(config.migrators(), resources)?;
-        super::migrate::run_through_api(kubeconfig, &migrators, progress).await
+        super::migrate::select(config.migrators(), resources)
     }
 
     /// Starts serving and returns at once (for tests and embedding).
