@@ -37,26 +37,15 @@ pub struct Recording {
     long_running: bool,
 }
 
-/// The request info the chain parsed, or parsed now.
-fn request_info(request: &Request) -> RequestInfo {
-    match request.extensions().get::<RequestInfo>() {
-        Some(info) => info.clone(),
-        None => RequestInfo::parse(
-            request.method(),
-            request.uri().path(),
-            request.uri().query(),
-        ),
-    }
-}
-
-/// Starts the request's event (when audit is on) and puts it in the request's extensions.
+/// Starts the request's event (when audit is on) and puts it in the request's extensions; the
+/// chain has parsed the request info already.
 pub fn record(
     config: &FilterConfig,
     request: &mut Request,
     audit_id: &HeaderValue,
 ) -> Option<Recording> {
     let auditor = config.audit.as_ref()?;
-    let info = request_info(request);
+    let info = request.extensions().get::<RequestInfo>()?.clone();
     let uri = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let mut event = crate::audit::new_event(
         audit_id.to_str().unwrap_or_default(),
@@ -149,7 +138,9 @@ pub async fn begin(request: Request) -> Request {
     let Some(audit) = request.extensions().get::<Arc<RequestAudit>>().cloned() else {
         return request;
     };
-    let info = request_info(&request);
+    let Some(info) = request.extensions().get::<RequestInfo>().cloned() else {
+        return request;
+    };
     let user = request.extensions().get::<UserInfo>();
     let level = audit.evaluate(&attributes(&info, user));
     if let Some(user) = user {
