@@ -156,14 +156,23 @@ impl TestServer {
 
     /// Starts a server with these options.
     pub async fn start_with_options(options: ServerOptions, groups: Vec<APIGroup>) -> TestServer {
+        Self::start_configured(options, |server| {
+            groups.into_iter().fold(server, APIServer::group)
+        })
+        .await
+    }
+
+    /// Starts a server with these options and what `configure` adds to it (groups,
+    /// admission plugins, ...): e.g. the function a server's `main` also calls.
+    pub async fn start_configured(
+        options: ServerOptions,
+        configure: impl FnOnce(APIServer) -> APIServer,
+    ) -> TestServer {
         // The kit opens the backend itself to keep a handle on it (`compact`).
         let backend = crate::server::builder::open_backend(&options)
             .await
             .expect("the storage backend opens");
-        let mut server = APIServer::new(options).backend(backend.clone());
-        for g in groups {
-            server = server.group(g);
-        }
+        let server = configure(APIServer::new(options).backend(backend.clone()));
         let running = server.start().await.expect("server starts");
         let client = admin_client(&running.kubeconfig).await;
         TestServer {
