@@ -442,3 +442,100 @@ async fn plugins_are_named_by_the_admission_flags() {
         "{message}"
     );
 }
+
+/// A cluster-wide limit that [`Part`]'s strategy reads in process.
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[resource(group = "admission.example.com", version = "v1", kind = "Limit")]
+pub struct Limit {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub max: i64,
+}
+
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "admission.example.com",
+    version = "v1",
+    kind = "Part",
+    namespaced,
+    custom_strategy
+)]
+pub struct Part {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub count: i64,
+}
+
+impl apiserver::Strategy for Part {
+    /// At most the `max` of the Limit named `parts`, read from the watch cache.
+    fn validate(
+        &self,
+        ctx: &apiserver::StrategyContext<'_>,
+    ) -> Vec<apiserver::runtime::FieldError> {
+        let limits = ctx.reader::<Limit>().expect("the server stores limits");
+        let limit = limits.get_cached(None, "parts").expect("a watch cache");
+        match limit.expect("decodes") {
+            Some(limit) if self.count > limit.max => vec![apiserver::runtime::FieldError::invalid(
+                "count",
+                self.count.to_string(),
+                &format!("must be at most {}", limit.max),
+            )],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A strategy reads another resource of the server through its context's reader, from the
+/// watch cache, without HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strategy_reads_another_resource_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = TestServer::options(dir.path());
+    options.storage_backend = apiserver::server::StorageBackendKind::Memory;
+    let server = TestServer::start_configured(options, |server| {
+        server.group(
+            APIGroup::new("admission.example.com")
+                .version("v1", |v| v.resource::<Limit>().resource::<Part>()),
+        )
+    })
+    .await;
+    let parts: Api<Part> = Api::namespaced(server.client(), "default");
+    let part = |name: &str| -> Part {
+        serde_json::from_value(json!({"metadata": {"name": name}, "count": 3})).unwrap()
+    };
+    parts
+        .create(&PostParams::default(), &part("free"))
+        .await
+        .unwrap();
+    let limits: Api<Limit> = Api::all(server.client());
+    let limit: Limit =
+        serde_json::from_value(json!({"metadata": {"name": "parts"}, "max": 2})).unwrap();
+    limits.create(&PostParams::default(), &limit).await.unwrap();
+    // The cache is a moment behind the write, as an informer is.
+    let mut refused = None;
+    for attempt in 0..50 {
+        match parts
+            .create(&PostParams::default(), &part(&format!("p{attempt}")))
+            .await
+        {
+            Err(kube::Error::Api(status)) => {
+                refused = Some(status);
+                break;
+            }
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let status = refused.expect("the limit is enforced once cached");
+    assert_eq!(status.code, 422);
+    assert!(
+        status
+            .message
+            .contains("count: Invalid value: \"3\": must be at most 2"),
+        "{}",
+        status.message
+    );
+    server.stop().await;
+}

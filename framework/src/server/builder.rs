@@ -32,7 +32,7 @@ use crate::registry::computed::{ComputedOptions, ComputedStorage, Provider};
 use crate::registry::converted::converted;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
-use crate::registry::store::{MigrationReport, Reader, StorageMigrator, Store};
+use crate::registry::store::{MigrationReport, Reader, StorageMigrator, Store, StoreSet};
 use crate::registry::strategy::Strategy;
 use crate::runtime::{Convertible, Resource};
 use crate::server::health::{self, HealthState, ReadyzCheck};
@@ -161,7 +161,7 @@ pub struct StorageConfig {
     watch_cache: bool,
     shutdown: ShutdownSignal,
     /// One store per type, so that everything reading `T` shares its watch cache.
-    stores: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    stores: StoreSet,
     /// `{plural}.{group}` → the version of the type whose store owns its keys, so that a
     /// second type over the same keys (two storage versions) is found.
     owners: Mutex<HashMap<String, (TypeId, &'static str)>>,
@@ -196,7 +196,7 @@ impl StorageConfig {
             prefix: prefix.to_string(),
             watch_cache,
             shutdown,
-            stores: Mutex::default(),
+            stores: StoreSet::default(),
             owners: Mutex::default(),
             conflicts: Mutex::default(),
             pending: Mutex::default(),
@@ -219,6 +219,11 @@ impl StorageConfig {
         self.watch_cache
     }
 
+    /// The stores made so far, by type.
+    pub fn stores(&self) -> StoreSet {
+        self.stores.clone()
+    }
+
     /// Fires when the server shuts down: background work of your storage stops on it.
     pub fn shutdown(&self) -> &ShutdownSignal {
         &self.shutdown
@@ -228,9 +233,8 @@ impl StorageConfig {
     /// served with [`VersionBuilder::resource`] (one per type, its watch cache shared).
     pub fn store<T: Resource>(&self) -> Store<T> {
         self.claim_keys::<T>();
-        let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = stores.entry(TypeId::of::<T>()).or_insert_with(|| {
-            let mut store = Store::<T>::new(self.backend.clone(), &self.prefix);
+        self.stores.get_or_make(|link| {
+            let mut store = Store::<T>::new(self.backend.clone(), &self.prefix).in_set(link);
             // Before the watch cache loads, so it reads objects of older versions too.
             self.apply_pending(&store);
             if self.watch_cache {
@@ -240,23 +244,15 @@ impl StorageConfig {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(store.migrator());
-            Box::new(store)
-        });
-        entry
-            .downcast_ref::<Store<T>>()
-            .expect("stores are keyed by their type")
-            .clone()
+            store
+        })
     }
 
     /// Objects stored as `Old` in the keys of `H`'s store are read converted to `H`
     /// ([`Store::decodes`]); the store need not exist yet. [`VersionBuilder::converted`] and
     /// [`APIGroup::formerly_stored`] declare theirs through it.
     pub fn decodes<Old: Convertible<H>, H: Resource>(&self) {
-        let exists = {
-            let stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
-            stores.contains_key(&TypeId::of::<H>())
-        };
-        if exists {
+        if self.stores.contains::<H>() {
             self.store::<H>().decodes::<Old>();
             return;
         }
@@ -1032,7 +1028,14 @@ impl APIServer {
             bound.wiring.readyz.clone(),
         );
         let audit = bound.audit;
-        let router = self.build_router(&groups, health, auth, bound.admission, audit.clone());
+        let state = APIState {
+            resources: InstalledResources::new(&groups),
+            max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
+            shutdown: health.shutdown.clone(),
+            admission: bound.admission,
+            stores: storage.stores(),
+        };
+        let router = self.build_router(&groups, state, health, auth, audit.clone());
         self.spawn_upkeep(&tls, &backend, bound.wiring.handle.clone(), &shutdown);
         let signals = (shutdown.clone(), initiated);
         let task = self.spawn_serving(
@@ -1197,17 +1200,12 @@ impl APIServer {
     fn build_router(
         &self,
         groups: &[APIGroupInfo],
+        state: APIState,
         health: HealthState,
         auth: AuthSetup,
-        admission: Admission,
         audit: Option<Arc<crate::audit::Auditor>>,
     ) -> Router {
-        let state = Arc::new(APIState {
-            resources: InstalledResources::new(groups),
-            max_body_bytes: endpoints::MAX_REQUEST_BODY_BYTES,
-            shutdown: health.shutdown.clone(),
-            admission,
-        });
+        let state = Arc::new(state);
         let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
         let router = Router::new()
             .merge(health::router(health))

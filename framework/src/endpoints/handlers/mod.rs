@@ -32,6 +32,9 @@ pub struct APIState {
     pub shutdown: ShutdownSignal,
     /// Admission checks of writes (NamespaceLifecycle with a core API).
     pub admission: crate::admission::Admission,
+    /// The server's stores, kept as long as it serves: each store only links to them, so
+    /// that its strategies read the others.
+    pub stores: crate::registry::store::StoreSet,
 }
 
 /// Everything a verb handler needs.

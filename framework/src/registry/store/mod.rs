@@ -16,6 +16,7 @@ mod list;
 mod migrate;
 mod reader;
 mod scale;
+mod set;
 mod versions;
 mod watch;
 mod write;
@@ -46,6 +47,8 @@ pub use list::ContinueToken;
 pub use migrate::{MigrationReport, StorageMigrator};
 pub use reader::Reader;
 pub use scale::ScaleStore;
+pub(crate) use set::SetLink;
+pub use set::StoreSet;
 
 /// How often a write retries after losing a compare-and-swap race (or a generated name
 /// collides) before giving up.
@@ -95,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) gc_policy: GarbageCollectionPolicy,
     /// The storage version, and the older ones objects may still be stored in.
     pub(crate) versions: StoredVersions,
+    /// The server's other stores, for the strategies.
+    pub(crate) set: SetLink,
 }
 
 impl Inner {
@@ -178,6 +183,7 @@ impl<T: Resource> Store<T> {
             cache: None,
             gc_policy: T::GARBAGE_COLLECTION_POLICY,
             versions: StoredVersions::new(info),
+            set: SetLink::default(),
         });
         Self {
             inner,
@@ -217,6 +223,12 @@ impl<T: Resource> Store<T> {
             options,
         );
         Arc::make_mut(&mut self.inner).cache = Some(cache);
+        self
+    }
+
+    /// Makes this store one of `set`'s, whose other stores its strategies read.
+    pub(crate) fn in_set(mut self, set: SetLink) -> Self {
+        Arc::make_mut(&mut self.inner).set = set;
         self
     }
 

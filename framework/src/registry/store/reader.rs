@@ -86,6 +86,47 @@ impl<T: Resource> Reader<T> {
     }
 }
 
+impl<T: Resource> Reader<T> {
+    /// Every object of `namespace` (or all), as the watch cache holds them now, without
+    /// waiting: what a client-go lister gives, a moment behind the latest writes. For code
+    /// that cannot wait (a strategy). `None` when the store has no watch cache, or it has not
+    /// loaded yet.
+    pub fn list_cached(&self, namespace: Option<&str>) -> Option<Result<Vec<T>>> {
+        let inner = &self.store.inner;
+        let cache = inner.cache.as_ref()?;
+        let prefix = inner.list_prefix(&context(namespace));
+        let (objects, _) = cache.snapshot(&prefix)?;
+        let decoded = objects
+            .iter()
+            .map(|object| decode_json::<T>(object.json()))
+            .collect();
+        Some(decoded)
+    }
+
+    /// Object `name` of `namespace`, as the watch cache holds it now (see
+    /// [`list_cached`](Self::list_cached)); `Some(Ok(None))` when it has none.
+    pub fn get_cached(&self, namespace: Option<&str>, name: &str) -> Option<Result<Option<T>>> {
+        let inner = &self.store.inner;
+        let cache = inner.cache.as_ref()?;
+        let key = match inner.key(&context(namespace), name) {
+            Ok(key) => key,
+            Err(e) => return Some(Err(e)),
+        };
+        let found = cache.get_at_least(&key, 0)?;
+        Some(
+            found
+                .map(|object| decode_json::<T>(object.json()))
+                .transpose(),
+        )
+    }
+}
+
+fn decode_json<T: Resource>(json: &[u8]) -> Result<T> {
+    let value = serde_json::from_slice(json)
+        .map_err(|e| Error::internal(format!("cached {} is corrupt: {e}", T::INFO.kind)))?;
+    decode(value)
+}
+
 fn context(namespace: Option<&str>) -> RequestContext {
     match namespace {
         Some(ns) => RequestContext::namespaced(ns),

@@ -33,7 +33,8 @@ pub(crate) async fn create<T: Strategy>(
     let version_given = object::resource_version(&object)
         .and_then(|rv| rv.parse::<u64>().ok())
         .is_some_and(|rv| rv != 0);
-    let strategy = StrategyContext::new(ctx, options);
+    let set = inner.set.set();
+    let strategy = StrategyContext::new(ctx, options).with_stores(set.as_ref());
     let admit = Admit::new(inner, ctx);
     let new = decode_new::<T>(inner, &strategy, admit, object).await?;
     let meta = new.metadata();
@@ -244,7 +245,10 @@ pub(crate) async fn update<T: Strategy>(
     (target, view): (UpdateTarget, Option<&dyn AdmissionView>),
 ) -> Result<(Value, bool)> {
     let key = inner.key(ctx, name)?;
-    let strategy = StrategyContext::new(ctx, options).for_subresource(target.subresource());
+    let set = inner.set.set();
+    let strategy = StrategyContext::new(ctx, options)
+        .for_subresource(target.subresource())
+        .with_stores(set.as_ref());
     let admit = Admit {
         view,
         ..Admit::new(inner, ctx)

@@ -11,6 +11,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 
 use crate::registry::context::RequestContext;
 use crate::registry::options::WriteOptions;
+use crate::registry::store::{Reader, StoreSet};
 use crate::runtime::{FieldError, Resource};
 
 pub use generic::{
@@ -147,6 +148,7 @@ pub struct StrategyContext<'a> {
     request: &'a RequestContext,
     options: &'a WriteOptions,
     subresource: Option<&'static str>,
+    stores: Option<&'a StoreSet>,
 }
 
 impl<'a> StrategyContext<'a> {
@@ -168,7 +170,22 @@ impl<'a> StrategyContext<'a> {
             request,
             options,
             subresource: None,
+            stores: None,
         }
+    }
+
+    /// The same context with the server's stores, which [`reader`](Self::reader) reads.
+    pub fn with_stores(mut self, stores: Option<&'a StoreSet>) -> Self {
+        self.stores = stores;
+        self
+    }
+
+    /// A reader of another resource `U` the server stores (`None` when it stores none, or
+    /// the store runs outside a server): strategies are synchronous, so they read with
+    /// [`Reader::list_cached`] and [`Reader::get_cached`], from the watch cache, as kube's
+    /// strategies read listers.
+    pub fn reader<U: Resource>(&self) -> Option<Reader<U>> {
+        self.stores?.reader::<U>()
     }
 
     /// The same context for a write through `subresource` (`status`, `scale`).

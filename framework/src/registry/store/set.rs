@@ -1,0 +1,74 @@
+//! The stores of one server, by type: how a strategy (or anything holding one store) reaches
+//! the others, in process.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use super::{Reader, Store};
+use crate::runtime::Resource;
+
+type Stores = Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>;
+
+/// One store per type. Every store made through the set knows it (weakly), so its
+/// strategies can read the others ([`StrategyContext::reader`](crate::StrategyContext::reader)).
+#[derive(Clone, Default)]
+pub struct StoreSet {
+    stores: Arc<Stores>,
+}
+
+/// A store's link back to its set, which does not keep the set alive.
+#[derive(Clone, Default)]
+pub(crate) struct SetLink(Weak<Stores>);
+
+impl SetLink {
+    pub(crate) fn set(&self) -> Option<StoreSet> {
+        self.0.upgrade().map(|stores| StoreSet { stores })
+    }
+}
+
+impl std::fmt::Debug for StoreSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self.lock().len();
+        f.debug_struct("StoreSet").field("stores", &count).finish()
+    }
+}
+
+impl StoreSet {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TypeId, Box<dyn Any + Send + Sync>>> {
+        self.stores.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The store of `T`, if the set has one.
+    pub fn get<T: Resource>(&self) -> Option<Store<T>> {
+        self.lock()
+            .get(&TypeId::of::<T>())
+            .and_then(|store| store.downcast_ref::<Store<T>>())
+            .cloned()
+    }
+
+    /// A reader of `T`'s store, if the set has one.
+    pub fn reader<T: Resource>(&self) -> Option<Reader<T>> {
+        self.get::<T>().map(|store| store.reader())
+    }
+
+    /// Whether the set has a store of `T`.
+    pub fn contains<T: Resource>(&self) -> bool {
+        self.lock().contains_key(&TypeId::of::<T>())
+    }
+
+    /// The store of `T`, made by `make` (given the link the store keeps) the first time.
+    pub(crate) fn get_or_make<T: Resource>(
+        &self,
+        make: impl FnOnce(SetLink) -> Store<T>,
+    ) -> Store<T> {
+        let mut stores = self.lock();
+        let link = SetLink(Arc::downgrade(&self.stores));
+        stores
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(make(link)))
+            .downcast_ref::<Store<T>>()
+            .expect("stores are keyed by their type")
+            .clone()
+    }
+}
