@@ -635,3 +635,64 @@ async fn a_request_the_authorizer_denies_is_audited_as_kube_apiserver_audits_it(
     assert!(event.get("requestObject").is_none() && event.get("responseObject").is_none());
     server.stop().await;
 }
+
+/// Adds `audit.example.com/colour` to the audit events of every widget create.
+struct Annotator;
+
+#[apiserver::async_trait]
+impl apiserver::admission::AdmissionPlugin for Annotator {
+    fn name(&self) -> &str {
+        "Annotator"
+    }
+
+    async fn validate(&self, a: &apiserver::admission::Attributes) -> apiserver::Result<()> {
+        if let Some(object) = &a.object {
+            let colour = object["spec"]["color"].as_str().unwrap_or_default();
+            a.add_audit_annotation("audit.example.com/colour", colour);
+        }
+        Ok(())
+    }
+}
+
+/// An impersonated request is audited with both users (`user`, `impersonatedUser`), and
+/// what an admission plugin annotates reaches the request's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_and_admission_annotations_are_in_the_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let mut options = ServerOptions {
+        storage_backend: apiserver::server::StorageBackendKind::Memory,
+        ..TestServer::options(dir.path())
+    };
+    options.audit.policy_file = Some(write_policy(dir.path()));
+    options.audit.log_path = Some(log.display().to_string());
+    let server = TestServer::start_configured(options, |server| {
+        server
+            .group(group())
+            .admission_plugin(|_| Arc::new(Annotator))
+    })
+    .await;
+    let body = json!({
+        "apiVersion": "audit.example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "default"}, "spec": {"color": "teal"}
+    });
+    let request = http::Request::post(WIDGETS)
+        .header("content-type", "application/json")
+        .header("Impersonate-User", "carol")
+        .header("Impersonate-Group", "qa")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    let response = server.client().send(request.map(Into::into)).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let id = response.headers()["audit-id"].to_str().unwrap().to_string();
+    let all = events(&log);
+    let event = *with_id(&all, &id).last().unwrap();
+    assert_eq!(event["stage"], "ResponseComplete");
+    assert_eq!(
+        event["impersonatedUser"],
+        json!({"username": "carol", "groups": ["qa", "system:authenticated"]})
+    );
+    assert_ne!(event["user"]["username"], "carol");
+    assert_eq!(event["annotations"]["audit.example.com/colour"], "teal");
+    server.stop().await;
+}

@@ -873,3 +873,66 @@ async fn a_failed_lookup_is_fatal_unless_tolerated() {
         .unwrap();
     server.shutdown().await.unwrap();
 }
+
+/// `Impersonate-*` headers as kube-apiserver's impersonation filter takes them: each thing
+/// impersonated is reviewed (`impersonate` on users, groups, userextras, uids), then the
+/// request is authorized as the impersonated user; a user without the permission gets kube's
+/// 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_is_authorized_then_the_request_runs_as_the_other_user() {
+    let env = Env::start_with(no_denial_cache).await;
+    env.core.add_token(
+        "token-of-ivy",
+        TokenUser {
+            username: "ivy".into(),
+            ..TokenUser::default()
+        },
+    );
+    let bearer = "Bearer token-of-ivy";
+    let as_bob = [("Authorization", bearer), ("Impersonate-User", "bob")];
+
+    // Ivy may not impersonate yet.
+    let reply = env.get(FLUNDERS, None, &as_bob).await;
+    assert_eq!(reply.code, 403, "{reply:?}");
+    assert_eq!(
+        reply.message(),
+        r#"users "bob" is forbidden: User "ivy" cannot impersonate resource "users" in API group "" at the cluster scope"#
+    );
+
+    // Allowed to impersonate, the request is Bob's: his permissions decide.
+    env.core.allow(Rule::user(
+        "ivy",
+        &["impersonate"],
+        "",
+        &["users", "groups"],
+    ));
+    let reply = env.get(FLUNDERS, None, &as_bob).await;
+    assert_eq!(reply.code, 403, "bob may not list flunders: {reply:?}");
+    assert!(
+        reply.message().contains(r#"User "bob" cannot list"#),
+        "{reply:?}"
+    );
+    env.core.allow(allow_list_flunders("bob"));
+    let reply = env.get(FLUNDERS, None, &as_bob).await;
+    assert_eq!(reply.code, 200, "{reply:?}");
+    let review = env.core.access_reviews().pop().unwrap();
+    assert_eq!(review["user"], "bob");
+    assert_eq!(review["groups"], json!(["system:authenticated"]));
+
+    // Every impersonated thing is reviewed: extras need their own permission.
+    let with_extra = [
+        ("Authorization", bearer),
+        ("Impersonate-User", "bob"),
+        ("Impersonate-Extra-Scopes", "view"),
+    ];
+    let reply = env.get(FLUNDERS, None, &with_extra).await;
+    assert_eq!(reply.code, 403, "{reply:?}");
+    assert_eq!(
+        reply.message(),
+        r#"userextras.authentication.k8s.io "view" is forbidden: User "ivy" cannot impersonate resource "userextras/scopes" in API group "authentication.k8s.io" at the cluster scope"#
+    );
+
+    // Groups without a user are an error, as in kube.
+    let groups_only = [("Authorization", bearer), ("Impersonate-Group", "devs")];
+    assert_eq!(env.get(FLUNDERS, None, &groups_only).await.code, 500);
+}

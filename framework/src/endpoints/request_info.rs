@@ -36,6 +36,9 @@ pub enum Verb {
     Options,
     /// Any other method.
     Unknown,
+    /// Not a request's verb: what the impersonation filter asks the authorizer about
+    /// (`impersonate` on users, groups, service accounts, uids, user extras).
+    Impersonate,
 }
 
 impl Verb {
@@ -55,6 +58,7 @@ impl Verb {
             Self::Head => "head",
             Self::Options => "options",
             Self::Unknown => "unknown",
+            Self::Impersonate => "impersonate",
         }
     }
 

@@ -125,7 +125,7 @@ pub fn forbidden_message(user: &UserInfo, info: &RequestInfo, reason: &str) -> S
 }
 
 /// The 403, with kube's details: group, resource (as `kind`) and name of the request.
-fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Error {
+pub(crate) fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Error {
     let resource_request = info.is_resource_request;
     let field = |value: &str| {
         if resource_request {

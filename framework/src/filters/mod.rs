@@ -2,8 +2,8 @@
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
 //! request info and the request's tracing span, timeout (not for watches), authentication,
-//! in-flight limits, authorization, request metrics, and audit around everything after
-//! authentication.
+//! impersonation, in-flight limits, authorization, request metrics, and audit around
+//! everything after authentication.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
@@ -13,6 +13,7 @@ pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod error_encoding;
 pub(crate) mod headers;
+pub(crate) mod impersonation;
 pub mod inflight;
 pub(crate) mod metrics;
 pub(crate) mod panic_recovery;
@@ -96,6 +97,10 @@ async fn chain(
             };
             trace::record_user(&request);
             let request = audit::begin(request).await;
+            let request = match impersonation::impersonate(&config, request).await {
+                Ok(request) => request,
+                Err(refused) => return refused,
+            };
             let _seat = match config.inflight.admit(&request, long_running) {
                 Ok(seat) => seat,
                 Err(refused) => return refused.into_response(),
