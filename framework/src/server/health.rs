@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 
-pub use crate::lifecycle::{NotReady, ReadyzCheck};
+pub use crate::lifecycle::{HealthCheck, NotReady, ReadyzCheck};
 use crate::server::version::VersionInfo;
 use crate::storage::Backend;
 
@@ -34,6 +34,48 @@ pub struct HealthState {
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
     /// What `/version` answers.
     pub version: Arc<VersionInfo>,
+    /// The user's checks and the post-start hooks', run after the built-in ones.
+    pub checks: HealthChecks,
+}
+
+/// Checks added to the server, per endpoint, as `k8s.io/apiserver` keeps them: one added with
+/// `AddHealthChecks` is in all three lists, one added with `AddReadyzChecks` in `readyz` only.
+#[derive(Clone, Default)]
+pub struct HealthChecks {
+    /// The checks of `/healthz`.
+    pub healthz: Vec<Arc<dyn HealthCheck>>,
+    /// The checks of `/livez`.
+    pub livez: Vec<Arc<dyn HealthCheck>>,
+    /// The checks of `/readyz`.
+    pub readyz: Vec<Arc<dyn HealthCheck>>,
+}
+
+impl HealthChecks {
+    /// The checks of `endpoint` (`healthz`, `livez` or `readyz`).
+    pub fn of(&self, endpoint: &str) -> &[Arc<dyn HealthCheck>] {
+        match endpoint {
+            "healthz" => &self.healthz,
+            "livez" => &self.livez,
+            "readyz" => &self.readyz,
+            _ => &[],
+        }
+    }
+}
+
+impl HealthState {
+    /// The names of `endpoint`'s checks (`healthz`, `livez` or `readyz`), in the order its
+    /// `?verbose` lists them.
+    pub fn check_names(&self, endpoint: &str) -> Vec<String> {
+        let mut names = vec!["ping".to_string()];
+        if endpoint == "readyz" {
+            names.push(self.storage_check.into());
+            names.push("shutdown".into());
+            names.extend(self.readyz.iter().map(|c| c.name().to_string()));
+        }
+        let added = self.checks.of(endpoint).iter();
+        names.extend(added.map(|c| c.name().to_string()));
+        names
+    }
 }
 
 /// The health and version routes.
@@ -86,6 +128,9 @@ async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
         for check in &state.readyz {
             checks.push((check.name().to_string(), check.check(), true));
         }
+    }
+    for check in state.checks.of(endpoint) {
+        checks.push((check.name().to_string(), check.check().await, false));
     }
     checks
 }

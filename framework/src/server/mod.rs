@@ -3,6 +3,7 @@
 //! request enters through.
 
 pub mod builder;
+pub mod extensions;
 pub mod health;
 pub mod malloc;
 pub mod migrate;
@@ -13,8 +14,10 @@ pub mod tls;
 pub mod version;
 
 pub use builder::{
-    APIGroup, APIServer, Command, RunningServer, ServerError, StorageConfig, VersionBuilder,
+    APIGroup, APIServer, BuiltServer, Command, RunningServer, ServerError, StorageConfig,
+    VersionBuilder,
 };
+pub use extensions::{HookError, PostStartContext};
 pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use version::VersionInfo;
