@@ -876,7 +876,10 @@ async fn served(
     failure: HookFailure,
 ) -> Result<(), ServerError> {
     let served = serving.await?;
-    let failed = failure.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let failed = failure
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
     match failed {
         Some(e) => Err(e),
         None => served,

@@ -518,7 +518,13 @@ mod tests {
     #[test]
     fn routes_on_the_servers_paths_and_twice_are_refused() {
         let get = || axum::routing::get(|| async { "x" });
-        for path in ["/apis/x", "/healthz", "/readyz/mine", "/openapi/v2", "hello"] {
+        for path in [
+            "/apis/x",
+            "/healthz",
+            "/readyz/mine",
+            "/openapi/v2",
+            "hello",
+        ] {
             let server = APIServer::new(Default::default()).route(path, get());
             assert!(server.extensions.validate().is_err(), "{path}");
         }

@@ -88,7 +88,8 @@ pub fn router(state: HealthState) -> Router {
                 get(move |s: State<HealthState>, q: RawQuery| root(endpoint, s, q)),
             )
             .route(
-                &format!("/{endpoint}/{{check}}"),
+                // A wildcard: post-start hooks' checks are `poststarthook/{name}`.
+                &format!("/{endpoint}/{{*check}}"),
                 get(move |s: State<HealthState>, p: Path<String>| single(endpoint, s, p)),
             );
     }
