@@ -111,7 +111,7 @@ impl APIServer {
     /// impl Authenticator for RobotToken {
     ///     async fn authenticate(
     ///         &self,
-    ///         parts: &http::request::Parts,
+    ///         parts: &apiserver::axum::http::request::Parts,
     ///     ) -> Result<Option<UserInfo>, AuthError> {
     ///         let token = parts.headers.get("authorization").and_then(|v| v.to_str().ok());
     ///         Ok((token == Some("Bearer robot-token"))
@@ -168,8 +168,8 @@ impl APIServer {
     ///
     /// ```no_run
     /// use apiserver::prelude::*;
-    /// use axum::middleware::{self, Next};
-    /// use axum::extract::Request;
+    /// use apiserver::axum::extract::Request;
+    /// use apiserver::axum::middleware::{self, Next};
     ///
     /// let server = APIServer::new(ServerOptions::default()).layer(middleware::from_fn(
     ///     |request: Request, next: Next| async move {
@@ -201,7 +201,7 @@ impl APIServer {
     ///
     /// ```no_run
     /// use apiserver::prelude::*;
-    /// use axum::routing::get;
+    /// use apiserver::axum::routing::get;
     ///
     /// let server = APIServer::new(ServerOptions::default())
     ///     .route("/hello", get(|| async { "hello" }));
@@ -218,7 +218,6 @@ impl APIServer {
     /// `/{endpoint}/{name}`, listed by `?verbose` and skipped with `?exclude={name}`.
     ///
     /// ```no_run
-    /// use apiserver::lifecycle::NotReady;
     /// use apiserver::prelude::*;
     ///
     /// let server = APIServer::new(ServerOptions::default())
@@ -245,7 +244,6 @@ impl APIServer {
     /// [`health_check`](Self::health_check).
     ///
     /// ```no_run
-    /// use apiserver::lifecycle::NotReady;
     /// use apiserver::prelude::*;
     /// use std::sync::atomic::{AtomicBool, Ordering};
     /// use std::sync::Arc;

@@ -96,7 +96,7 @@ impl TestServerBuilder {
     /// ```no_run
     /// # async fn t() {
     /// use apiserver::testing::TestServer;
-    /// use axum::routing::get;
+    /// use apiserver::axum::routing::get;
     /// let server = TestServer::builder()
     ///     .extend(|server| server.route("/hello", get(|| async { "hello" })))
     ///     .start()
