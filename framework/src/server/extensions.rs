@@ -554,6 +554,23 @@ mod tests {
         }
     }
 
+    fn is_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn the_builder_and_its_futures_can_be_spawned() {
+        fn is_sync<T: Send + Sync>() {}
+        is_sync::<APIServer>();
+        let hook = |_| async { Ok::<(), HookError>(()) };
+        let server = APIServer::new(Default::default()).post_start_hook("h", hook);
+        // Futures not polled: nothing starts.
+        is_send(&server.build());
+        is_send(&APIServer::new(Default::default()).start());
+        // Never called: that it compiles is the test.
+        fn _run_is_send(built: crate::server::BuiltServer) {
+            is_send(&built.run());
+        }
+    }
+
     #[tokio::test]
     async fn a_hook_check_fails_until_the_hook_is_done() {
         let check = PostStartHookCheck {

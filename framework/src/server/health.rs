@@ -236,3 +236,60 @@ fn plain(code: StatusCode, body: String) -> Response {
 async fn version(State(state): State<HealthState>) -> Response {
     axum::Json(&*state.version).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str);
+
+    impl ReadyzCheck for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn check(&self) -> Result<(), NotReady> {
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HealthCheck for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        async fn check(&self) -> Result<(), NotReady> {
+            Err(NotReady::new("down"))
+        }
+    }
+
+    #[tokio::test]
+    async fn names_are_the_checks_run_in_their_order() {
+        let added: Arc<dyn HealthCheck> = Arc::new(Named("added"));
+        let state = HealthState {
+            backend: Arc::new(crate::storage::MemoryBackend::new()),
+            storage_check: "storage",
+            shutdown: Default::default(),
+            shutdown_initiated: Default::default(),
+            readyz: vec![Arc::new(Named("registration"))],
+            version: Default::default(),
+            checks: HealthChecks {
+                livez: vec![added.clone()],
+                readyz: vec![added],
+                ..Default::default()
+            },
+        };
+        for endpoint in ["healthz", "livez", "readyz"] {
+            let run = run_checks(endpoint, &state).await;
+            let run: Vec<_> = run.into_iter().map(|(name, _, _)| name).collect();
+            assert_eq!(state.check_names(endpoint), run, "{endpoint}");
+        }
+        assert_eq!(
+            state.check_names("readyz"),
+            ["ping", "storage", "shutdown", "registration", "added"]
+        );
+        assert_eq!(state.check_names("healthz"), ["ping"]);
+        let livez = run_checks("livez", &state).await;
+        let body = report("livez", &livez, Some("verbose"));
+        assert_eq!(body.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}
