@@ -231,7 +231,7 @@ impl APIServer {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), NotReady>> + Send + 'static,
     {
-        let check = FnCheck::new(name, check);
+        let check = FnCheck::shared(name, check);
         let checks = &mut self.extensions.checks;
         for list in [&mut checks.healthz, &mut checks.livez, &mut checks.readyz] {
             list.push(check.clone());
@@ -259,7 +259,7 @@ impl APIServer {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), NotReady>> + Send + 'static,
     {
-        let check = FnCheck::new(name, check);
+        let check = FnCheck::shared(name, check);
         self.extensions.checks.readyz.push(check);
         self
     }
@@ -278,7 +278,7 @@ impl APIServer {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), NotReady>> + Send + 'static,
     {
-        let check = FnCheck::new(name, check);
+        let check = FnCheck::shared(name, check);
         self.extensions.checks.livez.push(check);
         self
     }
@@ -408,7 +408,7 @@ where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), NotReady>> + Send + 'static,
 {
-    fn new(name: impl Into<String>, check: F) -> Arc<dyn HealthCheck> {
+    fn shared(name: impl Into<String>, check: F) -> Arc<dyn HealthCheck> {
         let name = name.into();
         Arc::new(Self { name, check })
     }
