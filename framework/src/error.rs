@@ -71,6 +71,11 @@ impl Error {
         self
     }
 
+    /// Its details, to add causes to.
+    pub fn details_mut(&mut self) -> Option<&mut StatusDetails> {
+        self.status.details.as_mut()
+    }
+
     /// The same error with `metadata.continue`: the token a 410 for an expired `continue`
     /// offers to go on with (kube-apiserver's "inconsistent continue").
     pub fn with_continue(mut self, token: String) -> Self {
@@ -222,6 +227,29 @@ impl Error {
     /// 403 `Forbidden`.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
+    }
+
+    /// 403 `Forbidden` of object `name` of `{resource}.{group}`, as kube's `NewForbidden`
+    /// writes it (`flunders.wardle.example.com "f" is forbidden: {why}`).
+    pub fn forbidden_in(
+        group: &str,
+        resource: &str,
+        name: &str,
+        why: impl std::fmt::Display,
+    ) -> Self {
+        let qualified = qualified(group, resource);
+        let message = match (qualified.is_empty(), name.is_empty()) {
+            (true, _) => format!("forbidden: {why}"),
+            (false, true) => format!("{qualified} is forbidden: {why}"),
+            (false, false) => format!("{qualified} \"{name}\" is forbidden: {why}"),
+        };
+        let details = StatusDetails {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: resource.to_string(),
+            ..empty_details()
+        };
+        Self::new(403, "Forbidden", message).with_details(details)
     }
 
     /// 405 `MethodNotAllowed`.

@@ -33,6 +33,7 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use schemars::JsonSchema;
 pub use serde::{Deserialize, Serialize};
 
+pub use crate::admission::{AdmissionPlugin, Attributes, Operation};
 pub use crate::error::{Error, StatusReason};
 pub use crate::lifecycle::NotReady;
 pub use crate::registry::computed::{Change, ComputedOptions, Provider};

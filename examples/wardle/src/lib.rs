@@ -2,11 +2,17 @@
 //! `Flunder` (namespaced, with status) in `v1alpha1` (stored) and `v1beta1` (converted, see
 //! [`v1beta1`]), and `Fischer` (cluster-scoped) in `v1alpha1`.
 //!
+//! Creating a flunder whose name a fischer lists in `disallowedFlunders` is refused by the
+//! [`BanFlunder`] admission plugin, as in sample-apiserver.
+//!
 //! Clients written for the Go sample-apiserver work with this server unchanged.
 
 use apiserver::prelude::*;
 
+pub mod admission;
 pub mod v1beta1;
+
+pub use admission::BanFlunder;
 
 /// The API group.
 pub const GROUP: &str = "wardle.example.com";
@@ -122,4 +128,10 @@ pub fn api_group() -> APIGroup {
             v.resource::<Flunder>().resource::<Fischer>()
         })
         .version("v1beta1", |v| v.converted::<v1beta1::Flunder, Flunder>())
+}
+
+/// What the wardle binary serves, added to `server`: the group and the `BanFlunder` admission
+/// plugin.
+pub fn configure(server: APIServer) -> APIServer {
+    server.group(api_group()).admission_plugin(BanFlunder::make)
 }

@@ -13,6 +13,7 @@ backend_tests! {
         watch_sees_changes,
         cascading_delete_and_replace,
         both_versions_with_kubectl,
+        ban_flunder_refuses_disallowed_names,
     ],
     // A restart finds the objects again only on a persistent backend.
     persistent: [survives_restart_and_watch_resumes],
@@ -51,6 +52,43 @@ async fn cascading_delete_and_replace(backend: Backend) {
     ok(server.kubectl(&["delete", "fl", "f", "--cascade=background"]));
     let out = server.kubectl(&["get", "fl", "f"]);
     assert!(!out.success && out.stderr.contains("NotFound"), "{out:?}");
+    server.stop().await;
+}
+
+/// sample-apiserver's BanFlunder: a flunder named in a fischer's `disallowedFlunders` is
+/// refused with its 403, in either version and with `--dry-run=server`; other names, and the
+/// name once no fischer lists it, are created.
+async fn ban_flunder_refuses_disallowed_names(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let fischer = "apiVersion: wardle.example.com/v1alpha1\nkind: Fischer\nmetadata:\n  name: strict\ndisallowedFlunders: [banned, worse]\n";
+    ok(server.kubectl(&["create", "-f", &write(dir.path(), "fischer.yaml", fischer)]));
+    let banned = write(dir.path(), "banned.yaml", &flunder_yaml("banned", "x", ""));
+    let expected = r#"flunders.wardle.example.com "banned" is forbidden: this name may not be used, please change the resource name"#;
+    for extra in [&[][..], &["--dry-run=server"][..]] {
+        let mut args = vec!["create", "-f", banned.as_str()];
+        args.extend(extra);
+        let out = server.kubectl(&args);
+        assert!(!out.success, "{out:?}");
+        assert!(
+            out.stderr.contains("Error from server (Forbidden)") && out.stderr.contains(expected),
+            "{}",
+            out.stderr
+        );
+    }
+    let beta = "apiVersion: wardle.example.com/v1beta1\nkind: Flunder\nmetadata:\n  name: worse\n  namespace: default\n";
+    let out = server.kubectl(&["create", "-f", &write(dir.path(), "beta.yaml", beta)]);
+    assert!(
+        !out.success && out.stderr.contains("\"worse\" is forbidden"),
+        "{out:?}"
+    );
+    let out = server.kubectl(&["get", "flunders", "-o", "name"]);
+    assert_eq!(ok(out), "", "nothing refused was stored");
+
+    let fine = write(dir.path(), "fine.yaml", &flunder_yaml("fine", "x", ""));
+    ok(server.kubectl(&["create", "-f", &fine]));
+    ok(server.kubectl(&["delete", "fischer", "strict"]));
+    ok(server.kubectl(&["create", "-f", &banned]));
     server.stop().await;
 }
 

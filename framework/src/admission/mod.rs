@@ -1,96 +1,108 @@
-//! Admission: checks a write passes after decoding and before storage, as the admission
-//! chain of `k8s.io/apiserver`. [`Admission`] runs its [`AdmissionPlugin`]s in order; the
-//! first refusal is the answer (a `Status`).
+//! Admission: what a write must pass after it is decoded and before it is stored, as the
+//! admission chain of `k8s.io/apiserver`.
 //!
-//! Built in: [`NamespaceLifecycle`], on whenever the server has
-//! a core kube-apiserver (turn it off with `--disable-admission-plugins=NamespaceLifecycle`).
-//! [`build`] assembles the chain from the flags ([`AdmissionOptions`]).
+//! A plugin ([`AdmissionPlugin`]) may mutate ([`admit`](AdmissionPlugin::admit)) and may
+//! validate ([`validate`](AdmissionPlugin::validate)). The [`Admission`] chain runs every
+//! plugin's `admit` in order, then every plugin's `validate`; the first refusal is the answer
+//! (a `Status`). The generic store runs the chain on every write verb — create, update, patch
+//! (on the patched object), delete, deletecollection (per object), status and scale writes —
+//! inside its retry loop, so plugins judge exactly the object being written:
+//!
+//! | operation | `object` | `old_object` | mutating runs | validating runs |
+//! |---|---|---|---|---|
+//! | CREATE | the new object, defaulted | – | before the type's strategy | after it, on the object as stored (name generated, uid set) |
+//! | UPDATE (update, patch, status, scale) | the new object | the stored one | on each attempt, before the strategy | after it |
+//! | DELETE | – | – for mutating; the stored object for validating | once | on each attempt, per object of a deletecollection |
+//!
+//! Objects are JSON in the storage version (the scale subresource's are `autoscaling/v1`
+//! `Scale`s); a plugin of one resource reads them typed with
+//! [`Attributes::object_as`] and writes them back with [`Attributes::set_object`].
+//!
+//! Built in: [`NamespaceLifecycle`], on whenever the server has a core kube-apiserver. Plugins
+//! of your own are added with
+//! [`APIServer::admission_plugin`](crate::server::APIServer::admission_plugin); all of them
+//! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
+//! ([`AdmissionOptions`]).
 
+pub mod attributes;
 pub mod namespace;
 pub mod options;
 
 use std::sync::Arc;
-use tracing::Instrument;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 use crate::error::Result;
 
+pub use attributes::{AdmissionContext, Attributes, Operation};
 pub use namespace::NamespaceLifecycle;
 pub use options::{AdmissionOptions, AdmissionOptionsError};
 
 /// The plugins built into the framework, as the admission flags name them.
 pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME];
 
-/// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
-/// server has a core API to follow namespaces in.
-pub fn build(
-    options: &AdmissionOptions,
-    core: Option<&kube::Client>,
-    shutdown: &crate::lifecycle::ShutdownSignal,
-) -> std::result::Result<Admission, AdmissionOptionsError> {
-    options.validate(BUILT_IN_PLUGINS)?;
-    let mut admission = Admission::new();
-    if let Some(client) = core {
-        if options.enabled(namespace::NAME, true) {
-            admission = admission.with(NamespaceLifecycle::start(client.clone(), shutdown.clone()));
-        }
-    }
-    Ok(admission)
-}
-
-/// The verb being admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
-    /// A create (POST).
-    Create,
-    /// An update or patch.
-    Update,
-    /// A delete.
-    Delete,
-}
-
-/// What a plugin sees of a request.
-#[derive(Clone, Debug)]
-pub struct AdmissionRequest<'a> {
-    /// The operation.
-    pub operation: Operation,
-    /// The API group of the resource.
-    pub group: &'a str,
-    /// The resource (plural), e.g. `flunders`.
-    pub resource: &'a str,
-    /// The subresource, empty for the main resource.
-    pub subresource: &'a str,
-    /// The namespace; empty for cluster-scoped resources.
-    pub namespace: &'a str,
-    /// The object's name (empty on a create with `generateName`).
-    pub name: &'a str,
-    /// Annotations a plugin adds to the request's audit events (kube's
-    /// `AddAuditAnnotation`), e.g. `mutation.example.com/reason`.
-    pub audit: crate::audit::AuditAnnotations,
-}
-
-/// One admission check.
+/// One admission plugin, as kube's `admission.Interface` with its optional
+/// `MutationInterface` and `ValidationInterface`: every method but [`name`](Self::name) has a
+/// default that does nothing.
+///
+/// ```
+/// use apiserver::admission::{AdmissionPlugin, Attributes, Operation};
+/// use apiserver::async_trait;
+///
+/// /// Refuses names that start with "tmp-".
+/// struct NoTemporaryNames;
+///
+/// #[async_trait]
+/// impl AdmissionPlugin for NoTemporaryNames {
+///     fn name(&self) -> &str {
+///         "NoTemporaryNames"
+///     }
+///     fn handles(&self, operation: Operation) -> bool {
+///         operation == Operation::Create
+///     }
+///     async fn validate(&self, attributes: &Attributes) -> apiserver::Result<()> {
+///         if attributes.name.starts_with("tmp-") {
+///             return Err(attributes.forbidden("temporary names are not allowed"));
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
 #[async_trait]
 pub trait AdmissionPlugin: Send + Sync {
     /// Its name, as `--disable-admission-plugins` takes it.
     fn name(&self) -> &str;
 
-    /// `Ok` to let the request through, or the `Status` to refuse it with.
-    async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()>;
+    /// Whether it looks at requests of `operation` at all (kube's `Handles`).
+    fn handles(&self, operation: Operation) -> bool {
+        let _ = operation;
+        true
+    }
+
+    /// Mutates the request's object (kube's `Admit`); `Err` refuses the request.
+    async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
+        let _ = attributes;
+        Ok(())
+    }
+
+    /// Judges the request, object as it will be stored (kube's `Validate`); `Err` refuses it.
+    async fn validate(&self, attributes: &Attributes) -> Result<()> {
+        let _ = attributes;
+        Ok(())
+    }
 }
 
-/// The admission chain of a server.
+/// The admission chain of a server: its plugins, in order.
 #[derive(Clone, Default)]
 pub struct Admission {
-    plugins: Vec<Arc<dyn AdmissionPlugin>>,
+    plugins: Arc<[Arc<dyn AdmissionPlugin>]>,
 }
 
 impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.plugins.iter().map(|p| p.name()).collect();
         f.debug_struct("Admission")
-            .field("plugins", &names)
+            .field("plugins", &self.names())
             .finish()
     }
 }
@@ -102,9 +114,12 @@ impl Admission {
     }
 
     /// Adds a plugin at the end of the chain.
-    pub fn with(mut self, plugin: Arc<dyn AdmissionPlugin>) -> Self {
-        self.plugins.push(plugin);
-        self
+    pub fn with(self, plugin: Arc<dyn AdmissionPlugin>) -> Self {
+        let mut plugins = self.plugins.to_vec();
+        plugins.push(plugin);
+        Self {
+            plugins: plugins.into(),
+        }
     }
 
     /// Whether the chain has no plugins.
@@ -112,28 +127,85 @@ impl Admission {
         self.plugins.is_empty()
     }
 
-    /// Runs every plugin; the first refusal wins.
-    pub async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()> {
+    /// The plugins' names, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.plugins.iter().map(|p| p.name()).collect()
+    }
+
+    /// Whether a plugin looks at `operation`.
+    pub fn handles(&self, operation: Operation) -> bool {
+        self.plugins.iter().any(|p| p.handles(operation))
+    }
+
+    /// Runs every plugin's [`admit`](AdmissionPlugin::admit) in order; the first refusal wins.
+    pub async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
+        let operation = attributes.operation;
         let started = std::time::Instant::now();
         let verdict = async {
-            for plugin in &self.plugins {
-                plugin.admit(request).await?;
+            for plugin in self.plugins.iter().filter(|p| p.handles(operation)) {
+                plugin.admit(attributes).await?;
             }
             Ok(())
         }
-        .instrument(tracing::debug_span!("admission"))
+        .instrument(tracing::debug_span!("admission", step = "admit"))
         .await;
-        // kube's `apiserver_admission_step_admission_duration_seconds` of the validating step.
-        let operation = match request.operation {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-        };
-        let rejected = if verdict.is_err() { "true" } else { "false" };
-        crate::metrics::global()
-            .admission_duration
-            .with_label_values(&["validate", operation, rejected])
-            .observe(started.elapsed().as_secs_f64());
+        observe("admit", operation, &verdict, started);
         verdict
     }
+
+    /// Runs every plugin's [`validate`](AdmissionPlugin::validate); the first refusal wins.
+    pub async fn validate(&self, attributes: &Attributes) -> Result<()> {
+        let operation = attributes.operation;
+        let started = std::time::Instant::now();
+        let verdict = async {
+            for plugin in self.plugins.iter().filter(|p| p.handles(operation)) {
+                plugin.validate(attributes).await?;
+            }
+            Ok(())
+        }
+        .instrument(tracing::debug_span!("admission", step = "validate"))
+        .await;
+        observe("validate", operation, &verdict, started);
+        verdict
+    }
+}
+
+/// kube's `apiserver_admission_step_admission_duration_seconds`.
+fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std::time::Instant) {
+    let rejected = if verdict.is_err() { "true" } else { "false" };
+    crate::metrics::global()
+        .admission_duration
+        .with_label_values(&[step, operation.as_str(), rejected])
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
+/// server has a core API to follow namespaces in, then the server's own plugins (`own`) in
+/// the order they were added, each on unless disabled.
+pub fn build(
+    options: &AdmissionOptions,
+    core: Option<&kube::Client>,
+    shutdown: &crate::lifecycle::ShutdownSignal,
+    own: Vec<Arc<dyn AdmissionPlugin>>,
+) -> std::result::Result<Admission, AdmissionOptionsError> {
+    let mut known: Vec<&str> = BUILT_IN_PLUGINS.to_vec();
+    for plugin in &own {
+        if known.contains(&plugin.name()) {
+            return Err(AdmissionOptionsError::Duplicate(plugin.name().into()));
+        }
+        known.push(plugin.name());
+    }
+    options.validate(&known)?;
+    let mut admission = Admission::new();
+    if let Some(client) = core {
+        if options.enabled(namespace::NAME, true) {
+            admission = admission.with(NamespaceLifecycle::start(client.clone(), shutdown.clone()));
+        }
+    }
+    for plugin in own {
+        if options.enabled(plugin.name(), true) {
+            admission = admission.with(plugin);
+        }
+    }
+    Ok(admission)
 }

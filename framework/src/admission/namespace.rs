@@ -20,7 +20,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube_core::response::{StatusCause, StatusDetails};
 
-use crate::admission::{AdmissionPlugin, AdmissionRequest, Operation};
+use crate::admission::{AdmissionPlugin, Attributes, Operation};
 use crate::core_api::{self, Followed};
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
@@ -82,12 +82,16 @@ impl AdmissionPlugin for NamespaceLifecycle {
         NAME
     }
 
-    async fn admit(&self, request: &AdmissionRequest<'_>) -> Result<()> {
-        if request.operation != Operation::Create || request.namespace.is_empty() {
+    fn handles(&self, operation: Operation) -> bool {
+        operation == Operation::Create
+    }
+
+    async fn validate(&self, request: &Attributes) -> Result<()> {
+        if request.namespace.is_empty() {
             return Ok(());
         }
-        match self.phase(request.namespace).await? {
-            None => Err(namespace_not_found(request.namespace)),
+        match self.phase(&request.namespace).await? {
+            None => Err(namespace_not_found(&request.namespace)),
             Some(phase) if phase == "Terminating" => Err(namespace_terminating(request)),
             Some(_) => Ok(()),
         }
@@ -112,31 +116,18 @@ pub fn namespace_not_found(namespace: &str) -> Error {
 }
 
 /// 403 as `errors.NewForbidden` with the `NamespaceTerminating` cause.
-pub fn namespace_terminating(request: &AdmissionRequest<'_>) -> Error {
+pub fn namespace_terminating(request: &Attributes) -> Error {
     let why = format!(
         "unable to create new content in namespace {} because it is being terminated",
         request.namespace
     );
-    let resource = if request.group.is_empty() {
-        request.resource.to_string()
-    } else {
-        format!("{}.{}", request.resource, request.group)
-    };
-    let message = if request.name.is_empty() {
-        format!("{resource} is forbidden: {why}")
-    } else {
-        format!("{resource} \"{}\" is forbidden: {why}", request.name)
-    };
-    Error::new(403, "Forbidden", message).with_details(StatusDetails {
-        name: request.name.to_string(),
-        group: request.group.to_string(),
-        kind: request.resource.to_string(),
-        causes: vec![StatusCause {
+    let mut error = request.forbidden(why);
+    if let Some(details) = error.details_mut() {
+        details.causes = vec![StatusCause {
             reason: "NamespaceTerminating".into(),
             message: format!("namespace {} is being terminated", request.namespace),
             field: "metadata.namespace".into(),
-        }],
-        uid: String::new(),
-        retry_after_seconds: 0,
-    })
+        }];
+    }
+    error
 }

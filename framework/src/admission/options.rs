@@ -36,6 +36,9 @@ pub enum AdmissionOptionsError {
     /// A name in both lists.
     #[error("admission plugin {0:?} is both enabled and disabled")]
     Both(String),
+    /// Two plugins of the server have the same name.
+    #[error("two admission plugins are named {0:?}")]
+    Duplicate(String),
 }
 
 impl AdmissionOptions {

@@ -1,9 +1,12 @@
-//! The per-request context handed to storage: who asked, the namespace of the URL, and a sink
-//! for warnings (sent back as `Warning` headers, as `k8s.io/apiserver/pkg/warning` does).
+//! The per-request context handed to storage: who asked, the namespace of the URL, the
+//! admission chain, and a sink for warnings (sent back as `Warning` headers, as
+//! `k8s.io/apiserver/pkg/warning` does).
 
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::authentication::v1::UserInfo;
+
+use crate::admission::AdmissionContext;
 
 /// What storage needs to know about the request besides its options.
 #[derive(Clone, Debug, Default)]
@@ -13,6 +16,10 @@ pub struct RequestContext {
     /// The user authentication found (kube's `request.UserFrom(ctx)`); `None` when the
     /// request did not go through authentication (storage called directly, in tests).
     pub user: Option<UserInfo>,
+    /// The admission chain writes of this request go through, with what the endpoint knows
+    /// of the request (filled by `endpoints/`); `None`: nothing to admit (storage called
+    /// directly, in tests and by in-process readers).
+    pub admission: Option<AdmissionContext>,
     warnings: Arc<Mutex<Vec<String>>>,
 }
 

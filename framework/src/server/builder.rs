@@ -16,7 +16,8 @@ use axum::Router;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::net::TcpListener;
 
-use crate::admission::Admission;
+use super::plugins::{AdmissionPluginFactory, PluginContext};
+use crate::admission::{Admission, AdmissionPlugin};
 use crate::aggregator::{
     APIServiceRegistrar, APIServiceVersion, AggregatorHandle, AggregatorOptions, ManifestOptions,
 };
@@ -686,6 +687,7 @@ pub struct APIServer {
     openapi: OpenAPIInfo,
     malloc_arena_max: Option<u32>,
     version: VersionInfo,
+    admission_plugins: Vec<AdmissionPluginFactory>,
     /// Authenticators, authorizers, layers, routes, checks and hooks the user added.
     pub(super) extensions: Extensions,
 }
@@ -971,6 +973,7 @@ impl APIServer {
             openapi: OpenAPIInfo::default(),
             malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
             version: VersionInfo::default(),
+            admission_plugins: Vec::new(),
             extensions: Extensions::default(),
         }
     }
@@ -1025,6 +1028,43 @@ impl APIServer {
     /// release the framework follows ([`VersionInfo::default`]).
     pub fn version_info(mut self, version: VersionInfo) -> Self {
         self.version = version;
+        self
+    }
+
+    /// Adds an admission plugin, made by `make` when the server starts (its storage opened,
+    /// the core API connected). Plugins run after the built-in ones, in the order they are
+    /// added, each on unless `--disable-admission-plugins` names it. `make` is given the
+    /// in-process reader of the server's resources, the way kube hands plugins informers:
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use apiserver::prelude::*;
+    /// # use apiserver::admission::{AdmissionPlugin, Attributes};
+    /// # use apiserver::registry::store::Reader;
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Policy")]
+    /// # pub struct Policy { #[serde(default)] pub metadata: ObjectMeta }
+    /// struct NeedsPolicy(Reader<Policy>);
+    ///
+    /// #[apiserver::async_trait]
+    /// impl AdmissionPlugin for NeedsPolicy {
+    ///     fn name(&self) -> &str { "NeedsPolicy" }
+    ///     async fn validate(&self, attributes: &Attributes) -> apiserver::Result<()> {
+    ///         if self.0.list(None).await?.is_empty() {
+    ///             return Err(attributes.forbidden("no policy is defined yet"));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let server = APIServer::new(ServerOptions::default())
+    ///     .admission_plugin(|ctx| Arc::new(NeedsPolicy(ctx.storage.reader::<Policy>())));
+    /// ```
+    pub fn admission_plugin<F>(mut self, make: F) -> Self
+    where
+        F: Fn(&PluginContext<'_>) -> Arc<dyn AdmissionPlugin> + Send + Sync + 'static,
+    {
+        self.admission_plugins.push(Box::new(make));
         self
     }
 
@@ -1174,13 +1214,16 @@ impl APIServer {
         let stop = StopOnDrop(Some(ShutdownSignal::new()));
         let shutdown = stop.signal().clone();
         let initiated = ShutdownSignal::new();
-        let (backend, groups, storage) = self.open_storage(&shutdown).await?;
+        let (storage, groups) = self.open_storage(&shutdown).await?;
+        // Shared with the post-start hooks.
+        let storage = Arc::new(storage);
+        let backend = storage.backend().clone();
         let tls = ServingTls::load(&self.options)?;
         let client_ca = tls.certs.client_ca();
         let auth = delegating::build(&self.options.auth, &client_ca, shutdown.clone()).await?;
         let auth = self.extensions.wrap_auth(auth);
         let mode = auth.mode;
-        let bound = self.bind_and_wire(&tls, &shutdown).await?;
+        let bound = self.bind_and_wire(&tls, &storage, &shutdown).await?;
         let (checks, hooks) = self.extensions.take_checks_and_hooks();
         let health = self.health_state(
             backend.clone(),
@@ -1216,24 +1259,25 @@ impl APIServer {
         })
     }
 
-    /// The storage backend (given, or opened from the options) and the groups' storage on it.
+    /// The storage (the backend given, or opened from the options) and the groups' storage on
+    /// it.
     async fn open_storage(
         &self,
         shutdown: &ShutdownSignal,
-    ) -> Result<(Arc<dyn Backend>, Vec<APIGroupInfo>, Arc<StorageConfig>), ServerError> {
+    ) -> Result<(StorageConfig, Vec<APIGroupInfo>), ServerError> {
         let backend = match self.backend.clone() {
             Some(b) => b,
             None => open_backend(&self.options).await?,
         };
         let backend = Instrumented::wrap(backend, &self.options.storage_prefix);
         let config = StorageConfig::new(
-            backend.clone(),
+            backend,
             &self.options.storage_prefix,
             self.options.watch_cache,
             shutdown.clone(),
         );
         let groups = build_groups(&self.groups, &config)?;
-        Ok((backend, groups, Arc::new(config)))
+        Ok((config, groups))
     }
 
     /// Binds the secure port, writes the admin kubeconfig, and connects to the core API:
@@ -1241,6 +1285,7 @@ impl APIServer {
     async fn bind_and_wire(
         &self,
         tls: &ServingTls,
+        storage: &StorageConfig,
         shutdown: &ShutdownSignal,
     ) -> Result<Bound, ServerError> {
         let options = &self.options;
@@ -1255,8 +1300,18 @@ impl APIServer {
         };
         let wiring =
             crate::aggregator::wire(&self.aggregator, serving_info, shutdown.clone()).await?;
-        let admission =
-            crate::admission::build(&options.admission, wiring.core.as_ref(), shutdown)?;
+        let context = PluginContext {
+            storage,
+            core: wiring.core.as_ref(),
+            shutdown,
+        };
+        let own = self.admission_plugins.iter().map(|make| make(&context));
+        let admission = crate::admission::build(
+            &options.admission,
+            wiring.core.as_ref(),
+            shutdown,
+            own.collect(),
+        )?;
         let audit = options.audit.build(shutdown).await?;
         Ok(Bound {
             listener,

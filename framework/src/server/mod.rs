@@ -8,6 +8,7 @@ pub mod health;
 pub mod malloc;
 pub mod migrate;
 pub mod options;
+pub mod plugins;
 pub mod serve;
 pub mod serving_cert;
 pub mod tls;
@@ -20,6 +21,7 @@ pub use builder::{
 pub use extensions::{HookError, PostStartContext};
 pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
+pub use plugins::{AdmissionPluginFactory, PluginContext};
 pub use version::VersionInfo;
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text until the server's

@@ -125,9 +125,12 @@ impl TestServerBuilder {
         for configure in self.configure {
             configure(&mut options);
         }
-        let extend = self.extend;
-        let extend = move |server| extend.into_iter().fold(server, |s, f| f(s));
-        let mut server = TestServer::start_extended(options, self.groups, extend).await;
+        let (groups, extend) = (self.groups, self.extend);
+        let mut server = TestServer::start_configured(options, move |server| {
+            let server = groups.into_iter().fold(server, APIServer::group);
+            extend.into_iter().fold(server, |s, f| f(s))
+        })
+        .await;
         server._dir = temp;
         server
     }
@@ -182,23 +185,24 @@ impl TestServer {
 
     /// Starts a server with these options.
     pub async fn start_with_options(options: ServerOptions, groups: Vec<APIGroup>) -> TestServer {
-        Self::start_extended(options, groups, |server| server).await
+        Self::start_configured(options, |server| {
+            groups.into_iter().fold(server, APIServer::group)
+        })
+        .await
     }
 
-    async fn start_extended(
+    /// Starts a server with these options and what `configure` adds to it (groups,
+    /// admission plugins, ...): e.g. the function a server's `main` also calls.
+    pub async fn start_configured(
         options: ServerOptions,
-        groups: Vec<APIGroup>,
-        extend: impl FnOnce(APIServer) -> APIServer,
+        configure: impl FnOnce(APIServer) -> APIServer,
     ) -> TestServer {
         // The kit opens the backend itself to keep a handle on it (`compact`).
         let backend = crate::server::builder::open_backend(&options)
             .await
             .expect("the storage backend opens");
-        let mut server = APIServer::new(options).backend(backend.clone());
-        for g in groups {
-            server = server.group(g);
-        }
-        let running = extend(server).start().await.expect("server starts");
+        let server = configure(APIServer::new(options).backend(backend.clone()));
+        let running = server.start().await.expect("server starts");
         let client = admin_client(&running.kubeconfig).await;
         TestServer {
             addr: running.addr,

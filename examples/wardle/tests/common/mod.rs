@@ -76,7 +76,7 @@ pub async fn serve(options: ServerOptions) -> TestServer {
     if options.storage_backend == StorageBackendKind::Etcd3 {
         etcd_ready(&options.etcd_servers).await;
     }
-    TestServer::start_with_options(options, vec![wardle::api_group()]).await
+    TestServer::start_configured(options, wardle::configure).await
 }
 
 /// Panics with a clear message unless the etcd at `endpoints` answers.

@@ -8,13 +8,15 @@ use serde_json::{json, Value};
 
 use super::read::accept_header;
 use super::{require, Call};
+use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
+use crate::admission::AdmissionContext;
 use crate::endpoints::body::read_limited;
 use crate::endpoints::negotiation::{
     body_encoding, decode_body, decode_object, negotiate, Endpoint, Shape, Target,
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
-use crate::registry::options::{delete_dry_run, DeleteOptions, FieldValidation};
+use crate::registry::options::{delete_dry_run, DeleteOptions, FieldValidation, WriteOptions};
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn};
 use crate::runtime::object;
@@ -108,6 +110,65 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
     Ok(())
 }
 
+/// Hands storage the server's admission chain with what it needs to know of this request:
+/// the kind and resource as the client named them, the subresource, the options.
+fn admit_with(call: &mut Call, options: Value) {
+    let info = &call.resource.storage.info;
+    let request_resource = GroupVersionResource {
+        group: call.info.api_group.clone(),
+        version: call.info.api_version.clone(),
+        resource: call.info.resource.clone(),
+    };
+    call.ctx.admission = Some(AdmissionContext {
+        chain: call.state.admission.clone(),
+        request_kind: GroupVersionKind::of(info),
+        request_resource,
+        subresource: call.info.subresource.clone(),
+        options,
+        audit: crate::audit::AuditAnnotations::of(&call.parts.extensions),
+    });
+}
+
+/// `CreateOptions`, `UpdateOptions` or `PatchOptions` as admission plugins and webhooks
+/// see them.
+fn write_options_json(kind: &str, options: &WriteOptions) -> Value {
+    let mut json = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if options.dry_run {
+        json["dryRun"] = json!(["All"]);
+    }
+    if let Some(manager) = &options.field_manager {
+        json["fieldManager"] = json!(manager);
+    }
+    json
+}
+
+/// `DeleteOptions` as admission plugins and webhooks see them.
+fn delete_options_json(options: &DeleteOptions) -> Value {
+    let mut json = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if options.dry_run {
+        json["dryRun"] = json!(["All"]);
+    }
+    if let Some(seconds) = options.grace_period_seconds {
+        json["gracePeriodSeconds"] = json!(seconds);
+    }
+    if let Some(policy) = &options.propagation_policy {
+        json["propagationPolicy"] = json!(policy);
+    }
+    if let Some(orphan) = options.orphan_dependents {
+        json["orphanDependents"] = json!(orphan);
+    }
+    let preconditions = [
+        ("uid", &options.precondition_uid),
+        ("resourceVersion", &options.precondition_resource_version),
+    ];
+    for (key, value) in preconditions {
+        if let Some(value) = value {
+            json["preconditions"][key] = json!(value);
+        }
+    }
+    json
+}
+
 fn respond_object(call: &Call, code: StatusCode, object: Value) -> Result<Response> {
     let target = negotiate(accept_header(call), Endpoint::Object)?;
     let include = call.query.include_object(target.shape)?;
@@ -123,17 +184,7 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
         return Err(Error::method_not_allowed());
     }
     let object = read_object(&mut call, options.field_validation).await?;
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let request = crate::admission::AdmissionRequest {
-        operation: crate::admission::Operation::Create,
-        group: call.resource.storage.info.group,
-        resource: call.resource.storage.info.plural,
-        subresource: &call.info.subresource,
-        namespace: &call.info.namespace,
-        name,
-        audit: crate::audit::AuditAnnotations::of(&call.parts.extensions),
-    };
-    call.state.admission.admit(&request).await?;
+    admit_with(&mut call, write_options_json("CreateOptions", &options));
     let created = creater.create(&call.ctx, object, &options).await?;
     respond_object(&call, StatusCode::CREATED, created)
 }
@@ -145,6 +196,7 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     let object = Arc::new(read_object(&mut call, options.field_validation).await?);
     // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
     options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
+    admit_with(&mut call, write_options_json("UpdateOptions", &options));
     let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
     let (stored, created) = updater
         .update(&call.ctx, &call.info.name, update, &options)
@@ -170,6 +222,7 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     let patch_type = patch_type(content_type(&call))?;
     let options = call.query.write_options()?;
     let body = read_body(&mut call).await?;
+    admit_with(&mut call, write_options_json("PatchOptions", &options));
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
     let name = call.info.name.clone();
@@ -223,6 +276,7 @@ pub(crate) async fn delete(mut call: Call) -> Result<Response> {
     let target = negotiate(accept_header(&call), Endpoint::Object)?;
     let deleter = require(&call.resource.storage.deleter, &call)?.clone();
     let options = delete_options(&mut call).await?;
+    admit_with(&mut call, delete_options_json(&options));
     match deleter.delete(&call.ctx, &call.info.name, &options).await? {
         // kube answers 202 only when the object stays and the (deprecated) orphanDependents
         // was sent as false; otherwise 200 with the object, now carrying deletionTimestamp.
@@ -251,6 +305,7 @@ pub(crate) async fn delete_collection(mut call: Call) -> Result<Response> {
     let deleter = require(&call.resource.storage.collection_deleter, &call)?.clone();
     let list_options = call.query.list_options()?;
     let options = delete_options(&mut call).await?;
+    admit_with(&mut call, delete_options_json(&options));
     let deleted = deleter
         .delete_collection(&call.ctx, &options, &list_options)
         .await?;

@@ -4,8 +4,10 @@
 
 use serde_json::{json, Value};
 
+use super::admit::Admit;
 use super::codec::encode_for_storage;
 use super::{list, Inner, MAX_ATTEMPTS};
+use crate::admission::Operation;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{DeleteOptions, ListOptions};
@@ -21,6 +23,9 @@ pub const FINALIZER_DELETE_DEPENDENTS: &str = "foregroundDeletion";
 
 const PROPAGATION_POLICIES: [&str; 3] = ["Foreground", "Background", "Orphan"];
 
+/// A delete of object `name`: the mutating admission plugins first (once, with no object,
+/// as kube's delete handler runs them), then on each attempt the preconditions and the
+/// validating plugins on the stored object.
 pub(crate) async fn delete(
     inner: &Inner,
     ctx: &RequestContext,
@@ -28,12 +33,27 @@ pub(crate) async fn delete(
     options: &DeleteOptions,
 ) -> Result<DeleteOutcome> {
     validate_delete_options(options)?;
+    Admit::new(inner, ctx).mutate_delete(name).await?;
+    delete_admitted(inner, ctx, name, options).await
+}
+
+/// [`delete`] after the mutating step.
+async fn delete_admitted(
+    inner: &Inner,
+    ctx: &RequestContext,
+    name: &str,
+    options: &DeleteOptions,
+) -> Result<DeleteOutcome> {
     let key = inner.key(ctx, name)?;
+    let admit = Admit::new(inner, ctx);
     for _ in 0..MAX_ATTEMPTS {
         let current = inner.current(&key, name).await?;
         let current = current.ok_or_else(|| Error::not_found(&inner.info, name))?;
         let object = inner.decode(&current)?;
         check_preconditions(inner, name, &object, options)?;
+        admit
+            .validate(Operation::Delete, name, None, Some(&object))
+            .await?;
         let finalizers = finalizers_for_deletion(inner.gc_policy, &object, options);
         let pending = !finalizers.is_empty();
         let result = if !pending {
@@ -238,7 +258,8 @@ fn check_preconditions(
 }
 
 /// kube's `DeleteCollection`: deletes every selected object with the same options and
-/// answers the list as it was read.
+/// answers the list as it was read. The mutating admission plugins run once (no name), the
+/// validating ones on each object.
 pub(crate) async fn delete_collection(
     inner: &Inner,
     ctx: &RequestContext,
@@ -246,6 +267,7 @@ pub(crate) async fn delete_collection(
     list_options: &ListOptions,
 ) -> Result<ObjectList> {
     validate_delete_options(options)?;
+    Admit::new(inner, ctx).mutate_delete("").await?;
     let selected = list::list(inner, ctx, list_options).await?;
     for item in &selected.items {
         let item = item.to_value()?;
@@ -254,7 +276,7 @@ pub(crate) async fn delete_collection(
         item_ctx.namespace = object::namespace(&item)
             .map(str::to_string)
             .or(ctx.namespace.clone());
-        match delete(inner, &item_ctx, &name, options).await {
+        match delete_admitted(inner, &item_ctx, &name, options).await {
             Ok(_) => {}
             // Deleted by someone else in the meantime: that is what was asked.
             Err(e) if e.is_not_found() => {}

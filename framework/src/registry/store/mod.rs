@@ -8,6 +8,7 @@
 //! preconditions, dry run, selectors, pagination, watch) and knows nothing of HTTP. Storage
 //! keys follow kube-apiserver: `{prefix}/{group}/{plural}/{namespace}/{name}`.
 
+mod admit;
 pub(crate) mod codec;
 mod delete;
 mod filter;
@@ -345,7 +346,8 @@ impl<T: Strategy> Updater for Store<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
-        write::update::<T>(&self.inner, ctx, name, update, options, UpdateTarget::Main).await
+        let target = (UpdateTarget::Main, None);
+        write::update::<T>(&self.inner, ctx, name, update, options, target).await
     }
 }
 
@@ -414,7 +416,7 @@ impl<T: Strategy> Updater for StatusStore<T> {
             name,
             update,
             options,
-            UpdateTarget::Status,
+            (UpdateTarget::Status, None),
         )
         .await
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
+use super::admit::AdmissionView;
 use super::{write, Store};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
@@ -33,11 +34,39 @@ pub(crate) fn scale_info(parent: &ResourceInfo) -> ResourceInfo {
 pub struct ScaleStore<T: Resource> {
     store: Store<T>,
     paths: ScaleInfo,
+    /// `autoscaling/v1` `Scale`, as admission plugins see the subresource's objects.
+    scale: ResourceInfo,
 }
 
 impl<T: Resource> ScaleStore<T> {
     pub(super) fn new(store: Store<T>, paths: ScaleInfo) -> Self {
-        Self { store, paths }
+        Self {
+            store,
+            paths,
+            scale: scale_info(&T::INFO),
+        }
+    }
+}
+
+/// Admission plugins of the scale subresource see `Scale`s (kube's
+/// `toScaleCreateValidation` / `toScaleUpdateValidation`); a mutating plugin's `spec.replicas`
+/// is written to the object.
+impl<T: Resource> AdmissionView for ScaleStore<T> {
+    fn info(&self) -> &ResourceInfo {
+        &self.scale
+    }
+
+    fn project(&self, object: &Value) -> Result<Value> {
+        scale_of(&self.paths, object)
+    }
+
+    fn inject(&self, object: &mut Value, projected: &Value) -> Result<()> {
+        let name = crate::runtime::object::name(object)
+            .unwrap_or_default()
+            .to_string();
+        let replicas = validated_replicas(projected, &name)?;
+        set_path(object, self.paths.spec_replicas_path, json!(replicas));
+        Ok(())
     }
 }
 
@@ -88,7 +117,7 @@ impl<T: Strategy> Updater for ScaleStore<T> {
             name,
             to_object,
             options,
-            UpdateTarget::Scale,
+            (UpdateTarget::Scale, Some(self as &dyn AdmissionView)),
         )
         .await?;
         Ok((scale_of(&self.paths, &object)?, created))

@@ -5,8 +5,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::Rng;
 use serde_json::{json, Value};
 
+use super::admit::{AdmissionView, Admit};
 use super::codec::{decode_stored, decode_typed, encode_for_storage, encode_typed};
 use super::{Inner, MAX_ATTEMPTS};
+use crate::admission::Operation;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
@@ -32,7 +34,8 @@ pub(crate) async fn create<T: Strategy>(
         .and_then(|rv| rv.parse::<u64>().ok())
         .is_some_and(|rv| rv != 0);
     let strategy = StrategyContext::new(ctx, options);
-    let new = decode_new::<T>(inner, &strategy, object)?;
+    let admit = Admit::new(inner, ctx);
+    let new = decode_new::<T>(inner, &strategy, admit, object).await?;
     let meta = new.metadata();
     let generate_base = meta
         .generate_name
@@ -45,7 +48,7 @@ pub(crate) async fn create<T: Strategy>(
         if let Some(base) = &generate_base {
             candidate.metadata_mut().name = Some(generate_name(base));
         }
-        match insert::<T>(inner, &strategy, candidate, version_given).await? {
+        match insert::<T>(inner, &strategy, admit, candidate, version_given).await? {
             Inserted::Created(created) => return Ok(created),
             // kube's createWithGenerateNameRetry: another name, up to MAX_ATTEMPTS times.
             Inserted::Taken(name) if generate_base.is_some() => last_name = name,
@@ -58,12 +61,13 @@ pub(crate) async fn create<T: Strategy>(
     Err(Error::generate_name_conflict(&inner.info, &last_name))
 }
 
-/// The client's new object as `T`, decoded once, defaulted and prepared: the URL's
-/// namespace, the status and server-managed metadata cleared, the type's
-/// `prepare_for_create`.
-fn decode_new<T: Strategy>(
+/// The client's new object as `T`, decoded once, defaulted, admitted by the mutating
+/// plugins and prepared: the URL's namespace, the status and server-managed metadata
+/// cleared, the type's `prepare_for_create`.
+async fn decode_new<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
+    admit: Admit<'_>,
     mut object: Value,
 ) -> Result<T> {
     check_namespace(inner, strategy.request(), &mut object)?;
@@ -71,6 +75,7 @@ fn decode_new<T: Strategy>(
     let validation = strategy.options().field_validation;
     let mut typed: T = decode_typed(&object, validation, strategy.request())?;
     typed.default_fields();
+    admit.mutate(Operation::Create, &mut typed, None).await?;
     prepare_meta_for_create(typed.metadata_mut());
     typed.prepare_for_create(strategy);
     Ok(typed)
@@ -84,15 +89,20 @@ enum Inserted {
     Taken(String),
 }
 
-/// Validates `typed` and stores it under its name, unless that is taken.
+/// Validates `typed` (the type's rules, then the validating admission plugins) and stores it
+/// under its name, unless that is taken.
 async fn insert<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
+    admit: Admit<'_>,
     typed: T,
     version_given: bool,
 ) -> Result<Inserted> {
     let stored = admit_new::<T>(inner, strategy, typed)?;
     let name = object::name(&stored).unwrap_or_default().to_string();
+    admit
+        .validate(Operation::Create, &name, Some(&stored), None)
+        .await?;
     let key = inner.key(strategy.request(), &name)?;
     if strategy.dry_run() {
         return dry_run_create(inner, &key, &name, stored)
@@ -221,16 +231,24 @@ fn check_namespace(inner: &Inner, ctx: &RequestContext, object: &mut Value) -> R
     Ok(())
 }
 
+/// An update of object `name` with what `update` makes of the stored one: on each attempt
+/// the mutating admission plugins see the new object (as `view` shows it, for a
+/// subresource of another kind), the strategy prepares and validates it, then the
+/// validating plugins judge it.
 pub(crate) async fn update<T: Strategy>(
     inner: &Inner,
     ctx: &RequestContext,
     name: &str,
     update: UpdateFn,
     options: &WriteOptions,
-    target: UpdateTarget,
+    (target, view): (UpdateTarget, Option<&dyn AdmissionView>),
 ) -> Result<(Value, bool)> {
     let key = inner.key(ctx, name)?;
     let strategy = StrategyContext::new(ctx, options).for_subresource(target.subresource());
+    let admit = Admit {
+        view,
+        ..Admit::new(inner, ctx)
+    };
     for _ in 0..MAX_ATTEMPTS {
         let current = inner.current(&key, name).await?;
         let Some(current) = current else {
@@ -239,7 +257,8 @@ pub(crate) async fn update<T: Strategy>(
             if target != UpdateTarget::Main || !T::allow_create_on_update() {
                 return Err(Error::not_found(&inner.info, name));
             }
-            match create_on_update::<T>(inner, &strategy, name, new).await? {
+            match create_on_update::<T>(inner, &strategy, Admit::new(inner, ctx), name, new).await?
+            {
                 Inserted::Created(created) => return Ok((created, true)),
                 // Created meanwhile by another request: update that one.
                 Inserted::Taken(_) => continue,
@@ -247,7 +266,8 @@ pub(crate) async fn update<T: Strategy>(
         };
         let old = inner.decode(&current)?;
         let new = update(Some(&old))?;
-        let prepared = prepare_update::<T>(inner, &strategy, name, new, &old, target)?;
+        let prepared =
+            prepare_update::<T>(inner, &strategy, admit, name, new, &old, target).await?;
         // A no-op update of an object stored in an older version still writes it, in the
         // storage version: kube-apiserver writes whenever the stored bytes would change,
         // which is how kube-storage-version-migrator's no-op updates migrate objects.
@@ -287,6 +307,7 @@ pub(crate) async fn update<T: Strategy>(
 async fn create_on_update<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
+    admit: Admit<'_>,
     name: &str,
     new: Value,
 ) -> Result<Inserted> {
@@ -298,8 +319,8 @@ async fn create_on_update<T: Strategy>(
     {
         return Err(Error::not_found(&inner.info, name));
     }
-    let typed = decode_new::<T>(inner, strategy, new)?;
-    insert::<T>(inner, strategy, typed, false).await
+    let typed = decode_new::<T>(inner, strategy, admit, new).await?;
+    insert::<T>(inner, strategy, admit, typed, false).await
 }
 
 /// The name in an update's body must be the URL's.
@@ -390,11 +411,13 @@ fn resource_version_required(inner: &Inner, name: &str) -> Error {
 }
 
 /// Checks and prepares the new state of an object; `None` when nothing would change. The
-/// parts the update may not change are put back on the JSON, then the object is decoded once
-/// and the generic and the type's strategies run on it typed.
-fn prepare_update<T: Strategy>(
+/// parts the update may not change are put back on the JSON, then the object is decoded once,
+/// the mutating admission plugins change it, the generic and the type's strategies run on it
+/// typed, and the validating plugins judge it.
+async fn prepare_update<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
+    admit: Admit<'_>,
     name: &str,
     mut new: Value,
     old: &Value,
@@ -411,6 +434,9 @@ fn prepare_update<T: Strategy>(
     // that leaves out a defaulted field has not changed the spec.
     let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
     typed.default_fields();
+    admit
+        .mutate(Operation::Update, &mut typed, Some(old))
+        .await?;
     let old_typed: T = decode_typed(old, FieldValidation::Ignore, ctx)?;
     prepare_meta_for_update(typed.metadata_mut(), old_typed.metadata());
     typed.prepare_for_update(&old_typed, strategy);
@@ -428,6 +454,10 @@ fn prepare_update<T: Strategy>(
     let mut stored = encode_typed(&typed)?;
     let generation = next_generation(&stored, old);
     set_meta(&mut stored, "generation", json!(generation));
+    // kube runs validating admission on a no-op update too (storage finds it unchanged).
+    admit
+        .validate(Operation::Update, name, Some(&stored), Some(old))
+        .await?;
     if &stored == old {
         return Ok(None);
     }

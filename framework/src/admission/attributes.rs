@@ -1,0 +1,268 @@
+//! What an admission plugin sees of a request: kube's `admission.Attributes`.
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::Admission;
+use crate::audit::AuditAnnotations;
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::runtime::{Resource, ResourceInfo};
+
+/// The operation being admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// A create (POST, or a PUT that creates).
+    Create,
+    /// An update, a patch, or a write of a subresource.
+    Update,
+    /// A delete, or one object of a deletecollection.
+    Delete,
+    /// A connect (proxy, exec); the framework serves none yet.
+    Connect,
+}
+
+impl Operation {
+    /// The name kube uses: `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "CREATE",
+            Self::Update => "UPDATE",
+            Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
+        }
+    }
+}
+
+/// A kind: `wardle.example.com/v1alpha1` `Flunder`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GroupVersionKind {
+    /// The group, empty for the core group.
+    pub group: String,
+    /// The version.
+    pub version: String,
+    /// The kind.
+    pub kind: String,
+}
+
+impl GroupVersionKind {
+    /// The kind of `info`.
+    pub fn of(info: &ResourceInfo) -> Self {
+        Self {
+            group: info.group.into(),
+            version: info.version.into(),
+            kind: info.kind.into(),
+        }
+    }
+}
+
+/// A resource: `wardle.example.com/v1alpha1` `flunders`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GroupVersionResource {
+    /// The group, empty for the core group.
+    pub group: String,
+    /// The version.
+    pub version: String,
+    /// The resource (plural).
+    pub resource: String,
+}
+
+impl GroupVersionResource {
+    /// The resource of `info`.
+    pub fn of(info: &ResourceInfo) -> Self {
+        Self {
+            group: info.group.into(),
+            version: info.version.into(),
+            resource: info.plural.into(),
+        }
+    }
+}
+
+/// What the endpoint knows of a request that the chain needs, carried to storage in the
+/// [`RequestContext`]: the chain itself, the resource as the client named it, and the
+/// operation's options.
+#[derive(Clone, Debug)]
+pub struct AdmissionContext {
+    /// The server's chain.
+    pub chain: Admission,
+    /// The kind the client sent or asked for (kube's `requestKind`): of another version
+    /// than the stored one when the version is served converted.
+    pub request_kind: GroupVersionKind,
+    /// The resource as the URL names it (kube's `requestResource`).
+    pub request_resource: GroupVersionResource,
+    /// The subresource (`status`, `scale`), empty for the main resource.
+    pub subresource: String,
+    /// The operation's options, as JSON (`CreateOptions`, `UpdateOptions`, `PatchOptions`
+    /// or `DeleteOptions` of `meta.k8s.io/v1`).
+    pub options: Value,
+    /// The audit annotations of the request.
+    pub audit: AuditAnnotations,
+}
+
+/// What a plugin sees of a request (kube's `admission.Attributes`).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Attributes {
+    /// The operation.
+    pub operation: Operation,
+    /// The kind of [`object`](Self::object): the storage version's (`autoscaling/v1`
+    /// `Scale` for the scale subresource).
+    pub kind: GroupVersionKind,
+    /// The resource, in the storage version.
+    pub resource: GroupVersionResource,
+    /// The kind in the version the client used (kube's `requestKind`).
+    pub request_kind: GroupVersionKind,
+    /// The resource in the version the client used (kube's `requestResource`).
+    pub request_resource: GroupVersionResource,
+    /// The subresource, empty for the main resource.
+    pub subresource: String,
+    /// The namespace; empty for cluster-scoped resources.
+    pub namespace: String,
+    /// The object's name; empty for a create with `generateName` before the name is made,
+    /// and for the mutating step of a deletecollection.
+    pub name: String,
+    /// Who asked.
+    pub user: UserInfo,
+    /// Whether the request is a dry run: a plugin must then have no side effects.
+    pub dry_run: bool,
+    /// The operation's options (`CreateOptions`, `UpdateOptions`, `PatchOptions`,
+    /// `DeleteOptions`), as JSON.
+    pub options: Value,
+    /// The new object (create and update), with `apiVersion` and `kind`.
+    pub object: Option<Value>,
+    /// The stored object (update and delete), with `apiVersion` and `kind`.
+    pub old_object: Option<Value>,
+    audit: AuditAnnotations,
+    ctx: RequestContext,
+}
+
+impl Attributes {
+    /// The attributes of a write of `info`'s objects under `ctx`, `None` when the request
+    /// carries no admission chain or no plugin handles `operation`.
+    pub(crate) fn of(
+        ctx: &RequestContext,
+        (resource, kind): (&ResourceInfo, &ResourceInfo),
+        operation: Operation,
+        name: &str,
+    ) -> Option<(Admission, Self)> {
+        let admission = ctx.admission.as_ref()?;
+        if !admission.chain.handles(operation) {
+            return None;
+        }
+        let attributes = Self {
+            operation,
+            kind: GroupVersionKind::of(kind),
+            resource: GroupVersionResource::of(resource),
+            request_kind: admission.request_kind.clone(),
+            request_resource: admission.request_resource.clone(),
+            subresource: admission.subresource.clone(),
+            namespace: ctx.namespace.clone().unwrap_or_default(),
+            name: name.to_string(),
+            user: ctx.user.clone().unwrap_or_default(),
+            dry_run: options_dry_run(&admission.options),
+            options: admission.options.clone(),
+            object: None,
+            old_object: None,
+            audit: admission.audit.clone(),
+            ctx: ctx.clone(),
+        };
+        Some((admission.chain.clone(), attributes))
+    }
+
+    /// Attributes made by hand, for a plugin's unit tests: a request by nobody, no options,
+    /// no objects.
+    pub fn new(operation: Operation, info: &ResourceInfo, namespace: &str, name: &str) -> Self {
+        Self {
+            operation,
+            kind: GroupVersionKind::of(info),
+            resource: GroupVersionResource::of(info),
+            request_kind: GroupVersionKind::of(info),
+            request_resource: GroupVersionResource::of(info),
+            subresource: String::new(),
+            namespace: namespace.into(),
+            name: name.into(),
+            user: UserInfo::default(),
+            dry_run: false,
+            options: Value::Null,
+            object: None,
+            old_object: None,
+            audit: AuditAnnotations::default(),
+            ctx: RequestContext::default(),
+        }
+    }
+
+    /// Whether the object is a `T`: its group, kind and version are `T`'s (a plugin of one
+    /// resource skips the others with it).
+    pub fn is<T: Resource>(&self) -> bool {
+        let kind = &self.kind;
+        kind.group == T::INFO.group && kind.kind == T::INFO.kind && kind.version == T::INFO.version
+    }
+
+    /// [`object`](Self::object) as `T`; `None` when there is none.
+    pub fn object_as<T: Resource + DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.object.as_ref().map(decode::<T>).transpose()
+    }
+
+    /// [`old_object`](Self::old_object) as `T`; `None` when there is none.
+    pub fn old_object_as<T: Resource + DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.old_object.as_ref().map(decode::<T>).transpose()
+    }
+
+    /// Replaces the object with `object` (for a mutating plugin).
+    pub fn set_object<T: Resource + Serialize>(&mut self, object: &T) -> Result<()> {
+        let mut value = serde_json::to_value(object).map_err(Error::internal)?;
+        if let Some(map) = value.as_object_mut() {
+            map.insert("apiVersion".into(), json!(T::INFO.api_version()));
+            map.insert("kind".into(), json!(T::INFO.kind));
+        }
+        self.object = Some(value);
+        Ok(())
+    }
+
+    /// Adds `key: value` to the request's audit events (kube's `AddAnnotation`), e.g.
+    /// `mutation.example.com/reason`.
+    pub fn add_audit_annotation(&self, key: &str, value: &str) {
+        self.audit.add(key, value);
+    }
+
+    /// Sends the client a warning (`Warning: 299 - "…"`).
+    pub fn warn(&self, message: impl Into<String>) {
+        self.ctx.warn(message);
+    }
+
+    /// kube's `admission.NewForbidden`: 403, `{resource}.{group} "{name}" is forbidden: {why}`.
+    pub fn forbidden(&self, why: impl std::fmt::Display) -> Error {
+        let name = match (&self.name, &self.object) {
+            (name, _) if !name.is_empty() => name.as_str(),
+            (_, Some(object)) => crate::runtime::object::name(object).unwrap_or_default(),
+            _ => "",
+        };
+        let resource = &self.resource;
+        Error::forbidden_in(&resource.group, &resource.resource, name, why)
+    }
+}
+
+/// `dryRun: ["All"]` in the options.
+fn options_dry_run(options: &Value) -> bool {
+    options["dryRun"]
+        .as_array()
+        .is_some_and(|list| list.iter().any(|v| v == "All"))
+}
+
+/// `apiVersion` and `kind` are not fields of `T`: taken out so a type that denies unknown
+/// fields decodes too.
+fn decode<T: Resource + DeserializeOwned>(object: &Value) -> Result<T> {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    serde_json::from_value(object).map_err(|e| {
+        Error::internal(format!(
+            "the object under admission does not decode as {}: {e}",
+            T::INFO.kind
+        ))
+    })
+}
