@@ -3,6 +3,8 @@
 //! `APIServer` collects [`APIGroup`]s (each a set of versions, each a set of resources), then
 //! at start opens the storage backend, instantiates every store, builds the
 //! `APIGroupInfo`s, discovery and OpenAPI documents once, and serves them behind the filters.
+//! Starting is two stages, [`APIServer::build`] then [`BuiltServer::start`] or
+//! [`BuiltServer::run`]; what a user adds to the server is in [`extensions`].
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -737,7 +739,9 @@ impl RunningServer {
         self.task.await?
     }
 
-    /// Waits until the server stops by itself (SIGTERM / SIGINT).
+    /// Waits until the server stops by itself: SIGTERM or SIGINT with
+    /// [`run`](APIServer::run), or a post-start hook's failure
+    /// ([`ServerError::PostStartHook`]).
     pub async fn wait(self) -> Result<(), ServerError> {
         self.task.await?
     }

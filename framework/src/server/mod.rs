@@ -1,4 +1,4 @@
-//! The server: options, the builder, the serving certificate (reloaded when its files change), TLS,
+//! The server: options, the builder and its extension points, the serving certificate (reloaded when its files change), TLS,
 //! health, and the accept loop every
 //! request enters through.
 
