@@ -571,6 +571,39 @@ mod tests {
         }
     }
 
+    fn boom() -> Result<(), HookError> {
+        panic!("boom")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_hook_stops_the_server_with_its_failure() {
+        let mut server = APIServer::new(Default::default())
+            .post_start_hook("fine", |_| async { Ok(()) })
+            .post_start_hook("boom", |_| async { boom() });
+        let (checks, hooks) = server.extensions.take_checks_and_hooks();
+        let shutdown = ShutdownSignal::new();
+        let backend = Arc::new(crate::storage::MemoryBackend::new());
+        let storage = StorageConfig::new(backend, "/registry", false, shutdown.clone());
+        let failure = hooks.run(post_start_context(shutdown.clone(), Arc::new(storage)));
+        let stopped =
+            tokio::time::timeout(std::time::Duration::from_secs(10), shutdown.cancelled());
+        stopped.await.expect("a failed hook shuts the server down");
+        let failed = failure.lock().unwrap().take();
+        let Some(ServerError::PostStartHook { name, message }) = failed else {
+            panic!("the hook's failure is kept: {failed:?}");
+        };
+        assert_eq!((name.as_str(), message.as_str()), ("boom", "panicked"));
+        let fine = checks.readyz[0].clone();
+        assert_eq!(fine.name(), "poststarthook/fine");
+        for _ in 0..100 {
+            if fine.check().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the fine hook's check never passed");
+    }
+
     #[tokio::test]
     async fn a_hook_check_fails_until_the_hook_is_done() {
         let check = PostStartHookCheck {
