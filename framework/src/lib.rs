@@ -75,6 +75,9 @@ pub use server::{APIGroup, APIServer};
 
 /// Re-exports for generated code and users.
 pub use async_trait::async_trait;
+/// axum, whose types the builder's [`route`](APIServer::route) and
+/// [`layer`](APIServer::layer) take (`apiserver::axum::routing::get`).
+pub use axum;
 pub use k8s_openapi;
 pub use kube_core;
 pub use schemars;

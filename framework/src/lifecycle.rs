@@ -99,3 +99,18 @@ pub trait ReadyzCheck: Send + Sync {
     /// `Ok`, or why not.
     fn check(&self) -> Result<(), NotReady>;
 }
+
+/// A named check of `/healthz`, `/livez` or `/readyz`, `k8s.io/apiserver`'s
+/// `healthz.HealthChecker`: the endpoint fails while the check does. Added with
+/// [`APIServer::health_check`](crate::APIServer::health_check),
+/// [`readyz_check`](crate::APIServer::readyz_check) or
+/// [`livez_check`](crate::APIServer::livez_check); each post-start hook has one too
+/// (`poststarthook/{name}`). As kube-apiserver, the endpoint's root withholds the reason
+/// (`[-]{name} failed: reason withheld`), `/{endpoint}/{name}` shows it.
+#[async_trait::async_trait]
+pub trait HealthCheck: Send + Sync {
+    /// The check's name (`/readyz/{name}`, `?exclude={name}`).
+    fn name(&self) -> &str;
+    /// `Ok`, or why not; run on every request to the endpoint, so keep it cheap.
+    async fn check(&self) -> Result<(), NotReady>;
+}

@@ -4,8 +4,11 @@
 //! `ObjectMeta`, serde's and schemars' derives), to check it ([`FieldError`]), to serve it
 //! ([`APIServer`], [`APIGroup`]), and to serve a computed resource ([`Provider`] with
 //! [`async_trait`](macro@async_trait), [`ComputedOptions`], and a [`Reader`] of stored objects
-//! from the [`StorageConfig`]). serde's and schemars' derives expand to paths of those crates,
-//! so a server still lists `serde` and `schemars` among its dependencies.
+//! from the [`StorageConfig`]), and what the builder's extension points take and give
+//! ([`NotReady`] for health checks, [`PostStartContext`] and [`HookError`] for post-start
+//! hooks, the [`BuiltServer`] of [`APIServer::build`]). serde's and schemars' derives expand
+//! to paths of those crates, so a server still lists `serde` and `schemars` among its
+//! dependencies.
 //!
 //! ```no_run
 //! use apiserver::prelude::*;
@@ -32,6 +35,7 @@ pub use serde::{Deserialize, Serialize};
 
 pub use crate::admission::{AdmissionPlugin, Attributes, Operation};
 pub use crate::error::{Error, StatusReason};
+pub use crate::lifecycle::NotReady;
 pub use crate::registry::computed::{Change, ComputedOptions, Provider};
 pub use crate::registry::store::Reader;
 pub use crate::registry::strategy::{Strategy, StrategyContext};
@@ -39,7 +43,8 @@ pub use crate::runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, Resource, ResourceInfo, Scope,
 };
 pub use crate::server::{
-    APIGroup, APIServer, ServerError, ServerOptions, StorageConfig, VersionBuilder,
+    APIGroup, APIServer, BuiltServer, HookError, PostStartContext, ServerError, ServerOptions,
+    StorageConfig, VersionBuilder,
 };
 pub use apiserver_macros::Resource;
 pub use async_trait::async_trait;

@@ -78,6 +78,13 @@ pub trait Authorizer: Send + Sync {
     async fn authorize(&self, attributes: &Attributes<'_>) -> Result<Authorization, AuthError>;
 }
 
+#[async_trait]
+impl<A: Authorizer + ?Sized> Authorizer for std::sync::Arc<A> {
+    async fn authorize(&self, attributes: &Attributes<'_>) -> Result<Authorization, AuthError> {
+        (**self).authorize(attributes).await
+    }
+}
+
 /// Standalone mode's authorizer: any authenticated user may do anything, anonymous users get
 /// no opinion (and so a 403). With no cluster to delegate to, there is no RBAC to ask.
 #[derive(Debug, Clone, Copy, Default)]

@@ -3,6 +3,8 @@
 //! `APIServer` collects [`APIGroup`]s (each a set of versions, each a set of resources), then
 //! at start opens the storage backend, instantiates every store, builds the
 //! `APIGroupInfo`s, discovery and OpenAPI documents once, and serves them behind the filters.
+//! Starting is two stages, [`APIServer::build`] then [`BuiltServer::start`] or
+//! [`BuiltServer::run`]; what a user adds to the server is in [`extensions`].
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -35,7 +37,8 @@ use crate::registry::rest::RestStorage;
 use crate::registry::store::{MigrationReport, Reader, StorageMigrator, Store, StoreSet};
 use crate::registry::strategy::Strategy;
 use crate::runtime::{Convertible, Resource};
-use crate::server::health::{self, HealthState, ReadyzCheck};
+use crate::server::extensions::{self, Extensions, HookFailure, PostStartHooks};
+use crate::server::health::{self, HealthChecks, HealthState, ReadyzCheck};
 use crate::server::migrate::MigrateStorageOptions;
 use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
 use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
@@ -84,6 +87,14 @@ pub enum ServerError {
     /// Listening or serving failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// A post-start hook ([`APIServer::post_start_hook`]) failed, which stopped the server.
+    #[error("PostStartHook {name:?} failed: {message}")]
+    PostStartHook {
+        /// The hook's name.
+        name: String,
+        /// Its error.
+        message: String,
+    },
 }
 
 /// The serving side of TLS: the cert dir's self-signed material, the serving certificate (from
@@ -675,6 +686,8 @@ pub struct APIServer {
     malloc_arena_max: Option<u32>,
     version: VersionInfo,
     admission_plugins: Vec<AdmissionPluginFactory>,
+    /// Authenticators, authorizers, layers, routes, checks and hooks the user added.
+    pub(super) extensions: Extensions,
 }
 
 /// How long a stopping server waits for the audit webhook to take the buffered events.
@@ -722,10 +735,195 @@ impl RunningServer {
         self.task.await?
     }
 
-    /// Waits until the server stops by itself (SIGTERM / SIGINT).
+    /// Waits until the server stops by itself: SIGTERM or SIGINT with
+    /// [`run`](APIServer::run), or a post-start hook's failure
+    /// ([`ServerError::PostStartHook`]).
     pub async fn wait(self) -> Result<(), ServerError> {
         self.task.await?
     }
+}
+
+/// A server built and not serving yet ([`APIServer::build`]): its storage is open, its port
+/// bound, its routes made. Inspect it, then [`start`](Self::start) or [`run`](Self::run) it.
+pub struct BuiltServer {
+    server: APIServer,
+    tls: ServingTls,
+    listener: TcpListener,
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    mode: Mode,
+    router: Router,
+    backend: Arc<dyn Backend>,
+    storage: Arc<StorageConfig>,
+    aggregator: Option<AggregatorHandle>,
+    audit: Option<Arc<crate::audit::Auditor>>,
+    initiated: ShutdownSignal,
+    health: HealthState,
+    hooks: PostStartHooks,
+    stop: StopOnDrop,
+}
+
+impl std::fmt::Debug for BuiltServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltServer")
+            .field("addr", &self.addr)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BuiltServer {
+    /// The address the secure port is bound to (its port chosen by the system when
+    /// `--secure-port=0`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The standalone admin kubeconfig (its client certificate is trusted only in
+    /// standalone mode).
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
+    }
+
+    /// Standalone, or delegated to a cluster's kube-apiserver.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The storage: backend, key prefix, and the store of every served resource (its
+    /// [`reader`](StorageConfig::reader) reads them, e.g. to seed objects before serving).
+    pub fn storage(&self) -> &Arc<StorageConfig> {
+        &self.storage
+    }
+
+    /// The serving certificate.
+    pub fn serving_certificate(&self) -> &ServingCertificate {
+        &self.tls.serving
+    }
+
+    /// The checks of `/healthz`, in the order `?verbose` lists them.
+    pub fn healthz_checks(&self) -> Vec<String> {
+        self.health.check_names("healthz")
+    }
+
+    /// The checks of `/livez`, in the order `?verbose` lists them.
+    pub fn livez_checks(&self) -> Vec<String> {
+        self.health.check_names("livez")
+    }
+
+    /// The checks of `/readyz`, in the order `?verbose` lists them.
+    pub fn readyz_checks(&self) -> Vec<String> {
+        self.health.check_names("readyz")
+    }
+
+    /// The names of the post-start hooks, in the order added.
+    pub fn post_start_hooks(&self) -> Vec<String> {
+        self.hooks.names()
+    }
+
+    /// Starts serving, then the post-start hooks, and returns at once.
+    pub async fn start(self) -> Result<RunningServer, ServerError> {
+        Ok(self.serve(false))
+    }
+
+    /// Serves until SIGTERM or SIGINT (or a post-start hook fails).
+    pub async fn run(self) -> Result<(), ServerError> {
+        super::set_logging_format(self.server.options.logging_format);
+        let running = self.serve(true);
+        if running.mode == Mode::Delegated {
+            tracing::info!(addr = %running.addr, "serving, authentication and authorization delegated");
+            return running.wait().await;
+        }
+        tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
+        let kubeconfig =
+            std::fs::canonicalize(&running.kubeconfig).unwrap_or(running.kubeconfig.clone());
+        tracing::info!(
+            "point kubectl at it: export KUBECONFIG={}",
+            kubeconfig.display()
+        );
+        running.wait().await
+    }
+
+    /// Serving, the upkeep beside it, then the hooks (the port already listens).
+    fn serve(self, os_signals: bool) -> RunningServer {
+        let shutdown = self.stop.disarm();
+        let server = &self.server;
+        server.spawn_upkeep(&self.tls, &self.backend, self.aggregator.clone(), &shutdown);
+        let serving = server.spawn_serving(
+            self.listener,
+            self.tls.config.clone(),
+            self.router,
+            (shutdown.clone(), self.initiated),
+            os_signals,
+            self.audit,
+        );
+        let context = extensions::post_start_context(shutdown.clone(), self.storage);
+        let failure = self.hooks.run(context);
+        RunningServer {
+            addr: self.addr,
+            kubeconfig: self.kubeconfig,
+            mode: self.mode,
+            serving_certificate: self.tls.serving,
+            shutdown,
+            task: tokio::spawn(served(serving, failure)),
+            aggregator: self.aggregator,
+        }
+    }
+}
+
+/// What the serving task ended with: a post-start hook's failure first (it stopped the
+/// server).
+async fn served(
+    serving: tokio::task::JoinHandle<Result<(), ServerError>>,
+    failure: HookFailure,
+) -> Result<(), ServerError> {
+    let served = serving.await?;
+    let failed = failure
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    match failed {
+        Some(e) => Err(e),
+        None => served,
+    }
+}
+
+/// Triggers the shutdown signal when dropped, unless [`disarm`](Self::disarm)ed.
+struct StopOnDrop(Option<ShutdownSignal>);
+
+impl StopOnDrop {
+    fn signal(&self) -> &ShutdownSignal {
+        self.0.as_ref().expect("armed until disarmed")
+    }
+
+    /// The signal, no longer triggered on drop.
+    fn disarm(mut self) -> ShutdownSignal {
+        self.0.take().expect("armed until disarmed")
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(signal) = &self.0 {
+            signal.trigger();
+        }
+    }
+}
+
+/// Two checks of one endpoint with one name could not be told apart (`/readyz/{name}`,
+/// `?exclude`).
+fn unique_check_names(health: &HealthState) -> Result<(), ServerError> {
+    for endpoint in ["healthz", "livez", "readyz"] {
+        let mut seen = std::collections::HashSet::new();
+        for name in health.check_names(endpoint) {
+            if !seen.insert(name.clone()) {
+                return Err(ServerError::Config(format!(
+                    "two {endpoint} checks are named {name:?}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl APIServer {
@@ -776,6 +974,7 @@ impl APIServer {
             malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
             version: VersionInfo::default(),
             admission_plugins: Vec::new(),
+            extensions: Extensions::default(),
         }
     }
 
@@ -907,19 +1106,7 @@ impl APIServer {
         if let Some(max) = self.malloc_arena_max {
             super::malloc::limit_arenas(max);
         }
-        let running = self.start_with_signal(true).await?;
-        if running.mode == Mode::Delegated {
-            tracing::info!(addr = %running.addr, "serving, authentication and authorization delegated");
-            return running.wait().await;
-        }
-        tracing::info!(addr = %running.addr, kubeconfig = %running.kubeconfig.display(), "serving");
-        let kubeconfig =
-            std::fs::canonicalize(&running.kubeconfig).unwrap_or(running.kubeconfig.clone());
-        tracing::info!(
-            "point kubectl at it: export KUBECONFIG={}",
-            kubeconfig.display()
-        );
-        running.wait().await
+        self.build().await?.run().await
     }
 
     /// What the `migrate-storage` subcommand does: opens the storage as
@@ -992,41 +1179,59 @@ impl APIServer {
         super::migrate::select(config.migrators(), resources)
     }
 
-    /// Starts serving and returns at once (for tests and embedding).
+    /// Starts serving and returns at once (for tests and embedding): [`build`](Self::build),
+    /// then [`BuiltServer::start`].
     pub async fn start(self) -> Result<RunningServer, ServerError> {
-        self.start_with_signal(false).await
+        self.build().await?.start().await
     }
 
-    async fn start_with_signal(self, os_signals: bool) -> Result<RunningServer, ServerError> {
+    /// Everything [`start`](Self::start) does before accepting connections: checks what was
+    /// added (hooks, checks and routes: [`ServerError::Config`]), opens the storage and builds
+    /// the groups' stores, loads the serving certificate, sets up authentication and
+    /// authorization, binds the secure port (and with a core API registers the APIServices),
+    /// and makes the routes. The [`BuiltServer`] can be inspected, then
+    /// [`start`](BuiltServer::start)ed or [`run`](BuiltServer::run); dropped, it stops what
+    /// building started.
+    ///
+    /// ```no_run
+    /// # use apiserver::prelude::*;
+    /// # async fn t() -> Result<(), ServerError> {
+    /// let built = APIServer::new(ServerOptions::default())
+    ///     .readyz_check("warm", || async { Ok(()) })
+    ///     .build()
+    ///     .await?;
+    /// assert!(built.readyz_checks().contains(&"warm".to_string()));
+    /// println!("will serve on {}", built.addr());
+    /// let running = built.start().await?;
+    /// running.shutdown().await
+    /// # }
+    /// ```
+    pub async fn build(mut self) -> Result<BuiltServer, ServerError> {
+        self.extensions.validate()?;
         crate::tls::install_crypto_provider();
-        let shutdown = ShutdownSignal::new();
+        // Dropped on an error or with the unstarted server: ends what building started
+        // (computed resources' upkeep, the authentication ConfigMap's watch).
+        let stop = StopOnDrop(Some(ShutdownSignal::new()));
+        let shutdown = stop.signal().clone();
         let initiated = ShutdownSignal::new();
-        let (storage, groups) = match self.open_storage(&shutdown).await {
-            Ok(opened) => opened,
-            Err(e) => {
-                // Ends what the storage started (computed resources' upkeep).
-                shutdown.trigger();
-                return Err(e);
-            }
-        };
+        let (storage, groups) = self.open_storage(&shutdown).await?;
+        // Shared with the post-start hooks.
+        let storage = Arc::new(storage);
         let backend = storage.backend().clone();
         let tls = ServingTls::load(&self.options)?;
         let client_ca = tls.certs.client_ca();
         let auth = delegating::build(&self.options.auth, &client_ca, shutdown.clone()).await?;
+        let auth = self.extensions.wrap_auth(auth);
         let mode = auth.mode;
-        let bound = match self.bind_and_wire(&tls, &storage, &shutdown).await {
-            Ok(bound) => bound,
-            Err(e) => {
-                // Ends what `delegating::build` started (the ConfigMap watch).
-                shutdown.trigger();
-                return Err(e);
-            }
-        };
+        let bound = self.bind_and_wire(&tls, &storage, &shutdown).await?;
+        let (checks, hooks) = self.extensions.take_checks_and_hooks();
         let health = self.health_state(
             backend.clone(),
             (shutdown.clone(), initiated.clone()),
             bound.wiring.readyz.clone(),
+            checks,
         );
+        unique_check_names(&health)?;
         let audit = bound.audit;
         let state = APIState {
             resources: InstalledResources::new(&groups),
@@ -1035,25 +1240,23 @@ impl APIServer {
             admission: bound.admission,
             stores: storage.stores(),
         };
-        let router = self.build_router(&groups, state, health, auth, audit.clone());
-        self.spawn_upkeep(&tls, &backend, bound.wiring.handle.clone(), &shutdown);
-        let signals = (shutdown.clone(), initiated);
-        let task = self.spawn_serving(
-            bound.listener,
-            tls.config,
-            router,
-            signals,
-            os_signals,
-            audit,
-        );
-        Ok(RunningServer {
+        let router = self.build_router(&groups, state, health.clone(), auth, audit.clone());
+        Ok(BuiltServer {
+            server: self,
+            tls,
+            listener: bound.listener,
             addr: bound.addr,
             kubeconfig: bound.kubeconfig,
             mode,
-            serving_certificate: tls.serving,
-            shutdown,
-            task,
+            router,
+            backend,
+            storage,
             aggregator: bound.wiring.handle,
+            audit,
+            initiated,
+            health,
+            hooks,
+            stop,
         })
     }
 
@@ -1211,8 +1414,12 @@ impl APIServer {
             .merge(health::router(health))
             .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
             .merge(OpenAPIDocuments::build(&served, &self.openapi).router())
-            .merge(endpoints::resource_router(state))
+            .merge(endpoints::resource_router(state));
+        let router = self
+            .extensions
+            .routes(router)
             .fallback(|| async { Error::path_not_found().into_response() });
+        let router = self.extensions.layers(router);
         let config = FilterConfig {
             authenticator: auth.authenticator,
             authorizer: auth.authorizer,
@@ -1234,6 +1441,7 @@ impl APIServer {
         backend: Arc<dyn Backend>,
         (shutdown, shutdown_initiated): (ShutdownSignal, ShutdownSignal),
         readyz: Vec<Arc<dyn ReadyzCheck>>,
+        checks: HealthChecks,
     ) -> HealthState {
         let storage_check = match self.options.storage_backend {
             StorageBackendKind::Etcd3 => "etcd",
@@ -1246,6 +1454,7 @@ impl APIServer {
             shutdown_initiated,
             readyz,
             version: Arc::new(self.version.clone()),
+            checks,
         }
     }
 }

@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 
-pub use crate::lifecycle::{NotReady, ReadyzCheck};
+pub use crate::lifecycle::{HealthCheck, NotReady, ReadyzCheck};
 use crate::server::version::VersionInfo;
 use crate::storage::Backend;
 
@@ -34,6 +34,48 @@ pub struct HealthState {
     pub readyz: Vec<Arc<dyn ReadyzCheck>>,
     /// What `/version` answers.
     pub version: Arc<VersionInfo>,
+    /// The user's checks and the post-start hooks', run after the built-in ones.
+    pub checks: HealthChecks,
+}
+
+/// Checks added to the server, per endpoint, as `k8s.io/apiserver` keeps them: one added with
+/// `AddHealthChecks` is in all three lists, one added with `AddReadyzChecks` in `readyz` only.
+#[derive(Clone, Default)]
+pub struct HealthChecks {
+    /// The checks of `/healthz`.
+    pub healthz: Vec<Arc<dyn HealthCheck>>,
+    /// The checks of `/livez`.
+    pub livez: Vec<Arc<dyn HealthCheck>>,
+    /// The checks of `/readyz`.
+    pub readyz: Vec<Arc<dyn HealthCheck>>,
+}
+
+impl HealthChecks {
+    /// The checks of `endpoint` (`healthz`, `livez` or `readyz`).
+    pub fn of(&self, endpoint: &str) -> &[Arc<dyn HealthCheck>] {
+        match endpoint {
+            "healthz" => &self.healthz,
+            "livez" => &self.livez,
+            "readyz" => &self.readyz,
+            _ => &[],
+        }
+    }
+}
+
+impl HealthState {
+    /// The names of `endpoint`'s checks (`healthz`, `livez` or `readyz`), in the order its
+    /// `?verbose` lists them.
+    pub fn check_names(&self, endpoint: &str) -> Vec<String> {
+        let mut names = vec!["ping".to_string()];
+        if endpoint == "readyz" {
+            names.push(self.storage_check.into());
+            names.push("shutdown".into());
+            names.extend(self.readyz.iter().map(|c| c.name().to_string()));
+        }
+        let added = self.checks.of(endpoint).iter();
+        names.extend(added.map(|c| c.name().to_string()));
+        names
+    }
 }
 
 /// The health and version routes.
@@ -46,7 +88,8 @@ pub fn router(state: HealthState) -> Router {
                 get(move |s: State<HealthState>, q: RawQuery| root(endpoint, s, q)),
             )
             .route(
-                &format!("/{endpoint}/{{check}}"),
+                // A wildcard: post-start hooks' checks are `poststarthook/{name}`.
+                &format!("/{endpoint}/{{*check}}"),
                 get(move |s: State<HealthState>, p: Path<String>| single(endpoint, s, p)),
             );
     }
@@ -86,6 +129,9 @@ async fn run_checks(endpoint: &str, state: &HealthState) -> Vec<Check> {
         for check in &state.readyz {
             checks.push((check.name().to_string(), check.check(), true));
         }
+    }
+    for check in state.checks.of(endpoint) {
+        checks.push((check.name().to_string(), check.check().await, false));
     }
     checks
 }
@@ -189,4 +235,61 @@ fn plain(code: StatusCode, body: String) -> Response {
 
 async fn version(State(state): State<HealthState>) -> Response {
     axum::Json(&*state.version).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str);
+
+    impl ReadyzCheck for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn check(&self) -> Result<(), NotReady> {
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HealthCheck for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        async fn check(&self) -> Result<(), NotReady> {
+            Err(NotReady::new("down"))
+        }
+    }
+
+    #[tokio::test]
+    async fn names_are_the_checks_run_in_their_order() {
+        let added: Arc<dyn HealthCheck> = Arc::new(Named("added"));
+        let state = HealthState {
+            backend: Arc::new(crate::storage::MemoryBackend::new()),
+            storage_check: "storage",
+            shutdown: Default::default(),
+            shutdown_initiated: Default::default(),
+            readyz: vec![Arc::new(Named("registration"))],
+            version: Default::default(),
+            checks: HealthChecks {
+                livez: vec![added.clone()],
+                readyz: vec![added],
+                ..Default::default()
+            },
+        };
+        for endpoint in ["healthz", "livez", "readyz"] {
+            let run = run_checks(endpoint, &state).await;
+            let run: Vec<_> = run.into_iter().map(|(name, _, _)| name).collect();
+            assert_eq!(state.check_names(endpoint), run, "{endpoint}");
+        }
+        assert_eq!(
+            state.check_names("readyz"),
+            ["ping", "storage", "shutdown", "registration", "added"]
+        );
+        assert_eq!(state.check_names("healthz"), ["ping"]);
+        let livez = run_checks("livez", &state).await;
+        let body = report("livez", &livez, Some("verbose"));
+        assert_eq!(body.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
 }

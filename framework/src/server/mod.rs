@@ -1,8 +1,9 @@
-//! The server: options, the builder, the serving certificate (reloaded when its files change), TLS,
+//! The server: options, the builder and its extension points, the serving certificate (reloaded when its files change), TLS,
 //! health, and the accept loop every
 //! request enters through.
 
 pub mod builder;
+pub mod extensions;
 pub mod health;
 pub mod malloc;
 pub mod migrate;
@@ -14,8 +15,10 @@ pub mod tls;
 pub mod version;
 
 pub use builder::{
-    APIGroup, APIServer, Command, RunningServer, ServerError, StorageConfig, VersionBuilder,
+    APIGroup, APIServer, BuiltServer, Command, RunningServer, ServerError, StorageConfig,
+    VersionBuilder,
 };
+pub use extensions::{HookError, PostStartContext};
 pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use plugins::{AdmissionPluginFactory, PluginContext};

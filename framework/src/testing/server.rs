@@ -41,10 +41,14 @@ pub struct TestServerBuilder {
     backend: StorageBackendKind,
     dir: Option<PathBuf>,
     configure: Vec<Configure>,
+    extend: Vec<Extend>,
 }
 
 /// A change to the options, from [`TestServerBuilder::options`].
 type Configure = Box<dyn FnOnce(&mut ServerOptions) + Send>;
+
+/// A change to the server, from [`TestServerBuilder::extend`].
+type Extend = Box<dyn FnOnce(APIServer) -> APIServer + Send>;
 
 impl TestServerBuilder {
     /// Adds an API group (as [`APIServer::group`]).
@@ -86,6 +90,25 @@ impl TestServerBuilder {
         self
     }
 
+    /// Changes the [`APIServer`] before it starts: to add what a server of yours adds
+    /// (layers, routes, checks, hooks, authenticators).
+    ///
+    /// ```no_run
+    /// # async fn t() {
+    /// use apiserver::testing::TestServer;
+    /// use apiserver::axum::routing::get;
+    /// let server = TestServer::builder()
+    ///     .extend(|server| server.route("/hello", get(|| async { "hello" })))
+    ///     .start()
+    ///     .await;
+    /// assert_eq!(server.kubectl(&["get", "--raw", "/hello"]).stdout, "hello");
+    /// # }
+    /// ```
+    pub fn extend(mut self, extend: impl FnOnce(APIServer) -> APIServer + Send + 'static) -> Self {
+        self.extend.push(Box::new(extend));
+        self
+    }
+
     /// Starts the server; panics when it cannot (a test has nothing better to do).
     pub async fn start(self) -> TestServer {
         let (dir, temp) = match self.dir {
@@ -102,7 +125,12 @@ impl TestServerBuilder {
         for configure in self.configure {
             configure(&mut options);
         }
-        let mut server = TestServer::start_with_options(options, self.groups).await;
+        let (groups, extend) = (self.groups, self.extend);
+        let mut server = TestServer::start_configured(options, move |server| {
+            let server = groups.into_iter().fold(server, APIServer::group);
+            extend.into_iter().fold(server, |s, f| f(s))
+        })
+        .await;
         server._dir = temp;
         server
     }
@@ -116,6 +144,7 @@ impl TestServer {
             backend: StorageBackendKind::Memory,
             dir: None,
             configure: Vec::new(),
+            extend: Vec::new(),
         }
     }
 
