@@ -59,6 +59,7 @@ pub mod prelude;
 pub mod registry;
 pub mod runtime;
 pub mod server;
+mod spans;
 pub mod storage;
 #[cfg(any(test, doc, feature = "testing"))]
 pub mod testing;

@@ -147,7 +147,7 @@ impl Admission {
             }
             Ok(())
         }
-        .instrument(tracing::debug_span!("admission", step = "admit"))
+        .instrument(crate::spans::child_span!("admission", step = "admit"))
         .await;
         observe("admit", operation, &verdict, started);
         verdict
@@ -163,7 +163,7 @@ impl Admission {
             }
             Ok(())
         }
-        .instrument(tracing::debug_span!("admission", step = "validate"))
+        .instrument(crate::spans::child_span!("admission", step = "validate"))
         .await;
         observe("validate", operation, &verdict, started);
         verdict

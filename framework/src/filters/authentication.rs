@@ -18,7 +18,7 @@ pub async fn authenticate(config: &FilterConfig, request: Request) -> Result<Req
     let found = config
         .authenticator
         .authenticate(&parts)
-        .instrument(tracing::debug_span!("authentication"))
+        .instrument(crate::spans::child_span!("authentication"))
         .await;
     // kube's `authentication_duration_seconds`: `success`, `failure` (no user), `error`.
     let result = match &found {

@@ -40,7 +40,7 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
     let decided = config
         .authorizer
         .authorize(&attributes)
-        .instrument(tracing::debug_span!("authorization"))
+        .instrument(crate::spans::child_span!("authorization"))
         .await;
     // kube's `authorization_duration_seconds`: `allowed`, `denied`, `error`.
     let result = match &decided {

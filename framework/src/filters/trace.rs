@@ -40,8 +40,37 @@ pub(crate) fn request_span(request: &Request, audit_id: &HeaderValue) -> Span {
     {
         span.record("trace_id", trace);
         span.record("parent_span_id", parent);
+        #[cfg(feature = "otlp")]
+        if crate::spans::exporting() {
+            otel::continue_trace(&span, request.headers());
+        }
     }
     span
+}
+
+/// The exported span continues the trace of the `traceparent` (and `tracestate`) it came with.
+#[cfg(feature = "otlp")]
+mod otel {
+    use opentelemetry::propagation::{Extractor, TextMapPropagator};
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    struct Headers<'a>(&'a http::HeaderMap);
+
+    impl Extractor for Headers<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).and_then(|v| v.to_str().ok())
+        }
+
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(http::HeaderName::as_str).collect()
+        }
+    }
+
+    pub(super) fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) {
+        let parent = TraceContextPropagator::new().extract(&Headers(headers));
+        let _ = span.set_parent(parent);
+    }
 }
 
 /// Records the authenticated user on the current request's span.

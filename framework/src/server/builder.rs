@@ -19,6 +19,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use super::plugins::{AdmissionPluginFactory, PluginContext};
+use super::tracing_export::{TracingConfiguration, TracingExport};
 use crate::admission::{Admission, AdmissionPlugin};
 use crate::aggregator::{
     APIServiceRegistrar, APIServiceVersion, AggregatorHandle, AggregatorOptions, ManifestOptions,
@@ -761,6 +762,7 @@ pub struct BuiltServer {
     health: HealthState,
     hooks: PostStartHooks,
     stop: StopOnDrop,
+    tracing: Option<TracingExport>,
 }
 
 impl std::fmt::Debug for BuiltServer {
@@ -865,7 +867,7 @@ impl BuiltServer {
             mode: self.mode,
             serving_certificate: self.tls.serving,
             shutdown,
-            task: tokio::spawn(served(serving, failure)),
+            task: tokio::spawn(served(serving, failure, self.tracing)),
             aggregator: self.aggregator,
         }
     }
@@ -876,8 +878,13 @@ impl BuiltServer {
 async fn served(
     serving: tokio::task::JoinHandle<Result<(), ServerError>>,
     failure: HookFailure,
+    tracing: Option<TracingExport>,
 ) -> Result<(), ServerError> {
-    let served = serving.await?;
+    let served = serving.await;
+    if let Some(export) = tracing {
+        export.finish().await;
+    }
+    let served = served?;
     let failed = failure
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -1208,6 +1215,8 @@ impl APIServer {
     /// ```
     pub async fn build(mut self) -> Result<BuiltServer, ServerError> {
         self.extensions.validate()?;
+        let tracing = self.options.tracing_config_file.as_deref();
+        let tracing = tracing.map(TracingConfiguration::load).transpose()?;
         crate::tls::install_crypto_provider();
         // Dropped on an error or with the unstarted server: ends what building started
         // (computed resources' upkeep, the authentication ConfigMap's watch).
@@ -1257,6 +1266,9 @@ impl APIServer {
             health,
             hooks,
             stop,
+            tracing: tracing
+                .map(|config| TracingExport::start(&config))
+                .transpose()?,
         })
     }
 

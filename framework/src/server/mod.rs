@@ -8,10 +8,13 @@ pub mod health;
 pub mod malloc;
 pub mod migrate;
 pub mod options;
+#[cfg(feature = "otlp")]
+mod otel;
 pub mod plugins;
 pub mod serve;
 pub mod serving_cert;
 pub mod tls;
+pub mod tracing_export;
 pub mod version;
 
 pub use builder::{
@@ -75,13 +78,18 @@ mod logging {
     pub(super) fn init() {
         let (layer, handle) = reload::Layer::new(formatter(LoggingFormat::Text));
         let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-        let installed = tracing_subscriber::registry()
-            .with(layer)
-            .with(filter)
-            .try_init();
-        if installed.is_ok() {
+        let formatted = tracing_subscriber::registry().with(layer);
+        #[cfg(feature = "otlp")]
+        let formatted = formatted.with(super::otel::layer());
+        if formatted.with(filter).try_init().is_ok() {
             let _ = FORMAT.set(handle);
         }
+    }
+
+    /// Whether [`init_logging`](super::init_logging) installed the subscriber.
+    #[cfg(feature = "otlp")]
+    pub(super) fn installed() -> bool {
+        FORMAT.get().is_some()
     }
 
     /// Writes logs in `format` from now on, if [`init_logging`](super::init_logging)

@@ -150,6 +150,12 @@ pub struct ServerOptions {
     #[arg(long = "logging-format", value_enum, default_value_t = crate::server::LoggingFormat::Text)]
     pub logging_format: crate::server::LoggingFormat,
 
+    /// A `TracingConfiguration` (`apiserver.config.k8s.io/v1`): the OTLP gRPC endpoint to
+    /// export request spans to and the sampling rate, as kube-apiserver's flag. Needs the
+    /// `otlp` feature of the apiserver crate.
+    #[arg(long = "tracing-config-file", value_name = "FILE")]
+    pub tracing_config_file: Option<std::path::PathBuf>,
+
     /// Which admission plugins run (`--enable-admission-plugins`,
     /// `--disable-admission-plugins`).
     #[command(flatten)]
@@ -191,6 +197,7 @@ impl Default for ServerOptions {
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
             logging_format: crate::server::LoggingFormat::Text,
+            tracing_config_file: None,
             auth: crate::auth::DelegatingOptions::default(),
             admission: crate::admission::AdmissionOptions::default(),
             audit: crate::audit::AuditOptions::default(),

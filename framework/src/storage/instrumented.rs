@@ -46,7 +46,7 @@ impl Backend for Instrumented {
         let result = self
             .inner
             .get(key)
-            .instrument(tracing::debug_span!("storage", operation = "get", key))
+            .instrument(crate::spans::child_span!("storage", operation = "get", key))
             .await;
         self.observe("get", key, started);
         result
@@ -58,7 +58,7 @@ impl Backend for Instrumented {
             .inner
             .list(request)
             .instrument(
-                tracing::debug_span!("storage", operation = "list", prefix = %request.prefix),
+                crate::spans::child_span!("storage", operation = "list", prefix = %request.prefix),
             )
             .await;
         self.observe("list", &request.prefix, started);
@@ -70,7 +70,11 @@ impl Backend for Instrumented {
         let result = self
             .inner
             .create(key, value)
-            .instrument(tracing::debug_span!("storage", operation = "create", key))
+            .instrument(crate::spans::child_span!(
+                "storage",
+                operation = "create",
+                key
+            ))
             .await;
         self.observe("create", key, started);
         result
@@ -86,7 +90,11 @@ impl Backend for Instrumented {
         let result = self
             .inner
             .update(key, value, expected)
-            .instrument(tracing::debug_span!("storage", operation = "update", key))
+            .instrument(crate::spans::child_span!(
+                "storage",
+                operation = "update",
+                key
+            ))
             .await;
         self.observe("update", key, started);
         result
@@ -101,7 +109,11 @@ impl Backend for Instrumented {
         let result = self
             .inner
             .delete(key, expected)
-            .instrument(tracing::debug_span!("storage", operation = "delete", key))
+            .instrument(crate::spans::child_span!(
+                "storage",
+                operation = "delete",
+                key
+            ))
             .await;
         self.observe("delete", key, started);
         result
