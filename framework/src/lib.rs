@@ -52,6 +52,9 @@ pub mod discovery;
 pub mod endpoints;
 pub mod error;
 pub mod filters;
+#[cfg(any(fuzzing, feature = "testing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lifecycle;
 pub mod metrics;
 pub mod openapi;

@@ -70,17 +70,19 @@ pub(crate) fn stored_api_version(json: &[u8]) -> Option<&[u8]> {
 
 /// `json` (one object) with `"resourceVersion":"{revision}"` set in its top-level
 /// `metadata` object: inserted before the first member whose key sorts after it, or its
-/// value replaced when present. `None` when `json` is not an object with a `metadata`
-/// object (the caller decodes it instead).
+/// value replaced when present. `None` when `json` is not an object with one `metadata`
+/// object, or has a key the splice cannot judge by its bytes (escaped), or two
+/// `resourceVersion`s in `metadata`: the caller decodes it instead, where the last of
+/// duplicate members wins, as for every JSON reader of ours and of kube's.
 fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
     const RV: &[u8] = b"resourceVersion";
     let mut scan = Scan { json, at: 0 };
     scan.expect(b'{')?;
     // The top-level members until `metadata`.
     loop {
-        let key = scan.string()?;
+        let key = plain_key(&mut scan)?;
         scan.expect(b':')?;
-        if &json[key.0..key.1] == b"metadata" {
+        if key == b"metadata" {
             break;
         }
         scan.value()?;
@@ -92,6 +94,7 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
     let value = format!("\"{revision}\"");
     // Where the member goes, or which value it replaces, and whether a comma follows.
     let (start, end, comma_before, comma_after) = if scan.peek()? == b'}' {
+        no_second_metadata(json, scan.at + 1)?;
         (scan.at, scan.at, false, false)
     } else {
         let mut found = None;
@@ -99,24 +102,25 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
         loop {
             scan.skip_ws();
             let member = scan.at;
-            let key = scan.string()?;
-            let key = &json[key.0..key.1];
+            let key = plain_key(&mut scan)?;
             scan.expect(b':')?;
             scan.skip_ws();
             let value_start = scan.at;
             scan.value()?;
             last_end = scan.at;
-            if found.is_none() {
-                if key == RV {
+            match found {
+                _ if key == RV && matches!(found, Some(Place::Replace(..))) => return None,
+                None | Some(Place::Before(_)) if key == RV => {
                     found = Some(Place::Replace(value_start, scan.at));
-                } else if key > RV {
-                    found = Some(Place::Before(member));
                 }
+                None if key > RV => found = Some(Place::Before(member)),
+                _ => {}
             }
             if scan.after_member()? {
                 break;
             }
         }
+        no_second_metadata(json, scan.at)?;
         match found {
             Some(Place::Replace(start, end)) => {
                 let mut out = Vec::with_capacity(json.len() + value.len());
@@ -143,6 +147,27 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
     }
     out.extend_from_slice(&json[end..]);
     Some(out)
+}
+
+/// `Some` when the top-level members after `metadata` (from `at`, after its value) have no
+/// second `metadata`.
+fn no_second_metadata(json: &[u8], at: usize) -> Option<()> {
+    let mut rest = Scan { json, at };
+    while !rest.after_member()? {
+        if plain_key(&mut rest)? == b"metadata" {
+            return None;
+        }
+        rest.expect(b':')?;
+        rest.value()?;
+    }
+    Some(())
+}
+
+/// The next key of an object, when it has no escapes (its bytes are then its text).
+fn plain_key<'a>(scan: &mut Scan<'a>) -> Option<&'a [u8]> {
+    let (start, end) = scan.string()?;
+    let key = &scan.json[start..end];
+    (!key.contains(&b'\\')).then_some(key)
 }
 
 /// Where `resourceVersion` goes in a `metadata` object.
