@@ -27,6 +27,7 @@
 pub mod attributes;
 pub mod namespace;
 pub mod options;
+pub mod webhook;
 
 use std::sync::Arc;
 
@@ -35,12 +36,13 @@ use tracing::Instrument;
 
 use crate::error::Result;
 
-pub use attributes::{AdmissionContext, Attributes, Operation};
+pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
 pub use namespace::NamespaceLifecycle;
 pub use options::{AdmissionOptions, AdmissionOptionsError};
+pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// The plugins built into the framework, as the admission flags name them.
-pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME];
+pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
 
 /// One admission plugin, as kube's `admission.Interface` with its optional
 /// `MutationInterface` and `ValidationInterface`: every method but [`name`](Self::name) has a
@@ -181,7 +183,9 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 
 /// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
 /// server has a core API to follow namespaces in, then the server's own plugins (`own`) in
-/// the order they were added, each on unless disabled.
+/// the order they were added, then, with a core API, MutatingAdmissionWebhook and
+/// ValidatingAdmissionWebhook (so webhooks run after the in-process plugins of their step),
+/// each on unless disabled.
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
@@ -207,5 +211,33 @@ pub fn build(
             admission = admission.with(plugin);
         }
     }
+    if let Some(client) = core {
+        admission = with_webhooks(admission, options, client, shutdown);
+    }
     Ok(admission)
+}
+
+/// The webhook plugins that are not disabled, following their configurations in the core API.
+fn with_webhooks(
+    mut admission: Admission,
+    options: &AdmissionOptions,
+    client: &kube::Client,
+    shutdown: &crate::lifecycle::ShutdownSignal,
+) -> Admission {
+    let mutating = options.enabled(webhook::MUTATING, true);
+    let validating = options.enabled(webhook::VALIDATING, true);
+    if !mutating && !validating {
+        return admission;
+    }
+    let context = webhook::WebhookContext::start(client.clone(), shutdown.clone());
+    if mutating {
+        let plugin =
+            MutatingAdmissionWebhook::start(client.clone(), context.clone(), shutdown.clone());
+        admission = admission.with(plugin);
+    }
+    if validating {
+        let plugin = ValidatingAdmissionWebhook::start(client.clone(), context, shutdown.clone());
+        admission = admission.with(plugin);
+    }
+    admission
 }

@@ -9,7 +9,8 @@ use clap::Args;
 #[derive(Clone, Debug, Default, Args)]
 pub struct AdmissionOptions {
     /// Admission plugins to turn on besides those on by default (comma-separated).
-    /// Known: `NamespaceLifecycle` (on by default whenever there is a core API).
+    /// Known: `NamespaceLifecycle`, `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`
+    /// (all on by default whenever there is a core API).
     #[arg(long = "enable-admission-plugins", value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
 
