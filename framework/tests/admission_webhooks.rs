@@ -251,12 +251,18 @@ async fn answer(
 // The server
 // ---------------------------------------------------------------------------------------
 
-async fn start(dir: &std::path::Path, core: &FakeCore) -> TestServer {
+async fn start(
+    dir: &std::path::Path,
+    core: &FakeCore,
+    configure: impl FnOnce(&mut apiserver::server::ServerOptions),
+) -> TestServer {
     let aggregator = AggregatorOptions {
         kubeconfig: Some(core.kubeconfig("system:serviceaccount:wardle:apiserver")),
         ..AggregatorOptions::default()
     };
-    TestServer::start_configured(TestServer::options(dir), move |server| {
+    let mut options = TestServer::options(dir);
+    configure(&mut options);
+    TestServer::start_configured(options, move |server| {
         server.aggregator_options(aggregator).group(group())
     })
     .await
@@ -332,7 +338,7 @@ async fn setup() -> Setup {
 
 impl Setup {
     async fn server(&self) -> TestServer {
-        start(&self._dir.path().join("server"), &self.core).await
+        start(&self._dir.path().join("server"), &self.core, |_| {}).await
     }
 }
 
@@ -503,9 +509,28 @@ async fn a_mutating_webhooks_json_patch_is_stored_and_audit_annotations_kept() {
         rules(&["CREATE"], &["*"], &["flunders"]),
         json!({}),
     );
+    let allow = s.webhooks.hook(
+        "allow.example.com",
+        "/allow",
+        rules(&["CREATE"], &["*"], &["flunders"]),
+        json!({}),
+    );
     s.core
-        .set_mutating_webhook_configuration(configuration("mutate", vec![hook]));
-    let server = s.server().await;
+        .set_mutating_webhook_configuration(configuration("mutate", vec![hook, allow]));
+    let dir = s._dir.path();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = dir.join("audit.log");
+    let (policy_file, log_path) = (policy.clone(), log.display().to_string());
+    let server = start(&dir.join("server"), &s.core, move |o| {
+        o.audit.policy_file = Some(policy_file);
+        o.audit.log_path = Some(log_path);
+    })
+    .await;
 
     let (code, body, _) = create(&server, "a").await;
     assert_eq!(code, 201, "{body}");
@@ -514,9 +539,94 @@ async fn a_mutating_webhooks_json_patch_is_stored_and_audit_annotations_kept() {
         get(&server, "a").await.1["metadata"]["labels"],
         json!({"mutated": "yes"})
     );
-    // Mutating webhooks run before the strategy: the object has no uid yet.
+    // Mutating webhooks run before the strategy: the object has no uid yet; the next
+    // webhook sees the patched object.
     let reviews = s.webhooks.reviews("/mutate");
     assert!(reviews[0]["request"]["object"]["metadata"]["uid"].is_null());
+    let next = s.webhooks.reviews("/allow");
+    assert_eq!(
+        next[0]["request"]["object"]["metadata"]["labels"],
+        json!({"mutated": "yes"})
+    );
+    // The webhook's audit annotation, under its name.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let annotated = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .any(|e| e["annotations"]["allow.example.com/checked"] == "yes");
+    assert!(annotated, "{text}");
+}
+
+#[tokio::test]
+async fn a_webhook_that_asks_is_called_again_after_a_later_change() {
+    let s = setup().await;
+    let first = s.webhooks.hook(
+        "first.example.com",
+        "/allow",
+        rules(&["CREATE"], &["*"], &["flunders"]),
+        json!({"reinvocationPolicy": "IfNeeded"}),
+    );
+    let never = s.webhooks.hook(
+        "never.example.com",
+        "/record",
+        rules(&["CREATE"], &["*"], &["flunders"]),
+        json!({}),
+    );
+    let mutate = s.webhooks.hook(
+        "mutate.example.com",
+        "/mutate",
+        rules(&["CREATE"], &["*"], &["flunders"]),
+        json!({"reinvocationPolicy": "IfNeeded"}),
+    );
+    // Configurations run in name order: "a-…" before "b-…".
+    s.core
+        .set_mutating_webhook_configuration(configuration("b-mutate", vec![mutate]));
+    s.core
+        .set_mutating_webhook_configuration(configuration("a-first", vec![first, never]));
+    let server = s.server().await;
+
+    assert_eq!(create(&server, "a").await.0, 201);
+    let first = s.webhooks.reviews("/allow");
+    assert_eq!(first.len(), 2, "called again after the patch");
+    assert!(first[0]["request"]["object"]["metadata"]["labels"].is_null());
+    assert_eq!(
+        first[1]["request"]["object"]["metadata"]["labels"],
+        json!({"mutated": "yes"})
+    );
+    assert_eq!(s.webhooks.reviews("/record").len(), 1, "Never: once");
+    assert_eq!(
+        s.webhooks.reviews("/mutate").len(),
+        1,
+        "not for its own change"
+    );
+
+    // kube's per-webhook latency histogram.
+    let response = server
+        .client()
+        .send(
+            http::Request::get("/metrics")
+                .body(Vec::new().into())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let metrics = String::from_utf8_lossy(&bytes);
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("apiserver_admission_webhook_admission_duration_seconds_count")
+                && l.contains("name=\"first.example.com\"")
+        })
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        line.contains("type=\"admit\"") && line.contains("operation=\"CREATE\""),
+        "{line}"
+    );
+    assert!(
+        line.contains("rejected=\"false\"") && line.ends_with(" 2"),
+        "{line}"
+    );
 }
 
 #[tokio::test]
