@@ -37,7 +37,7 @@ use tracing::Instrument;
 use crate::error::Result;
 
 pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
-pub use namespace::NamespaceLifecycle;
+pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
 pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
@@ -201,9 +201,14 @@ pub fn build(
     }
     options.validate(&known)?;
     let mut admission = Admission::new();
-    if let Some(client) = core {
+    let wanted = [namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
+    // One follower of the core cluster's namespaces for every plugin that reads them.
+    let namespaces = core
+        .filter(|_| wanted.iter().any(|name| options.enabled(name, true)))
+        .map(|client| CoreNamespaces::follow(client.clone(), shutdown.clone()));
+    if let Some(namespaces) = &namespaces {
         if options.enabled(namespace::NAME, true) {
-            admission = admission.with(NamespaceLifecycle::start(client.clone(), shutdown.clone()));
+            admission = admission.with(NamespaceLifecycle::new(namespaces.clone()));
         }
     }
     for plugin in own {
@@ -211,8 +216,8 @@ pub fn build(
             admission = admission.with(plugin);
         }
     }
-    if let Some(client) = core {
-        admission = with_webhooks(admission, options, client, shutdown);
+    if let (Some(client), Some(namespaces)) = (core, namespaces) {
+        admission = with_webhooks(admission, options, client, namespaces, shutdown);
     }
     Ok(admission)
 }
@@ -222,6 +227,7 @@ fn with_webhooks(
     mut admission: Admission,
     options: &AdmissionOptions,
     client: &kube::Client,
+    namespaces: CoreNamespaces,
     shutdown: &crate::lifecycle::ShutdownSignal,
 ) -> Admission {
     let mutating = options.enabled(webhook::MUTATING, true);
@@ -229,7 +235,7 @@ fn with_webhooks(
     if !mutating && !validating {
         return admission;
     }
-    let context = webhook::WebhookContext::start(client.clone(), shutdown.clone());
+    let context = webhook::WebhookContext::new(namespaces);
     if mutating {
         let plugin =
             MutatingAdmissionWebhook::start(client.clone(), context.clone(), shutdown.clone());

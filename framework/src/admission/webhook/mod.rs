@@ -44,7 +44,7 @@ use self::client::Clients;
 use self::hook::Hook;
 use self::review::Answer;
 use self::rules::Invocation;
-use self::selectors::Namespaces;
+use crate::admission::namespace::CoreNamespaces;
 use crate::admission::{AdmissionPlugin, Attributes, Operation};
 use crate::core_api::{self, Followed};
 use crate::error::{Error, Result};
@@ -57,23 +57,15 @@ pub const VALIDATING: &str = "ValidatingAdmissionWebhook";
 
 /// What both plugins share: the core cluster's namespaces and the webhook clients.
 pub struct WebhookContext {
-    namespaces: Namespaces,
+    namespaces: CoreNamespaces,
     clients: Clients,
 }
 
 impl WebhookContext {
-    /// Starts following the core cluster's namespaces behind `client` until `shutdown`.
-    pub fn start(client: kube::Client, shutdown: ShutdownSignal) -> Arc<Self> {
-        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-        let followed = core_api::follow(
-            api.clone(),
-            watcher::Config::default(),
-            "namespaces for admission webhooks".into(),
-            shutdown,
-            |_| {},
-        );
+    /// A context reading `namespaces` (followed by the caller, shared with other plugins).
+    pub fn new(namespaces: CoreNamespaces) -> Arc<Self> {
         Arc::new(Self {
-            namespaces: Namespaces { api, followed },
+            namespaces,
             clients: Clients::default(),
         })
     }

@@ -5,13 +5,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::Api;
 use kube::core::{Selector, SelectorExt as _};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
+use crate::admission::namespace::CoreNamespaces;
 use crate::admission::Attributes;
-use crate::core_api::Followed;
 use crate::error::{Error, Result};
 
 /// A selector that selects everything: kube skips the lookups then.
@@ -53,13 +52,7 @@ pub(crate) fn object_matches(selector: &LabelSelector, attributes: &Attributes) 
         .any(|o| selector.matches(&labels(o))))
 }
 
-/// The core cluster's namespaces, to match `namespaceSelector` against.
-pub(crate) struct Namespaces {
-    pub(crate) api: Api<Namespace>,
-    pub(crate) followed: Followed<Namespace>,
-}
-
-impl Namespaces {
+impl CoreNamespaces {
     /// kube's namespace matcher: cluster-scoped requests always match; otherwise the labels
     /// of the request's namespace, from the cache or else from the core API (an unknown
     /// namespace is an internal error, as kube's).
