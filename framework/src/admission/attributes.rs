@@ -258,6 +258,13 @@ impl Attributes {
         self.audit.add(key, value);
     }
 
+    /// These attributes with `equivalents`, for the webhooks' unit tests.
+    #[cfg(test)]
+    pub(crate) fn with_equivalents(mut self, equivalents: Vec<EquivalentResource>) -> Self {
+        self.equivalents = equivalents.into();
+        self
+    }
+
     /// The resource in every version served over the same storage (empty when the request
     /// did not come through an endpoint), the request's version among them.
     pub fn equivalent_resources(&self) -> &[EquivalentResource] {

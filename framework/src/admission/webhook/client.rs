@@ -111,3 +111,59 @@ impl Clients {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::admissionregistration::v1::{ServiceReference, WebhookClientConfig};
+
+    use super::*;
+
+    fn hook_with(config: WebhookClientConfig) -> Hook {
+        let mut hook = crate::admission::webhook::hook::tests::hook("h");
+        hook.client_config = config;
+        hook
+    }
+
+    #[test]
+    fn urls_and_services_as_kube_calls_them() {
+        let url = hook_with(WebhookClientConfig {
+            url: Some("https://hooks.example.com:8443/validate".into()),
+            ..Default::default()
+        });
+        let by_url = target(&url).unwrap();
+        assert_eq!(by_url.base.to_string(), "https://hooks.example.com:8443/");
+        assert_eq!(by_url.path_and_query, "/validate?timeout=10s");
+        assert!(by_url.roots.is_none(), "the system's roots");
+
+        let service = hook_with(WebhookClientConfig {
+            service: Some(ServiceReference {
+                name: "policy".into(),
+                namespace: "guard".into(),
+                path: Some("/check".into()),
+                port: None,
+            }),
+            ..Default::default()
+        });
+        let by_service = target(&service).unwrap();
+        assert_eq!(
+            by_service.url,
+            "https://policy.guard.svc:443/check?timeout=10s"
+        );
+
+        let nothing = hook_with(WebhookClientConfig::default());
+        assert!(target_error(&nothing).contains("no url or service"));
+        let bad_ca = hook_with(WebhookClientConfig {
+            url: Some("https://127.0.0.1/".into()),
+            ca_bundle: Some(k8s_openapi::ByteString(b"not PEM".to_vec())),
+            ..Default::default()
+        });
+        assert!(target_error(&bad_ca).contains("invalid caBundle"));
+    }
+
+    fn target_error(hook: &Hook) -> String {
+        match target(hook) {
+            Ok(_) => panic!("a target"),
+            Err(e) => e,
+        }
+    }
+}

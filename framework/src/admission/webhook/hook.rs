@@ -112,3 +112,54 @@ pub(crate) fn validating_hooks(
         })
         .collect()
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A webhook with the API's defaults.
+    pub(crate) fn hook(name: &str) -> Hook {
+        let webhook: ValidatingWebhook = serde_json::from_value(json!({
+            "name": name, "clientConfig": {"url": "https://127.0.0.1:1/"},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"],
+        }))
+        .unwrap();
+        Hook::validating("configuration", &webhook)
+    }
+
+    #[test]
+    fn defaults_as_the_api_gives_them() {
+        let hook = hook("h");
+        assert!(hook.equivalent, "matchPolicy Equivalent");
+        assert!(!hook.ignore_failures, "failurePolicy Fail");
+        assert_eq!(hook.timeout, DEFAULT_TIMEOUT);
+        assert!(!hook.reinvoke_if_needed);
+        assert!(hook.dry_run_safe());
+        assert_eq!(Hook::timeout(Some(300)), MAX_TIMEOUT);
+    }
+
+    #[test]
+    fn configurations_by_name_then_webhooks_in_order() {
+        let configuration = |name: &str, hooks: &[&str]| -> MutatingWebhookConfiguration {
+            let webhooks: Vec<_> = hooks
+                .iter()
+                .map(|h| {
+                    json!({"name": h, "clientConfig": {}, "sideEffects": "None",
+                                "admissionReviewVersions": ["v1"]})
+                })
+                .collect();
+            serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks}))
+                .unwrap()
+        };
+        let hooks = mutating_hooks(vec![
+            configuration("b", &["b2", "b1"]),
+            configuration("a", &["a1"]),
+            configuration("c", &[]),
+        ]);
+        let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["a1", "b2", "b1"]);
+        assert_eq!(hooks[1].configuration, "b");
+    }
+}

@@ -211,4 +211,51 @@ mod tests {
         assert!(rule_matches(&scoped("Cluster"), &cluster));
         assert!(!rule_matches(&scoped("Cluster"), &namespaced));
     }
+
+    fn hook(rules: Vec<RuleWithOperations>, equivalent: bool) -> Hook {
+        let mut hook = crate::admission::webhook::hook::tests::hook("h");
+        hook.rules = rules;
+        hook.equivalent = equivalent;
+        hook
+    }
+
+    fn attributes() -> Attributes {
+        use crate::admission::EquivalentResource;
+        let equivalent = |version: &str| EquivalentResource {
+            resource: flunders(version),
+            kind: GroupVersionKind {
+                group: "wardle.example.com".into(),
+                version: version.into(),
+                kind: "Flunder".into(),
+            },
+            convertor: None,
+        };
+        Attributes::new(
+            Operation::Create,
+            &crate::runtime::resource::TEST_INFO,
+            "default",
+            "a",
+        )
+        .with_equivalents(vec![equivalent("v1alpha1"), equivalent("v1beta1")])
+    }
+
+    #[test]
+    fn match_policy_picks_the_version_the_rules_name() {
+        let attributes = attributes();
+        let any = ["*"];
+        let beta_only = || vec![rule(&any, &any, &["v1beta1"], &any)];
+        // Exact: only the request's version.
+        assert!(invocation(&hook(beta_only(), false), &attributes).is_none());
+        // Equivalent: the other version, with its kind.
+        let matched = invocation(&hook(beta_only(), true), &attributes).unwrap();
+        assert_eq!(matched.resource, flunders("v1beta1"));
+        assert_eq!(matched.kind.version, "v1beta1");
+        // The request's own version first, whatever the policy.
+        let both = vec![rule(&any, &any, &["v1beta1", "v1alpha1"], &any)];
+        let own = invocation(&hook(both, true), &attributes).unwrap();
+        assert_eq!(own.resource, flunders("v1alpha1"));
+        // Equivalence is per resource: another group does not match.
+        let apps = vec![rule(&any, &["apps"], &any, &any)];
+        assert!(invocation(&hook(apps, true), &attributes).is_none());
+    }
 }
