@@ -64,13 +64,13 @@ where
 /// `ObjectConvertor`). Pure conversions: no defaulting, no strategy.
 pub trait VersionConvertor: Send + Sync {
     /// A stored object as this version, with its `apiVersion` and `kind`.
-    fn from_storage(&self, stored: &Value) -> Result<Value>;
+    fn to_served(&self, stored: &Value) -> Result<Value>;
     /// An object of this version as the storage version, with its `apiVersion` and `kind`.
     fn to_storage(&self, served: &Value) -> Result<Value>;
 }
 
 impl<S: Convertible<H> + Strategy, H: Resource> VersionConvertor for Converter<S, H> {
-    fn from_storage(&self, stored: &Value) -> Result<Value> {
+    fn to_served(&self, stored: &Value) -> Result<Value> {
         self.outward(stored)
     }
 

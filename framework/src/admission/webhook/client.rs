@@ -70,10 +70,13 @@ fn target(hook: &Hook) -> Result<Target, String> {
     })
 }
 
+/// A webhook's address and trust roots (DER).
+type ClientKey = (String, Option<Vec<Vec<u8>>>);
+
 /// Clients of the webhooks called so far, by address and trust roots.
 #[derive(Default)]
 pub(crate) struct Clients {
-    cache: Mutex<HashMap<(String, Option<Vec<Vec<u8>>>), kube::Client>>,
+    cache: Mutex<HashMap<ClientKey, kube::Client>>,
 }
 
 impl Clients {

@@ -2,7 +2,7 @@
 //! and `ValidatingAdmissionWebhook` plugins, for the server's own resources.
 //!
 //! Both follow their `admissionregistration.k8s.io/v1` configurations in the core API with
-//! [`core_api::follow`](crate::core_api::follow) (so one added while the server runs takes
+//! [`core_api::follow`](crate::core_api::follow()) (so one added while the server runs takes
 //! effect within a watch event) and the core cluster's namespaces (for `namespaceSelector`).
 //! A request goes to the webhooks whose `rules` match it (on the resource as the client named
 //! it, or with `matchPolicy: Equivalent` the same resource in another version the server
@@ -391,7 +391,7 @@ impl WebhookContext {
         }
         let convert = |object: &Option<Value>| -> std::result::Result<Option<Value>, CallError> {
             match (object, &invocation.convertor) {
-                (Some(o), Some(c)) => c.from_storage(o).map(Some).map_err(CallError::Other),
+                (Some(o), Some(c)) => c.to_served(o).map(Some).map_err(CallError::Other),
                 (object, _) => Ok(object.clone()),
             }
         };
