@@ -18,8 +18,10 @@
 //! `Scale`s); a plugin of one resource reads them typed with
 //! [`Attributes::object_as`] and writes them back with [`Attributes::set_object`].
 //!
-//! Built in: [`NamespaceLifecycle`], on whenever the server has a core kube-apiserver. Plugins
-//! of your own are added with
+//! Built in, on whenever the server has a core kube-apiserver: [`NamespaceLifecycle`] first,
+//! and after the server's own plugins [`MutatingAdmissionWebhook`] and
+//! [`ValidatingAdmissionWebhook`], which call the cluster's admission webhooks
+//! ([`webhook`]). Plugins of your own are added with
 //! [`APIServer::admission_plugin`](crate::server::APIServer::admission_plugin); all of them
 //! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
 //! ([`AdmissionOptions`]).

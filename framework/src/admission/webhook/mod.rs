@@ -274,12 +274,18 @@ enum CallError {
 }
 
 impl WebhookContext {
-    /// kube's `ShouldCallHook`: the selectors, then the rules.
+    /// kube's `ShouldCallHook`. The rules are checked first (kube checks the selectors
+    /// first, with the same outcome) so no namespace is looked up for a webhook that does not
+    /// want the request; a selector that could not be evaluated is an error only when the
+    /// other selector does not already rule the webhook out.
     async fn should_call(
         &self,
         hook: &Hook,
         attributes: &Attributes,
     ) -> Result<Option<Invocation>> {
+        let Some(invocation) = rules::invocation(hook, attributes) else {
+            return Ok(None);
+        };
         let namespace = self
             .namespaces
             .matches(&hook.namespace_selector, attributes)
@@ -291,9 +297,6 @@ impl WebhookContext {
         if object == Ok(false) {
             return Ok(None);
         }
-        let Some(invocation) = rules::invocation(hook, attributes) else {
-            return Ok(None);
-        };
         namespace?;
         object?;
         Ok(Some(invocation))
