@@ -812,6 +812,16 @@ async fn object_and_namespace_selectors() {
     let (code, status, _) =
         request(&server, "POST", &in_namespace("dev"), Some(flunder("a"))).await;
     assert_eq!(code, 201, "{status}");
+    // A namespace the core cluster does not have: its 404, as kube's namespace matcher.
+    let (code, status, _) = request(
+        &server,
+        "POST",
+        &in_namespace("nowhere"),
+        Some(flunder("a")),
+    )
+    .await;
+    assert_eq!(code, 404, "{status}");
+    assert_eq!(status["message"], "namespaces \"nowhere\" not found");
 
     let mut guarded = flunder("g");
     guarded["metadata"]["labels"] = json!({"guarded": "true"});

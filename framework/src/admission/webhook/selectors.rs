@@ -3,13 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt as _};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
-use crate::admission::namespace::CoreNamespaces;
+use crate::admission::namespace::{namespace_not_found, CoreNamespaces};
 use crate::admission::Attributes;
 use crate::error::{Error, Result};
 
@@ -69,14 +68,19 @@ impl CoreNamespaces {
     }
 
     async fn labels(&self, namespace: &str) -> Result<BTreeMap<String, String>> {
-        let cached = self.followed.store().get(&ObjectRef::new(namespace));
-        let found =
-            match cached {
-                Some(ns) => Namespace::clone(&ns),
-                None => self.api.get(namespace).await.map_err(|e| {
-                    Error::internal(format!("looking up namespace {namespace:?}: {e}"))
-                })?,
-            };
+        if let Some(ns) = self.followed.store().get(&ObjectRef::new(namespace)) {
+            return Ok(ns.metadata.labels.clone().unwrap_or_default());
+        }
+        // Not followed yet, or not there: kube asks the API, and answers a namespace that
+        // does not exist with its 404, as NamespaceLifecycle would.
+        let found = match self.api.get_opt(namespace).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(namespace_not_found(namespace)),
+            Err(e) => {
+                let why = format!("looking up namespace {namespace:?}: {e}");
+                return Err(Error::internal(why));
+            }
+        };
         Ok(found.metadata.labels.unwrap_or_default())
     }
 }
