@@ -548,13 +548,23 @@ async fn a_mutating_webhooks_json_patch_is_stored_and_audit_annotations_kept() {
         next[0]["request"]["object"]["metadata"]["labels"],
         json!({"mutated": "yes"})
     );
-    // The webhook's audit annotation, under its name.
+    // The webhook's audit annotation, under its name, and kube's of each mutating call.
     let text = std::fs::read_to_string(&log).unwrap();
-    let annotated = text
+    let event = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .any(|e| e["annotations"]["allow.example.com/checked"] == "yes");
-    assert!(annotated, "{text}");
+        .find(|e| e["stage"] == "ResponseComplete" && e["verb"] == "create")
+        .unwrap_or_else(|| panic!("{text}"));
+    let annotations = &event["annotations"];
+    assert_eq!(annotations["allow.example.com/checked"], "yes", "{event}");
+    assert_eq!(
+        annotations["mutation.webhook.admission.k8s.io/round_0_index_0"],
+        r#"{"configuration":"mutate","webhook":"mutate.example.com","mutated":true}"#
+    );
+    assert_eq!(
+        annotations["mutation.webhook.admission.k8s.io/round_0_index_1"],
+        r#"{"configuration":"mutate","webhook":"allow.example.com","mutated":false}"#
+    );
 }
 
 #[tokio::test]

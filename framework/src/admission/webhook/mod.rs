@@ -38,7 +38,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube_core::response::{StatusCause, StatusDetails};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use self::client::Clients;
 use self::hook::Hook;
@@ -202,7 +202,12 @@ impl AdmissionPlugin for MutatingAdmissionWebhook {
             let Some(invocation) = self.context.should_call(hook, attributes).await? else {
                 continue;
             };
-            if self.context.mutate(hook, &invocation, attributes).await? {
+            let at = Position::mutating(0, i);
+            if self
+                .context
+                .mutate(hook, &invocation, attributes, at)
+                .await?
+            {
                 due.extend(invoked_reinvocable.drain(..));
             }
             if hook.reinvoke_if_needed {
@@ -212,7 +217,10 @@ impl AdmissionPlugin for MutatingAdmissionWebhook {
         for i in due {
             let hook = &hooks[i];
             if let Some(invocation) = self.context.should_call(hook, attributes).await? {
-                self.context.mutate(hook, &invocation, attributes).await?;
+                let at = Position::mutating(1, i);
+                self.context
+                    .mutate(hook, &invocation, attributes, at)
+                    .await?;
             }
         }
         Ok(())
@@ -233,9 +241,10 @@ impl AdmissionPlugin for ValidatingAdmissionWebhook {
     async fn validate(&self, attributes: &Attributes) -> Result<()> {
         let hooks = wait_for_hooks(&self.hooks, attributes).await?;
         let mut calls = Vec::new();
-        for hook in hooks.iter() {
+        for (i, hook) in hooks.iter().enumerate() {
             if let Some(invocation) = self.context.should_call(hook, attributes).await? {
-                calls.push(self.context.validate(hook, invocation, attributes));
+                let at = Position::validating(i);
+                calls.push(self.context.validate(hook, invocation, attributes, at));
             }
         }
         futures::future::join_all(calls)
@@ -263,6 +272,44 @@ async fn wait_for_hooks(hooks: &Hooks, attributes: &Attributes) -> Result<Arc<[H
             return Err(attributes.forbidden("not yet ready to handle request"));
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Where a call stands, for kube's audit annotations:
+/// `mutation.webhook.admission.k8s.io/round_0_index_2` (whether a mutating webhook changed
+/// the object), `failed-open.mutation.webhook.admission.k8s.io/round_0_index_2` and
+/// `failed-open.validating.webhook.admission.k8s.io/round_0_index_1` (a failure an `Ignore`
+/// policy let through; the value is the webhook's name).
+#[derive(Clone, Copy)]
+struct Position {
+    /// `mutation` or `validating`.
+    step: &'static str,
+    round: usize,
+    index: usize,
+}
+
+impl Position {
+    fn mutating(round: usize, index: usize) -> Self {
+        Self {
+            step: "mutation",
+            round,
+            index,
+        }
+    }
+
+    fn validating(index: usize) -> Self {
+        Self {
+            step: "validating",
+            round: 0,
+            index,
+        }
+    }
+
+    /// The key of the annotation of this call, `failed_open` or not.
+    fn key(self, failed_open: bool) -> String {
+        let failed = if failed_open { "failed-open." } else { "" };
+        let (step, round, index) = (self.step, self.round, self.index);
+        format!("{failed}{step}.webhook.admission.k8s.io/round_{round}_index_{index}")
     }
 }
 
@@ -308,11 +355,20 @@ impl WebhookContext {
         hook: &Hook,
         invocation: &Invocation,
         attributes: &mut Attributes,
+        at: Position,
     ) -> Result<bool> {
         let started = Instant::now();
         let outcome = self.call_and_patch(hook, invocation, attributes).await;
         observe(hook, "admit", attributes.operation, &outcome, started);
-        settle(hook, outcome)
+        let mutated = matches!(outcome, Ok(true));
+        // In the field order of kube's `MutationAuditAnnotation`.
+        let annotation = format!(
+            r#"{{"configuration":{},"webhook":{},"mutated":{mutated}}}"#,
+            json!(hook.configuration),
+            json!(hook.name)
+        );
+        attributes.add_audit_annotation(&at.key(false), &annotation);
+        settle(hook, outcome, attributes, at)
     }
 
     async fn call_and_patch(
@@ -358,6 +414,7 @@ impl WebhookContext {
         hook: &Hook,
         invocation: Invocation,
         attributes: &Attributes,
+        at: Position,
     ) -> Result<()> {
         let started = Instant::now();
         let outcome = self
@@ -365,7 +422,7 @@ impl WebhookContext {
             .await
             .map(|_| false);
         observe(hook, "validating", attributes.operation, &outcome, started);
-        settle(hook, outcome).map(|_| ())
+        settle(hook, outcome, attributes, at).map(|_| ())
     }
 
     /// Sends the review and reads the answer: its warnings and audit annotations are kept,
@@ -429,13 +486,19 @@ impl WebhookContext {
 }
 
 /// The failure policy: a failed call is 500 with `Fail`, logged and skipped with `Ignore`.
-fn settle(hook: &Hook, outcome: std::result::Result<bool, CallError>) -> Result<bool> {
+fn settle(
+    hook: &Hook,
+    outcome: std::result::Result<bool, CallError>,
+    attributes: &Attributes,
+    at: Position,
+) -> Result<bool> {
     match outcome {
         Ok(changed) => Ok(changed),
         Err(CallError::Other(e)) => Err(e),
         Err(CallError::Calling(reason)) => {
             let message = format!("failed calling webhook {:?}: {reason}", hook.name);
             if hook.ignore_failures {
+                attributes.add_audit_annotation(&at.key(true), &hook.name);
                 tracing::warn!(webhook = %hook.name, configuration = %hook.configuration, "failing open: {message}");
                 return Ok(false);
             }
