@@ -958,6 +958,12 @@ async fn a_configuration_added_while_running_takes_effect() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(last, 403);
+    // Listed once, then watched.
+    let (lists, watches) = s
+        .core
+        .lists_and_watches("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations");
+    assert_eq!(lists, 1);
+    assert!(watches >= 1);
     s.core.delete_validating_webhook_configuration("late");
     for i in 0..100 {
         last = create(&server, &format!("c{i}")).await.0;
@@ -1018,4 +1024,33 @@ async fn equivalent_match_policy_converts_to_the_matched_version() {
         denied["object"]["spec"]["flunderReference"],
         "set-in-v1beta1"
     );
+}
+
+#[tokio::test]
+async fn the_webhook_plugins_can_be_disabled() {
+    let s = setup().await;
+    let hook = s.webhooks.hook(
+        "deny.example.com",
+        "/deny",
+        rules(&["*"], &["*"], &["*"]),
+        json!({}),
+    );
+    s.core
+        .set_validating_webhook_configuration(configuration("deny", vec![hook.clone()]));
+    s.core
+        .set_mutating_webhook_configuration(configuration("deny", vec![hook]));
+    let server = start(&s._dir.path().join("server"), &s.core, |o| {
+        o.admission.disable_admission_plugins = vec![
+            "MutatingAdmissionWebhook".into(),
+            "ValidatingAdmissionWebhook".into(),
+        ];
+    })
+    .await;
+    let (code, body, _) = create(&server, "a").await;
+    assert_eq!(code, 201, "{body}");
+    assert!(s.webhooks.reviews("/deny").is_empty());
+    let (lists, _) = s
+        .core
+        .lists_and_watches("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations");
+    assert_eq!(lists, 0, "not followed when disabled");
 }
