@@ -70,6 +70,9 @@ fn target(hook: &Hook) -> Result<Target, String> {
     })
 }
 
+/// How many webhook clients are kept at most.
+const MAX_CLIENTS: usize = 256;
+
 /// A webhook's address and trust roots (DER).
 type ClientKey = (String, Option<Vec<Vec<u8>>>);
 
@@ -89,6 +92,11 @@ impl Clients {
         let mut config = kube::Config::new(target.base.clone());
         config.root_cert = target.roots.clone();
         let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        // Rotated CAs and removed webhooks leave clients behind: start over past a bound
+        // well above any real cluster's number of webhook endpoints.
+        if cache.len() >= MAX_CLIENTS {
+            cache.clear();
+        }
         cache.insert(key, client.clone());
         Ok(client)
     }
