@@ -96,6 +96,19 @@ where
     synced: Arc<AtomicBool>,
 }
 
+// By hand: a derive would ask `K: Clone` of the handle, which only shares the cache.
+impl<K: kube::Resource + 'static> Clone for Followed<K>
+where
+    K::DynamicType: Eq + Hash,
+{
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            synced: self.synced.clone(),
+        }
+    }
+}
+
 impl<K> Followed<K>
 where
     K: kube::Resource + Clone + 'static,

@@ -104,7 +104,9 @@ pub fn continue_token(data: &[u8]) {
 
 /// A patch of any type gives an object or an error; the first byte picks the type.
 pub fn patch(data: &[u8]) {
-    let Some((kind, body)) = data.split_first() else { return };
+    let Some((kind, body)) = data.split_first() else {
+        return;
+    };
     let kind = match kind % 3 {
         0 => PatchType::Json,
         1 => PatchType::Merge,

@@ -68,6 +68,9 @@ pub struct Metrics {
     pub authorization_duration: HistogramVec,
     /// `apiserver_admission_step_admission_duration_seconds` by type, operation, rejected.
     pub admission_duration: HistogramVec,
+    /// `apiserver_admission_webhook_admission_duration_seconds` by name, type, operation,
+    /// rejected: one admission webhook call.
+    pub webhook_duration: HistogramVec,
     /// `apiserver_dropped_requests_total` by request_kind: refused with 429 because the
     /// server had no seat for them.
     pub dropped: IntCounterVec,
@@ -191,6 +194,12 @@ impl Metrics {
                 "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and step type (validate or admit).",
                 &["type", "operation", "rejected"],
                 vec![0.005, 0.025, 0.1, 0.5, 1.0, 2.5],
+            )?,
+            webhook_duration: histogram(
+                "apiserver_admission_webhook_admission_duration_seconds",
+                "Admission webhook latency histogram in seconds, identified by name and broken out for each operation and API resource and type (validate or admit).",
+                &["name", "type", "operation", "rejected"],
+                vec![0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 25.0],
             )?,
             dropped: counter(
                 "apiserver_dropped_requests_total",

@@ -401,3 +401,66 @@ async fn streaming_lists_are_refused_as_kube_apiserver_1_33_does() {
         "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
     );
 }
+
+#[tokio::test]
+async fn webhook_configurations_are_defaulted_listed_and_watched() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(dir.path()).await;
+    let client = client(&core, "system:serviceaccount:wardle:apiserver").await;
+    let hook = serde_json::json!({
+        "name": "check.example.com",
+        "clientConfig": {"url": "https://127.0.0.1:1/check"},
+        "rules": [{"operations": ["CREATE"], "apiGroups": ["*"], "apiVersions": ["*"],
+                   "resources": ["*"]}],
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    });
+    core.set_mutating_webhook_configuration(serde_json::json!({
+        "metadata": {"name": "m"}, "webhooks": [hook.clone()],
+    }));
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let list = mutating.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let webhook = &list.items[0].webhooks.as_ref().unwrap()[0];
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(webhook.match_policy.as_deref(), Some("Equivalent"));
+    assert_eq!(webhook.timeout_seconds, Some(10));
+    assert_eq!(webhook.reinvocation_policy.as_deref(), Some("Never"));
+    assert_eq!(webhook.namespace_selector, Some(Default::default()));
+    let rules = webhook.rules.as_ref().unwrap();
+    assert_eq!(rules[0].scope.as_deref(), Some("*"));
+
+    // Watched from the list's resourceVersion: a new configuration, then its deletion.
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    let from = validating
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = validating
+        .watch(&WatchParams::default(), &from)
+        .await
+        .unwrap()
+        .boxed();
+    core.set_validating_webhook_configuration(serde_json::json!({
+        "metadata": {"name": "v"}, "webhooks": [hook],
+    }));
+    match next(&mut events).await.unwrap() {
+        WatchEvent::Added(v) => {
+            assert_eq!(v.metadata.name.as_deref(), Some("v"));
+            let webhook = &v.webhooks.unwrap()[0];
+            assert_eq!(webhook.failure_policy.as_deref(), Some("Fail"));
+        }
+        other => panic!("{other:?}"),
+    }
+    core.delete_validating_webhook_configuration("v");
+    assert!(matches!(
+        next(&mut events).await.unwrap(),
+        WatchEvent::Deleted(_)
+    ));
+}

@@ -262,7 +262,7 @@ async fn a_watcher_that_stops_reading_is_ended_and_the_others_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_older_than_the_window_are_read_from_storage() {
+async fn watches_older_than_the_window_are_read_to_served() {
     let options = CacherOptions {
         window: 4,
         watcher_lag: 64,

@@ -1,5 +1,7 @@
 //! What an admission plugin sees of a request: kube's `admission.Attributes`.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::authentication::v1::UserInfo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -9,6 +11,7 @@ use super::Admission;
 use crate::audit::AuditAnnotations;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
+use crate::registry::converted::VersionConvertor;
 use crate::runtime::{Resource, ResourceInfo};
 
 /// The operation being admitted.
@@ -80,6 +83,28 @@ impl GroupVersionResource {
     }
 }
 
+/// The resource under admission as one served version shows it (kube's equivalent
+/// resources): what a webhook whose rules match this version rather than the request's sees.
+#[derive(Clone)]
+pub struct EquivalentResource {
+    /// The resource in this version.
+    pub resource: GroupVersionResource,
+    /// The kind of its objects in this version (`autoscaling/v1` `Scale` for `scale`).
+    pub kind: GroupVersionKind,
+    /// Objects to and from the storage version; `None` when they are the same.
+    pub convertor: Option<Arc<dyn VersionConvertor>>,
+}
+
+impl std::fmt::Debug for EquivalentResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EquivalentResource")
+            .field("resource", &self.resource)
+            .field("kind", &self.kind)
+            .field("converted", &self.convertor.is_some())
+            .finish()
+    }
+}
+
 /// What the endpoint knows of a request that the chain needs, carried to storage in the
 /// [`RequestContext`]: the chain itself, the resource as the client named it, and the
 /// operation's options.
@@ -99,6 +124,9 @@ pub struct AdmissionContext {
     pub options: Value,
     /// The audit annotations of the request.
     pub audit: AuditAnnotations,
+    /// The resource in every version the server serves it in over the same storage, the
+    /// request's included, in the group's priority order.
+    pub equivalents: Arc<[EquivalentResource]>,
 }
 
 /// What a plugin sees of a request (kube's `admission.Attributes`).
@@ -135,6 +163,7 @@ pub struct Attributes {
     /// The stored object (update and delete), with `apiVersion` and `kind`.
     pub old_object: Option<Value>,
     audit: AuditAnnotations,
+    equivalents: Arc<[EquivalentResource]>,
     ctx: RequestContext,
 }
 
@@ -166,6 +195,7 @@ impl Attributes {
             object: None,
             old_object: None,
             audit: admission.audit.clone(),
+            equivalents: admission.equivalents.clone(),
             ctx: ctx.clone(),
         };
         Some((admission.chain.clone(), attributes))
@@ -189,6 +219,7 @@ impl Attributes {
             object: None,
             old_object: None,
             audit: AuditAnnotations::default(),
+            equivalents: Arc::from(Vec::new()),
             ctx: RequestContext::default(),
         }
     }
@@ -225,6 +256,19 @@ impl Attributes {
     /// `mutation.example.com/reason`.
     pub fn add_audit_annotation(&self, key: &str, value: &str) {
         self.audit.add(key, value);
+    }
+
+    /// These attributes with `equivalents`, for the webhooks' unit tests.
+    #[cfg(test)]
+    pub(crate) fn with_equivalents(mut self, equivalents: Vec<EquivalentResource>) -> Self {
+        self.equivalents = equivalents.into();
+        self
+    }
+
+    /// The resource in every version served over the same storage (empty when the request
+    /// did not come through an endpoint), the request's version among them.
+    pub fn equivalent_resources(&self) -> &[EquivalentResource] {
+        &self.equivalents
     }
 
     /// Sends the client a warning (`Warning: 299 - "…"`).

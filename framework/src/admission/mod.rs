@@ -18,8 +18,10 @@
 //! `Scale`s); a plugin of one resource reads them typed with
 //! [`Attributes::object_as`] and writes them back with [`Attributes::set_object`].
 //!
-//! Built in: [`NamespaceLifecycle`], on whenever the server has a core kube-apiserver. Plugins
-//! of your own are added with
+//! Built in, on whenever the server has a core kube-apiserver: [`NamespaceLifecycle`] first,
+//! and after the server's own plugins [`MutatingAdmissionWebhook`] and
+//! [`ValidatingAdmissionWebhook`], which call the cluster's admission webhooks
+//! ([`webhook`]). Plugins of your own are added with
 //! [`APIServer::admission_plugin`](crate::server::APIServer::admission_plugin); all of them
 //! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
 //! ([`AdmissionOptions`]).
@@ -27,6 +29,7 @@
 pub mod attributes;
 pub mod namespace;
 pub mod options;
+pub mod webhook;
 
 use std::sync::Arc;
 
@@ -35,12 +38,13 @@ use tracing::Instrument;
 
 use crate::error::Result;
 
-pub use attributes::{AdmissionContext, Attributes, Operation};
-pub use namespace::NamespaceLifecycle;
+pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
+pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
+pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// The plugins built into the framework, as the admission flags name them.
-pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME];
+pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
 
 /// One admission plugin, as kube's `admission.Interface` with its optional
 /// `MutationInterface` and `ValidationInterface`: every method but [`name`](Self::name) has a
@@ -181,7 +185,9 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 
 /// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
 /// server has a core API to follow namespaces in, then the server's own plugins (`own`) in
-/// the order they were added, each on unless disabled.
+/// the order they were added, then, with a core API, MutatingAdmissionWebhook and
+/// ValidatingAdmissionWebhook (so webhooks run after the in-process plugins of their step),
+/// each on unless disabled.
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
@@ -197,9 +203,14 @@ pub fn build(
     }
     options.validate(&known)?;
     let mut admission = Admission::new();
-    if let Some(client) = core {
+    let wanted = [namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
+    // One follower of the core cluster's namespaces for every plugin that reads them.
+    let namespaces = core
+        .filter(|_| wanted.iter().any(|name| options.enabled(name, true)))
+        .map(|client| CoreNamespaces::follow(client.clone(), shutdown.clone()));
+    if let Some(namespaces) = &namespaces {
         if options.enabled(namespace::NAME, true) {
-            admission = admission.with(NamespaceLifecycle::start(client.clone(), shutdown.clone()));
+            admission = admission.with(NamespaceLifecycle::new(namespaces.clone()));
         }
     }
     for plugin in own {
@@ -207,5 +218,34 @@ pub fn build(
             admission = admission.with(plugin);
         }
     }
+    if let (Some(client), Some(namespaces)) = (core, namespaces) {
+        admission = with_webhooks(admission, options, client, namespaces, shutdown);
+    }
     Ok(admission)
+}
+
+/// The webhook plugins that are not disabled, following their configurations in the core API.
+fn with_webhooks(
+    mut admission: Admission,
+    options: &AdmissionOptions,
+    client: &kube::Client,
+    namespaces: CoreNamespaces,
+    shutdown: &crate::lifecycle::ShutdownSignal,
+) -> Admission {
+    let mutating = options.enabled(webhook::MUTATING, true);
+    let validating = options.enabled(webhook::VALIDATING, true);
+    if !mutating && !validating {
+        return admission;
+    }
+    let context = webhook::WebhookContext::new(namespaces);
+    if mutating {
+        let plugin =
+            MutatingAdmissionWebhook::start(client.clone(), context.clone(), shutdown.clone());
+        admission = admission.with(plugin);
+    }
+    if validating {
+        let plugin = ValidatingAdmissionWebhook::start(client.clone(), context, shutdown.clone());
+        admission = admission.with(plugin);
+    }
+    admission
 }

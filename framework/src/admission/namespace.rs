@@ -34,18 +34,43 @@ pub struct NamespaceLifecycle {
     namespaces: Followed<Namespace>,
 }
 
-impl NamespaceLifecycle {
+/// The core cluster's namespaces, followed once for every plugin that reads them (as kube's
+/// plugins share one informer), with the API to look up one the cache does not know yet.
+#[derive(Clone)]
+pub struct CoreNamespaces {
+    /// The namespaces' API.
+    pub api: Api<Namespace>,
+    /// The cache.
+    pub followed: Followed<Namespace>,
+}
+
+impl CoreNamespaces {
     /// Starts following the namespaces of the core API behind `client` until `shutdown`.
-    pub fn start(client: kube::Client, shutdown: ShutdownSignal) -> Arc<Self> {
+    pub fn follow(client: kube::Client, shutdown: ShutdownSignal) -> Self {
         let api = Api::all(client);
-        let namespaces = core_api::follow(
+        let followed = core_api::follow(
             api.clone(),
             watcher::Config::default(),
             "namespaces".into(),
             shutdown,
             |_| {},
         );
-        Arc::new(Self { api, namespaces })
+        Self { api, followed }
+    }
+}
+
+impl NamespaceLifecycle {
+    /// Starts following the namespaces of the core API behind `client` until `shutdown`.
+    pub fn start(client: kube::Client, shutdown: ShutdownSignal) -> Arc<Self> {
+        Self::new(CoreNamespaces::follow(client, shutdown))
+    }
+
+    /// The plugin over namespaces already followed.
+    pub fn new(namespaces: CoreNamespaces) -> Arc<Self> {
+        Arc::new(Self {
+            api: namespaces.api,
+            namespaces: namespaces.followed,
+        })
     }
 
     /// The phase of `namespace` from the cache, then from the core API; `None` if it does not

@@ -120,11 +120,22 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
             subjects: Some(m.service_account()),
         }),
         // What the server reads and writes itself: namespaces for the NamespaceLifecycle
-        // admission, its APIServices for --register-apiservice.
+        // admission and webhooks' namespaceSelectors, the webhook configurations the
+        // admission webhook plugins follow, its APIServices for --register-apiservice.
         to_value(ClusterRole {
             metadata: m.meta(&m.name, None),
             rules: Some(vec![
                 rule("", "namespaces", &["get", "list", "watch"]),
+                rule(
+                    "admissionregistration.k8s.io",
+                    "mutatingwebhookconfigurations",
+                    &["get", "list", "watch"],
+                ),
+                rule(
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    &["get", "list", "watch"],
+                ),
                 rule(
                     "apiregistration.k8s.io",
                     "apiservices",

@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
+use crate::admission::EquivalentResource;
 use crate::endpoints::table::TableConvertor;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
@@ -15,6 +17,9 @@ pub struct InstalledResource {
     pub storage: RestStorage,
     /// Its `Table` columns.
     pub table: TableConvertor,
+    /// The same path in every version of the group served over the same storage, for
+    /// admission webhooks' `matchPolicy: Equivalent`.
+    pub equivalents: Arc<[EquivalentResource]>,
 }
 
 /// Every installed resource path, keyed by `(group, version, "flunders" | "flunders/status")`.
@@ -32,6 +37,7 @@ impl InstalledResources {
                 for (path, storage) in resources {
                     let installed = InstalledResource {
                         table: TableConvertor::new(&storage.info),
+                        equivalents: equivalents(group, version, path),
                         storage: storage.clone(),
                     };
                     map.insert(
@@ -50,4 +56,32 @@ impl InstalledResources {
             .get(&(group.to_string(), version.to_string(), path.to_string()))
             .cloned()
     }
+}
+
+/// `path` in each version of `group` whose resource shares the storage of `version`'s: the
+/// versions a webhook with `matchPolicy: Equivalent` may see an object in.
+fn equivalents(group: &APIGroupInfo, version: &str, path: &str) -> Arc<[EquivalentResource]> {
+    let resource = path.split('/').next().unwrap_or(path);
+    let storage_version = |v: &str| {
+        let paths = group.storage.get(v)?;
+        Some(paths.get(resource)?.storage_version)
+    };
+    let ours = storage_version(version);
+    group
+        .prioritized_versions
+        .iter()
+        .filter(|v| storage_version(v).is_some() && storage_version(v) == ours)
+        .filter_map(|v| {
+            let storage = group.storage.get(v)?.get(path)?;
+            Some(EquivalentResource {
+                resource: GroupVersionResource {
+                    group: group.name.clone(),
+                    version: v.clone(),
+                    resource: resource.to_string(),
+                },
+                kind: GroupVersionKind::of(&storage.info),
+                convertor: storage.convertor.clone(),
+            })
+        })
+        .collect()
 }

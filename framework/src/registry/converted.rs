@@ -55,7 +55,30 @@ where
     storage.deleter = hub.deleter.map(|v| wrap.deleter(v));
     storage.collection_deleter = hub.collection_deleter.map(|v| wrap.collection_deleter(v));
     storage.watcher = hub.watcher.map(|v| wrap.watcher(v));
+    storage.convertor = Some(Arc::new(wrap));
     storage
+}
+
+/// The conversions of one served version to and from its storage version, as JSON: what
+/// admission webhooks need to see an object in the version their rules matched (kube's
+/// `ObjectConvertor`). Pure conversions: no defaulting, no strategy.
+pub trait VersionConvertor: Send + Sync {
+    /// A stored object as this version, with its `apiVersion` and `kind`.
+    fn to_served(&self, stored: &Value) -> Result<Value>;
+    /// An object of this version as the storage version, with its `apiVersion` and `kind`.
+    fn to_storage(&self, served: &Value) -> Result<Value>;
+}
+
+impl<S: Convertible<H> + Strategy, H: Resource> VersionConvertor for Converter<S, H> {
+    fn to_served(&self, stored: &Value) -> Result<Value> {
+        self.outward(stored)
+    }
+
+    fn to_storage(&self, served: &Value) -> Result<Value> {
+        let typed: S = decode_typed(served, FieldValidation::Ignore, &RequestContext::default())?;
+        let hub = typed.into_hub().map_err(conversion_failed::<S>)?;
+        encode_typed(&hub)
+    }
 }
 
 /// `a == b`, at compile time.

@@ -317,6 +317,9 @@ pub struct RestStorage {
     pub collection_deleter: Option<Arc<dyn CollectionDeleter>>,
     /// `watch`.
     pub watcher: Option<Arc<dyn Watcher>>,
+    /// Its objects to and from the storage version, when it is served converted (`None`:
+    /// stored as served).
+    pub convertor: Option<Arc<dyn crate::registry::converted::VersionConvertor>>,
 }
 
 impl std::fmt::Debug for RestStorage {
@@ -343,6 +346,7 @@ impl RestStorage {
             deleter: None,
             collection_deleter: None,
             watcher: None,
+            convertor: None,
         }
     }
 

@@ -7,8 +7,10 @@
 //! - `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: answered by the [`Rule`]s
 //!   added with [`FakeCore::allow`] (RBAC-like: additive, `system:masters` may do anything; a
 //!   request no rule allows gets `allowed: false` and no opinion, as RBAC answers).
-//! - namespaces (`/api/v1/namespaces`), ConfigMaps (`/api/v1/namespaces/{ns}/configmaps`) and
-//!   APIServices (`/apis/apiregistration.k8s.io/v1/apiservices`, with `/status`): get, list
+//! - namespaces (`/api/v1/namespaces`), ConfigMaps (`/api/v1/namespaces/{ns}/configmaps`),
+//!   APIServices (`/apis/apiregistration.k8s.io/v1/apiservices`, with `/status`) and
+//!   Mutating/ValidatingWebhookConfigurations (`/apis/admissionregistration.k8s.io/v1/…`,
+//!   defaulted as kube-apiserver defaults them): get, list
 //!   (`fieldSelector=metadata.name=…`), watch (`watch=true`, from a `resourceVersion`), create,
 //!   update (409 on a stale `resourceVersion`), merge/JSON patch and delete, with one global
 //!   resourceVersion counter.
@@ -475,6 +477,50 @@ impl FakeCore {
         self.put(apiservices(), &name, object);
     }
 
+    /// Creates or replaces a namespace with these labels (phase `Active`), for
+    /// `namespaceSelector`s.
+    pub fn set_namespace_labels(&self, name: &str, labels: BTreeMap<String, String>) {
+        let object = json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        });
+        self.put(core_collection("namespaces", ""), name, object);
+    }
+
+    /// Creates or replaces a `MutatingWebhookConfiguration`, defaulted as kube-apiserver
+    /// defaults one.
+    pub fn set_mutating_webhook_configuration(&self, object: Value) {
+        self.set_webhook_configuration("mutatingwebhookconfigurations", object, true);
+    }
+
+    /// Creates or replaces a `ValidatingWebhookConfiguration`, defaulted as kube-apiserver
+    /// defaults one.
+    pub fn set_validating_webhook_configuration(&self, object: Value) {
+        self.set_webhook_configuration("validatingwebhookconfigurations", object, false);
+    }
+
+    fn set_webhook_configuration(&self, resource: &str, object: Value, mutating: bool) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("webhook configuration has metadata.name")
+            .to_string();
+        let object = default_webhooks(object, mutating);
+        self.put(webhook_configurations(resource), &name, object);
+    }
+
+    /// Deletes a `MutatingWebhookConfiguration`.
+    pub fn delete_mutating_webhook_configuration(&self, name: &str) {
+        let collection = webhook_configurations("mutatingwebhookconfigurations");
+        self.inner.remove(&collection, name).ok();
+    }
+
+    /// Deletes a `ValidatingWebhookConfiguration`.
+    pub fn delete_validating_webhook_configuration(&self, name: &str) {
+        let collection = webhook_configurations("validatingwebhookconfigurations");
+        self.inner.remove(&collection, name).ok();
+    }
+
     fn put(&self, collection: Collection, name: &str, object: Value) {
         self.inner
             .put(collection, name, object, PutMode::Replace)
@@ -493,6 +539,41 @@ fn core_collection(resource: &str, namespace: &str) -> Collection {
     ("/api/v1".into(), resource.into(), namespace.into())
 }
 
+/// The admissionregistration group's path.
+const ADMISSION_V1: &str = "/apis/admissionregistration.k8s.io/v1";
+
+fn webhook_configurations(resource: &str) -> Collection {
+    (ADMISSION_V1.into(), resource.into(), String::new())
+}
+
+/// What kube-apiserver's defaulting fills in a webhook configuration of
+/// `admissionregistration.k8s.io/v1`: `failurePolicy: Fail`, `matchPolicy: Equivalent`,
+/// empty selectors, `timeoutSeconds: 10`, rules of scope `*`, and for mutating webhooks
+/// `reinvocationPolicy: Never`.
+fn default_webhooks(mut object: Value, mutating: bool) -> Value {
+    let Some(webhooks) = object["webhooks"].as_array_mut() else {
+        return object;
+    };
+    for hook in webhooks.iter_mut().filter_map(Value::as_object_mut) {
+        let mut default = |key: &str, value: Value| {
+            hook.entry(key.to_string()).or_insert(value);
+        };
+        default("failurePolicy", json!("Fail"));
+        default("matchPolicy", json!("Equivalent"));
+        default("namespaceSelector", json!({}));
+        default("objectSelector", json!({}));
+        default("timeoutSeconds", json!(10));
+        if mutating {
+            default("reinvocationPolicy", json!("Never"));
+        }
+        let rules = hook.get_mut("rules").and_then(Value::as_array_mut);
+        for rule in rules.into_iter().flatten().filter_map(Value::as_object_mut) {
+            rule.entry("scope").or_insert(json!("*"));
+        }
+    }
+    object
+}
+
 fn apiservices() -> Collection {
     (
         "/apis/apiregistration.k8s.io/v1".into(),
@@ -509,6 +590,14 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
         ("/apis/apiregistration.k8s.io/v1", "apiservices") => {
             Some(("APIService", "apiregistration.k8s.io/v1"))
         }
+        (ADMISSION_V1, "mutatingwebhookconfigurations") => Some((
+            "MutatingWebhookConfiguration",
+            "admissionregistration.k8s.io/v1",
+        )),
+        (ADMISSION_V1, "validatingwebhookconfigurations") => Some((
+            "ValidatingWebhookConfiguration",
+            "admissionregistration.k8s.io/v1",
+        )),
         _ => None,
     }
 }
@@ -516,6 +605,9 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
 fn with_type(mut object: Value, kind: &str) -> Value {
     let api_version = match kind {
         "APIService" => "apiregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
+            "admissionregistration.k8s.io/v1"
+        }
         _ => "v1",
     };
     object["kind"] = json!(kind);
@@ -805,6 +897,22 @@ const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
         "authentication.k8s.io",
         "v1",
         &[("tokenreviews", "TokenReview", false)],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        &[
+            (
+                "mutatingwebhookconfigurations",
+                "MutatingWebhookConfiguration",
+                false,
+            ),
+            (
+                "validatingwebhookconfigurations",
+                "ValidatingWebhookConfiguration",
+                false,
+            ),
+        ],
     ),
     (
         "authorization.k8s.io",

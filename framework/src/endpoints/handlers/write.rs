@@ -126,6 +126,7 @@ fn admit_with(call: &mut Call, options: Value) {
         subresource: call.info.subresource.clone(),
         options,
         audit: crate::audit::AuditAnnotations::of(&call.parts.extensions),
+        equivalents: call.resource.equivalents.clone(),
     });
 }
 

@@ -82,7 +82,10 @@ impl<'a> Admit<'a> {
             Some(view) => view.inject(&mut object, &mutated)?,
             None => object = mutated,
         }
-        *typed = decode_typed(&object, FieldValidation::Ignore, self.ctx)?;
+        // A mutation that breaks the object is the admission's fault, not the client's: 500,
+        // as kube-apiserver answers a webhook patch the object no longer decodes after.
+        *typed = decode_typed(&object, FieldValidation::Ignore, self.ctx)
+            .map_err(|e| crate::error::Error::internal(e.message()))?;
         Ok(())
     }
 
