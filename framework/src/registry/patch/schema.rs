@@ -33,6 +33,23 @@ struct Node {
     bases: Vec<NodeId>,
     /// Any member may appear (`true`, `{}`, a bare `type: object`, preserve-unknown-fields).
     free_form: bool,
+    /// Every key of `x-kubernetes-list-map-keys`, for server-side apply (`strategy` keeps
+    /// the first, which is all strategic merge patch uses).
+    list_map_keys: Vec<String>,
+    /// `x-kubernetes-map-type` (or `x-kubernetes-struct-type`): `Some(true)` for `atomic`,
+    /// `Some(false)` for `granular`.
+    map_atomic: Option<bool>,
+}
+
+/// How server-side apply merges and tracks a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ListType {
+    /// Replaced as a whole and owned as one field (the default).
+    Atomic,
+    /// Items are scalars, each owned on its own (`v:` path elements).
+    Set,
+    /// Items are objects identified by these members (`k:` path elements).
+    Map(Vec<String>),
 }
 
 /// Deepest chain of `bases` a lookup follows; real schemas need two or three, and the limit
@@ -184,6 +201,35 @@ impl<'s> At<'s> {
         self.find(|n| n.strategy.as_ref())
     }
 
+    /// The list semantics server-side apply uses: one declaration serves both it and
+    /// strategic merge patch (a patch strategy `merge` with a merge key is a list map keyed
+    /// by it, as kube's OpenAPI states for built-in types).
+    pub(crate) fn list_type(self) -> ListType {
+        let declared = self.find(|n| n.strategy.as_ref().map(|s| (s, &n.list_map_keys)));
+        match declared {
+            Some((Strategy::Merge { key: Some(key) }, keys)) if keys.is_empty() => {
+                ListType::Map(vec![key.clone()])
+            }
+            Some((Strategy::Merge { key: Some(_) }, keys)) => ListType::Map(keys.clone()),
+            Some((Strategy::Merge { key: None }, _)) => ListType::Set,
+            _ => ListType::Atomic,
+        }
+    }
+
+    /// Whether this map or struct is replaced and owned as a whole
+    /// (`x-kubernetes-map-type: atomic`); maps are granular by default.
+    pub(crate) fn map_is_atomic(self) -> bool {
+        self.find(|n| n.map_atomic).unwrap_or(false)
+    }
+
+    /// Whether `key` is a declared field (`properties`) rather than a key of a map or of
+    /// free-form data: apply owns a map's keys themselves, a struct's fields only through
+    /// their values.
+    pub(crate) fn declares(self, key: &str) -> bool {
+        self.find(|n| n.properties.contains_key(key).then_some(()))
+            .is_some()
+    }
+
     /// Whether `key` may be a member here, for telling a `$`-key that is data (a field named
     /// `$ref`, a map key) from an unknown patch directive.
     pub(crate) fn allows_key(self, key: &str) -> bool {
@@ -220,6 +266,8 @@ impl<'a> Compiler<'a> {
         let mut node = Node {
             strategy: strategy_of(obj),
             free_form: is_free_form(obj),
+            list_map_keys: list_map_keys_of(obj),
+            map_atomic: map_atomic_of(obj),
             ..Node::default()
         };
         if let Some(target) = obj.get("$ref").and_then(Value::as_str) {
@@ -412,6 +460,30 @@ fn strategy_of(obj: &Map<String, Value>) -> Option<Strategy> {
         }
         "set" => Some(Strategy::Merge { key: None }),
         "atomic" => Some(Strategy::Replace),
+        _ => None,
+    }
+}
+
+/// Every key named by `x-kubernetes-list-map-keys`.
+fn list_map_keys_of(obj: &Map<String, Value>) -> Vec<String> {
+    let keys = obj
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array);
+    keys.into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `x-kubernetes-map-type` (or the struct form kube's OpenAPI also writes).
+fn map_atomic_of(obj: &Map<String, Value>) -> Option<bool> {
+    let declared = ["x-kubernetes-map-type", "x-kubernetes-struct-type"]
+        .iter()
+        .find_map(|k| obj.get(*k).and_then(Value::as_str))?;
+    match declared {
+        "atomic" => Some(true),
+        "granular" => Some(false),
         _ => None,
     }
 }

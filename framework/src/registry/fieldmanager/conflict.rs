@@ -1,0 +1,152 @@
+//! Apply conflicts and the `Status` kube-apiserver answers them with
+//! (k8s.io/apimachinery `managedfields/internal/conflict.go`).
+
+use std::collections::BTreeMap;
+
+use kube_core::response::StatusCause;
+
+use super::path::Path;
+use crate::error::Error;
+
+/// One field an apply would take from another manager.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conflict {
+    /// The other manager as kube prints it: `"kubectl"`, `"ctl" with subresource
+    /// "status"`, and ` using <apiVersion>` for an `Update` entry.
+    pub manager: String,
+    /// The contested field.
+    pub path: Path,
+}
+
+/// Every conflict of one apply, by manager then path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyConflicts {
+    conflicts: Vec<Conflict>,
+}
+
+impl ApplyConflicts {
+    pub(crate) fn new(mut conflicts: Vec<Conflict>) -> Self {
+        conflicts.sort();
+        Self { conflicts }
+    }
+
+    /// The conflicts, by manager then path.
+    pub fn conflicts(&self) -> &[Conflict] {
+        &self.conflicts
+    }
+
+    /// kube's message: one conflict on one line, several grouped by manager.
+    pub fn message(&self) -> String {
+        if let [only] = self.conflicts.as_slice() {
+            return format!(
+                "Apply failed with 1 conflict: conflict with {}: {}",
+                only.manager, only.path
+            );
+        }
+        let mut by_manager: BTreeMap<&str, Vec<&Path>> = BTreeMap::new();
+        for c in &self.conflicts {
+            by_manager.entry(&c.manager).or_default().push(&c.path);
+        }
+        let mut lines = Vec::new();
+        for (manager, paths) in by_manager {
+            lines.push(format!("conflicts with {manager}:"));
+            lines.extend(paths.iter().map(|p| format!("- {p}")));
+        }
+        format!(
+            "Apply failed with {} conflicts: {}",
+            self.conflicts.len(),
+            lines.join("\n")
+        )
+    }
+
+    /// 409 `Conflict` with one `FieldManagerConflict` cause per field.
+    pub fn to_error(&self) -> Error {
+        let causes = self
+            .conflicts
+            .iter()
+            .map(|c| StatusCause {
+                reason: "FieldManagerConflict".into(),
+                message: format!("conflict with {}", c.manager),
+                field: c.path.to_string(),
+            })
+            .collect();
+        Error::apply_conflict(self.message(), causes)
+    }
+}
+
+impl From<ApplyConflicts> for Error {
+    fn from(conflicts: ApplyConflicts) -> Self {
+        conflicts.to_error()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::fieldmanager::path::PathElement;
+    use serde_json::json;
+
+    fn path(fields: &[&str]) -> Path {
+        Path(
+            fields
+                .iter()
+                .map(|f| PathElement::Field((*f).into()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn one_conflict_as_kube_words_it() {
+        let conflicts = ApplyConflicts::new(vec![Conflict {
+            manager: r#""kubectl" using wardle.example.com/v1alpha1"#.into(),
+            path: path(&["spec", "reference"]),
+        }]);
+        let e = conflicts.to_error();
+        assert_eq!(e.code(), 409);
+        assert_eq!(e.reason(), "Conflict");
+        assert_eq!(
+            e.message(),
+            r#"Apply failed with 1 conflict: conflict with "kubectl" using wardle.example.com/v1alpha1: .spec.reference"#
+        );
+        let status = e.to_json();
+        assert_eq!(
+            status["details"]["causes"],
+            json!([{"reason": "FieldManagerConflict",
+                    "message": "conflict with \"kubectl\" using wardle.example.com/v1alpha1",
+                    "field": ".spec.reference"}])
+        );
+    }
+
+    #[test]
+    fn several_conflicts_grouped_by_manager() {
+        let conflicts = ApplyConflicts::new(vec![
+            Conflict {
+                manager: r#""b""#.into(),
+                path: path(&["spec", "y"]),
+            },
+            Conflict {
+                manager: r#""a" with subresource "status" using v1"#.into(),
+                path: path(&["status", "x"]),
+            },
+            Conflict {
+                manager: r#""b""#.into(),
+                path: path(&["spec", "x"]),
+            },
+        ]);
+        assert_eq!(
+            conflicts.message(),
+            "Apply failed with 3 conflicts: conflicts with \"a\" with subresource \"status\" using v1:\n- .status.x\nconflicts with \"b\":\n- .spec.x\n- .spec.y"
+        );
+        assert_eq!(
+            conflicts
+                .to_error()
+                .status()
+                .details
+                .as_ref()
+                .unwrap()
+                .causes
+                .len(),
+            3
+        );
+    }
+}

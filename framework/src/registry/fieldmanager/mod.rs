@@ -1,0 +1,442 @@
+//! Field management: server-side apply and `metadata.managedFields`, as kube-apiserver does
+//! them with sigs.k8s.io/structured-merge-diff, written for JSON objects.
+//!
+//! A [`FieldManager`] holds one type's compiled schema (the [`PatchSchema`] strategic merge
+//! patch also uses, so one declaration of a field's list semantics serves both). Every write
+//! that is not an apply goes through [`FieldManager::update`], which records in the new
+//! object's `managedFields` what the writer changed; an apply goes through
+//! [`FieldManager::apply`], which merges the configuration into the live object, removes
+//! what the applier stopped applying, and refuses (409) to take fields other managers set
+//! to other values unless forced.
+//!
+//! ```
+//! use apiserver::registry::fieldmanager::{FieldManager, FieldOwner};
+//! use apiserver::registry::patch::PatchSchema;
+//! use serde_json::json;
+//!
+//! let fm = FieldManager::new(PatchSchema::empty());
+//! let owner = |m| FieldOwner::new(m, "wardle.example.com/v1alpha1", "2024-05-01T10:00:00Z");
+//! let config = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+//!                     "metadata": {"name": "f"}, "spec": {"reference": "a"}});
+//! let live = fm.apply(None, &config, &owner("kubectl"), false).unwrap();
+//! assert_eq!(live["metadata"]["managedFields"][0]["manager"], "kubectl");
+//!
+//! let other = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+//!                    "metadata": {"name": "f"}, "spec": {"reference": "b"}});
+//! let refused = fm.apply(Some(&live), &other, &owner("kube-rs"), false).unwrap_err();
+//! assert_eq!(refused.code(), 409);
+//! assert_eq!(refused.message(),
+//!            "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.reference");
+//! ```
+
+mod conflict;
+mod managed;
+mod path;
+mod set;
+mod typed;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::registry::patch::PatchSchema;
+
+pub use conflict::{ApplyConflicts, Conflict};
+pub use path::{Path, PathElement};
+pub use set::FieldSet;
+
+use managed::{Entry, Managed, ManagerId, Operation};
+use typed::{compare, merge, remove_unkept, to_field_set};
+
+/// The annotation client-side `kubectl apply` keeps its last configuration in.
+pub const LAST_APPLIED_CONFIG_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The manager whose server-side applies take over client-side apply's fields (kube's
+/// `lastAppliedManager` and `lastAppliedUpdater` act for it alone).
+const KUBECTL: &str = "kubectl";
+
+/// kube's `FieldManagerMaxLength`: the longest manager name, in bytes.
+pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// Who writes, through which version and subresource, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldOwner {
+    /// The manager: the `fieldManager` parameter, else [`manager_from_user_agent`].
+    pub manager: String,
+    /// The `apiVersion` of the request (`group/version`), which the fields are in.
+    pub api_version: String,
+    /// `status`, `scale`, … for a subresource write.
+    pub subresource: Option<String>,
+    /// The write's time, RFC 3339 in UTC to the second (`2024-05-01T10:00:00Z`).
+    pub time: String,
+}
+
+impl FieldOwner {
+    /// A write of the main resource.
+    pub fn new(manager: &str, api_version: &str, time: &str) -> Self {
+        Self {
+            manager: manager.to_owned(),
+            api_version: api_version.to_owned(),
+            subresource: None,
+            time: time.to_owned(),
+        }
+    }
+
+    /// The same write through a subresource (`status`, `scale`).
+    pub fn subresource(mut self, subresource: &str) -> Self {
+        self.subresource = Some(subresource.to_owned()).filter(|s| !s.is_empty());
+        self
+    }
+
+    fn id(&self, operation: Operation) -> ManagerId {
+        let sub = self.subresource.as_deref();
+        ManagerId::new(&self.manager, operation, &self.api_version, sub)
+    }
+}
+
+/// The fields kube never records as managed (its `stripMetaManager`).
+fn strip_set() -> FieldSet {
+    let mut set = FieldSet::new();
+    let f = |s: &str| PathElement::Field(s.to_owned());
+    set.insert(&[f("apiVersion")]);
+    set.insert(&[f("kind")]);
+    set.insert(&[f("metadata")]);
+    for field in [
+        "name",
+        "namespace",
+        "creationTimestamp",
+        "selfLink",
+        "uid",
+        "clusterName",
+        "generation",
+        "managedFields",
+        "resourceVersion",
+    ] {
+        set.insert(&[f("metadata"), f(field)]);
+    }
+    set
+}
+
+/// Field management for one resource type.
+#[derive(Clone, Debug, Default)]
+pub struct FieldManager {
+    schema: PatchSchema,
+}
+
+impl FieldManager {
+    /// Field management by this schema (the type's [`PatchSchema`]).
+    pub fn new(schema: PatchSchema) -> Self {
+        Self { schema }
+    }
+
+    /// Field management by `T`'s JSON schema.
+    pub fn for_type<T: schemars::JsonSchema>() -> Self {
+        Self::new(PatchSchema::for_type::<T>())
+    }
+
+    /// The fields an object (an applied configuration) sets, as SMD's `ToFieldSet`, less
+    /// the fields kube never records (`apiVersion`, `kind`, `metadata.name`, …).
+    pub fn field_set(&self, object: &Value) -> FieldSet {
+        let mut object = object.clone();
+        take_managed_fields(&mut object);
+        to_field_set(&object, self.schema.root()).difference(&strip_set())
+    }
+
+    /// Records a create, update or patch (`operation: Update`) in `new`'s `managedFields`:
+    /// the writer's entry for its version and subresource gains what it added or changed,
+    /// every manager loses what was removed, and the others lose what the writer changed.
+    ///
+    /// `managedFields` the client sent in `new` are taken as given when they are valid,
+    /// reset when they are `[]` or `[{}]`, and replaced by `live`'s otherwise or on a
+    /// subresource, as kube does. `live` is `None` on create.
+    pub fn update(&self, live: Option<&Value>, new: &mut Value, owner: &FieldOwner) {
+        let mut managed = self.managed_for_update(live, new, owner.subresource.is_some());
+        take_managed_fields(new);
+        let live = live
+            .map(without_managed_fields)
+            .unwrap_or(Value::Object(Map::new()));
+        let changes = compare(Some(&live), Some(new), self.schema.root());
+        let changed = changes.added.union(&changes.modified);
+        for entry in managed.values_mut() {
+            entry.set = entry.set.difference(&changed).difference(&changes.removed);
+        }
+        managed.retain(|_, e| !e.set.is_empty());
+        let mine = changed.difference(&strip_set());
+        if !mine.is_empty() {
+            let id = owner.id(Operation::Update);
+            let previous = managed.remove(&id).map(|e| e.set).unwrap_or_default();
+            let entry = Entry {
+                set: mine.union(&previous),
+                api_version: owner.api_version.clone(),
+                time: Some(owner.time.clone()),
+            };
+            managed.insert(id, entry);
+        }
+        managed::cap_update_managers(&mut managed, managed::MAX_UPDATE_MANAGERS);
+        set_managed_fields(new, &managed);
+    }
+
+    /// kube's `decodeLiveOrNew`: the entries the update starts from.
+    fn managed_for_update(&self, live: Option<&Value>, new: &Value, subresource: bool) -> Managed {
+        let from_live = || managed::decode(live.and_then(managed_fields)).unwrap_or_default();
+        if subresource {
+            return from_live();
+        }
+        let sent = managed_fields(new);
+        if managed::is_reset(sent) {
+            return Managed::new();
+        }
+        match managed::decode(sent) {
+            Ok(m) if !m.is_empty() => m,
+            _ => from_live(),
+        }
+    }
+
+    /// Server-side apply of `config` onto `live` (`None`: the object is created): the
+    /// merged object with its `managedFields`, or 409 with every conflict. `force` takes
+    /// contested fields from their managers.
+    ///
+    /// Like kube, an apply by `kubectl` onto an object `kubectl apply` last wrote
+    /// client-side (with the `last-applied-configuration` annotation) does not conflict on
+    /// the fields that annotation set and the object still holds, and keeps the annotation
+    /// up to date.
+    pub fn apply(
+        &self,
+        live: Option<&Value>,
+        config: &Value,
+        owner: &FieldOwner,
+        force: bool,
+    ) -> Result<Value> {
+        check_config(config, &owner.api_version)?;
+        let managed = managed::decode(live.and_then(managed_fields))
+            .map_err(|e| Error::internal(format!("failed to decode managed fields: {e}")))?;
+        let live = live
+            .map(without_managed_fields)
+            .unwrap_or(Value::Object(Map::new()));
+        let id = owner.id(Operation::Apply);
+        let (mut object, mut managed) =
+            match self.merge_apply(&live, config, managed.clone(), &id, owner, force) {
+                Ok(done) => done,
+                Err(conflicts) => self.after_conflicts(&live, config, managed, owner, conflicts)?,
+            };
+        if let Some(entry) = managed.get_mut(&id) {
+            entry.set = entry.set.difference(&strip_set());
+            if object != live || entry.time.is_none() {
+                entry.time = Some(owner.time.clone());
+            }
+        }
+        managed.retain(|_, e| !e.set.is_empty());
+        if owner.manager == KUBECTL {
+            update_last_applied(&mut object, config);
+        }
+        set_managed_fields(&mut object, &managed);
+        Ok(object)
+    }
+
+    /// kube's `lastAppliedManager`: conflicts of `kubectl` on fields its client-side
+    /// apply set are no conflicts; the apply is then forced.
+    fn after_conflicts(
+        &self,
+        live: &Value,
+        config: &Value,
+        managed: Managed,
+        owner: &FieldOwner,
+        conflicts: Vec<(ManagerId, Path)>,
+    ) -> Result<(Value, Managed)> {
+        let allowed = match owner.manager == KUBECTL {
+            true => self.client_side_applied(live, &owner.api_version),
+            false => None,
+        };
+        let Some(allowed) = allowed else {
+            return Err(into_conflicts(conflicts).into());
+        };
+        let left: Vec<_> = conflicts
+            .into_iter()
+            .filter(|(_, p)| !allowed.has(&p.0))
+            .collect();
+        if !left.is_empty() {
+            return Err(into_conflicts(left).into());
+        }
+        let id = owner.id(Operation::Apply);
+        self.merge_apply(live, config, managed, &id, owner, true)
+            .map_err(|c| into_conflicts(c).into())
+    }
+
+    /// The fields `live`'s last-applied annotation sets and `live` still holds as set.
+    fn client_side_applied(&self, live: &Value, api_version: &str) -> Option<FieldSet> {
+        let text = live
+            .pointer("/metadata/annotations")?
+            .get(LAST_APPLIED_CONFIG_ANNOTATION)?
+            .as_str()
+            .filter(|t| !t.is_empty())?;
+        let last: Value = serde_json::from_str(text).ok()?;
+        if last.get("apiVersion").and_then(Value::as_str) != Some(api_version) {
+            return None;
+        }
+        let root = self.schema.root();
+        let differ = compare(Some(&last), Some(live), root);
+        let set = to_field_set(&last, root);
+        Some(
+            set.difference(&differ.modified)
+                .difference(&differ.added)
+                .difference(&differ.removed),
+        )
+    }
+
+    /// SMD's `Updater.Apply`: merge, record the applied set, prune what the applier no
+    /// longer applies, then take changed fields from the other managers (or list them as
+    /// conflicts).
+    fn merge_apply(
+        &self,
+        live: &Value,
+        config: &Value,
+        mut managed: Managed,
+        id: &ManagerId,
+        owner: &FieldOwner,
+        force: bool,
+    ) -> std::result::Result<(Value, Managed), Vec<(ManagerId, Path)>> {
+        let root = self.schema.root();
+        let mut object = merge(Some(live), config, root);
+        let applied = to_field_set(config, root);
+        let previous = managed.remove(id);
+        let keep = managed
+            .values()
+            .fold(applied.union(&strip_set()), |k, e| k.union(&e.set));
+        if let Some(last) = &previous {
+            remove_unkept(&mut object, &last.set, &keep, root);
+        }
+        let entry = Entry {
+            set: applied,
+            api_version: owner.api_version.clone(),
+            time: previous.and_then(|p| p.time),
+        };
+        let changes = compare(Some(live), Some(&object), root);
+        let changed = changes.added.union(&changes.modified);
+        let mut conflicts = Vec::new();
+        for (other, e) in managed.iter_mut() {
+            let contested = e.set.intersection(&changed);
+            conflicts.extend(contested.paths().into_iter().map(|p| (other.clone(), p)));
+            e.set = e.set.difference(&contested).difference(&changes.removed);
+        }
+        if !force && !conflicts.is_empty() {
+            return Err(conflicts);
+        }
+        managed.insert(id.clone(), entry);
+        managed.retain(|_, e| !e.set.is_empty());
+        Ok((object, managed))
+    }
+}
+
+fn into_conflicts(conflicts: Vec<(ManagerId, Path)>) -> ApplyConflicts {
+    let list = conflicts
+        .into_iter()
+        .map(|(id, path)| Conflict {
+            manager: id.printed(),
+            path,
+        })
+        .collect();
+    ApplyConflicts::new(list)
+}
+
+/// kube refuses an apply that carries `managedFields` or is in another version.
+fn check_config(config: &Value, api_version: &str) -> Result<()> {
+    if !config.is_object() {
+        return Err(Error::bad_request("apply patch must be an object"));
+    }
+    if managed_fields(config).is_some_and(|m| !m.is_null()) {
+        return Err(Error::bad_request("metadata.managedFields must be nil"));
+    }
+    let sent = config
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if sent != api_version {
+        return Err(Error::bad_request(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {sent}, expected: {api_version}"
+        )));
+    }
+    Ok(())
+}
+
+/// kube's `lastAppliedUpdater`: when `kubectl` applies an object that carries the
+/// client-side annotation, the annotation becomes this configuration (without itself), so
+/// a later client-side apply sees what was applied last.
+fn update_last_applied(object: &mut Value, config: &Value) {
+    let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let present = annotations
+        .get(LAST_APPLIED_CONFIG_ANNOTATION)
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.is_empty());
+    if !present {
+        return;
+    }
+    let mut config = config.clone();
+    if let Some(own) = config
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        own.remove(LAST_APPLIED_CONFIG_ANNOTATION);
+    }
+    // Go's encoder ends the document with a newline, and kubectl's annotation has it too.
+    let text = format!("{config}\n");
+    annotations.insert(LAST_APPLIED_CONFIG_ANNOTATION.to_owned(), text.into());
+}
+
+fn managed_fields(object: &Value) -> Option<&Value> {
+    object.get("metadata")?.get("managedFields")
+}
+
+fn take_managed_fields(object: &mut Value) -> Option<Value> {
+    object
+        .get_mut("metadata")?
+        .as_object_mut()?
+        .remove("managedFields")
+}
+
+fn without_managed_fields(object: &Value) -> Value {
+    let mut object = object.clone();
+    take_managed_fields(&mut object);
+    object
+}
+
+fn set_managed_fields(object: &mut Value, managed: &Managed) {
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match managed::encode(managed) {
+        Some(list) => meta.insert("managedFields".into(), list),
+        None => meta.remove("managedFields"),
+    };
+}
+
+/// The manager of a write that names none: the `User-Agent` up to its first `/`, without
+/// unprintable characters, cut to [`FIELD_MANAGER_MAX_LENGTH`] bytes (kube's
+/// `prefixFromUserAgent`).
+///
+/// ```
+/// use apiserver::registry::fieldmanager::manager_from_user_agent;
+/// assert_eq!(manager_from_user_agent("kubectl/v1.33.0 (linux/amd64) kubernetes/abc"), "kubectl");
+/// ```
+pub fn manager_from_user_agent(user_agent: &str) -> String {
+    let prefix = user_agent.split('/').next().unwrap_or_default();
+    let mut out = String::new();
+    for c in prefix.chars().filter(|c| is_printable(*c)) {
+        if out.len() + c.len_utf8() > FIELD_MANAGER_MAX_LENGTH {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Go's `unicode.IsPrint`: graphic characters and the ASCII space.
+fn is_printable(c: char) -> bool {
+    c == ' ' || !(c.is_control() || c.is_whitespace())
+}
+
+#[cfg(test)]
+mod tests;
