@@ -68,6 +68,10 @@ pub struct FieldOwner {
     pub subresource: Option<String>,
     /// The write's time, RFC 3339 in UTC to the second (`2024-05-01T10:00:00Z`).
     pub time: String,
+    /// Fields the strategy resets on this path (kube's `GetResetFields`: `status` on the
+    /// main resource, everything else on `status`), which no entry records and no apply
+    /// conflicts on.
+    pub reset_fields: FieldSet,
 }
 
 impl FieldOwner {
@@ -78,7 +82,14 @@ impl FieldOwner {
             api_version: api_version.to_owned(),
             subresource: None,
             time: time.to_owned(),
+            reset_fields: FieldSet::new(),
         }
+    }
+
+    /// The same write, with the fields its strategy resets.
+    pub fn reset_fields(mut self, fields: FieldSet) -> Self {
+        self.reset_fields = fields;
+        self
     }
 
     /// The same write through a subresource (`status`, `scale`).
@@ -296,7 +307,7 @@ impl FieldManager {
     ) -> std::result::Result<(Value, Managed), Vec<(ManagerId, Path)>> {
         let root = self.schema.root();
         let mut object = merge(Some(live), config, root);
-        let applied = to_field_set(config, root);
+        let applied = to_field_set(config, root).recursive_difference(&owner.reset_fields);
         let previous = managed.remove(id);
         let keep = managed
             .values()
@@ -309,7 +320,7 @@ impl FieldManager {
             api_version: owner.api_version.clone(),
             time: previous.and_then(|p| p.time),
         };
-        let changes = compare(Some(live), Some(&object), root);
+        let changes = compare(Some(live), Some(&object), root).without(&owner.reset_fields);
         let changed = changes.added.union(&changes.modified);
         let mut conflicts = Vec::new();
         for (other, e) in managed.iter_mut() {

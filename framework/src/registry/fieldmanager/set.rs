@@ -126,6 +126,25 @@ impl FieldSet {
         FieldSet { members, children }
     }
 
+    /// Paths in this set that neither are in `other` nor lie below one of its paths (SMD's
+    /// `RecursiveDifference`): how fields a strategy resets are kept out of every entry.
+    pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
+        let members = self.members.difference(&other.members).cloned().collect();
+        let children = self
+            .children
+            .iter()
+            .filter(|(e, _)| !other.members.contains(e))
+            .filter_map(|(e, mine)| {
+                let left = match other.children.get(e) {
+                    Some(theirs) => mine.recursive_difference(theirs),
+                    None => mine.clone(),
+                };
+                (!left.is_empty()).then(|| (e.clone(), left))
+            })
+            .collect();
+        FieldSet { members, children }
+    }
+
     /// Every path, in order.
     pub fn paths(&self) -> Vec<Path> {
         let mut out = Vec::new();
@@ -280,6 +299,12 @@ mod tests {
             r#"{"f:a":{},"f:b":{"f:d":{}}}"#
         );
         assert!(a.difference(&a).is_empty());
+        let b_only = FieldSet::from_fields_v1_str(r#"{"f:b":{}}"#).unwrap();
+        assert_eq!(a.difference(&b_only), a);
+        assert_eq!(
+            a.recursive_difference(&b_only).to_fields_v1_string(),
+            r#"{"f:a":{}}"#
+        );
         assert_eq!(a.len(), 3);
     }
 

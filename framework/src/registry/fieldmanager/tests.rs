@@ -592,3 +592,67 @@ fn manager_names_from_user_agents() {
     );
     assert_eq!(manager_from_user_agent(&"é".repeat(100)).len(), 128);
 }
+
+/// The nginx Deployment of kube's documentation, applied with `kubectl apply
+/// --server-side`: kube-apiserver records exactly these fields for manager `kubectl`.
+#[test]
+fn a_deployment_applied_by_kubectl_owns_what_kube_records() {
+    let fm = FieldManager::for_type::<k8s_openapi::api::apps::v1::Deployment>();
+    let config = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "nginx-deployment", "labels": {"app": "nginx"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "nginx"}},
+                 "template": {"metadata": {"labels": {"app": "nginx"}},
+                              "spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2",
+                                                       "ports": [{"containerPort": 80}]}]}}}});
+    assert_eq!(
+        fm.field_set(&config).to_fields_v1_string(),
+        r#"{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:replicas":{},"f:selector":{},"f:template":{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"nginx\"}":{".":{},"f:image":{},"f:name":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}}}}}}}"#
+    );
+}
+
+#[test]
+fn object_meta_lists_and_maps_are_built_in() {
+    let fm = fm();
+    let uid = |u: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": u, "uid": u});
+    let mut a = flunder(json!({}));
+    a["metadata"]["finalizers"] = json!(["a.example.com/f"]);
+    a["metadata"]["ownerReferences"] = json!([uid("1")]);
+    a["metadata"]["labels"] = json!({"x": "1"});
+    let live = fm.apply(None, &a, &owner("a", 1), false).unwrap();
+    assert_eq!(
+        entries(&live)[0].2,
+        r#"{"f:metadata":{"f:finalizers":{"v:\"a.example.com/f\"":{}},"f:labels":{"f:x":{}},"f:ownerReferences":{"k:{\"uid\":\"1\"}":{".":{},"f:apiVersion":{},"f:kind":{},"f:name":{},"f:uid":{}}}}}"#
+    );
+    let mut b = flunder(json!({}));
+    b["metadata"]["finalizers"] = json!(["b.example.com/f"]);
+    b["metadata"]["ownerReferences"] = json!([uid("2")]);
+    b["metadata"]["labels"] = json!({"y": "2"});
+    let live = fm.apply(Some(&live), &b, &owner("b", 2), false).unwrap();
+    assert_eq!(
+        live["metadata"]["finalizers"],
+        json!(["a.example.com/f", "b.example.com/f"])
+    );
+    assert_eq!(
+        live["metadata"]["ownerReferences"],
+        json!([uid("1"), uid("2")])
+    );
+    assert_eq!(live["metadata"]["labels"], json!({"x": "1", "y": "2"}));
+    assert_eq!(live["metadata"]["name"], "f");
+}
+
+#[test]
+fn reset_fields_are_never_owned_nor_contested() {
+    let fm = fm();
+    let status = FieldSet::from_fields_v1_str(r#"{"f:status":{}}"#).unwrap();
+    let mut config = flunder(json!({"reference": "x"}));
+    config["status"] = json!({"phase": "Ready"});
+    let live = fm
+        .apply(
+            None,
+            &config,
+            &owner("a", 1).reset_fields(status.clone()),
+            false,
+        )
+        .unwrap();
+    assert_eq!(entries(&live)[0].2, r#"{"f:spec":{"f:reference":{}}}"#);
+}

@@ -10,14 +10,16 @@ use super::path::PathElement;
 use super::set::FieldSet;
 use crate::registry::patch::schema::{At, ListType};
 
-/// The path element naming item `index` of a list: by its key members (a list map), by its
-/// value (a set) or by its position (an item without keys).
-fn item_element(list_type: &ListType, index: usize, item: &Value) -> PathElement {
+/// The path element naming item `index` of a list: by its key members (a list map; a key
+/// the item omits takes its schema default, as SMD does), by its value (a set) or by its
+/// position (an item without keys).
+fn item_element(list_type: &ListType, items: At<'_>, index: usize, item: &Value) -> PathElement {
     match (list_type, item) {
         (ListType::Map(keys), Value::Object(obj)) => {
+            let value_of = |k: &String| obj.get(k).or_else(|| items.field(k).default_value());
             let fields: Vec<(String, Value)> = keys
                 .iter()
-                .filter_map(|k| Some((k.clone(), obj.get(k)?.clone())))
+                .filter_map(|k| Some((k.clone(), value_of(k)?.clone())))
                 .collect();
             if fields.is_empty() {
                 PathElement::Index(index)
@@ -39,11 +41,15 @@ fn granular_list(at: At<'_>) -> Option<ListType> {
 }
 
 /// The list's items by path element, the first of duplicates winning, in list order.
-fn index_items<'v>(list_type: &ListType, items: &'v [Value]) -> Vec<(PathElement, &'v Value)> {
+fn index_items<'v>(
+    list_type: &ListType,
+    at: At<'_>,
+    items: &'v [Value],
+) -> Vec<(PathElement, &'v Value)> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let element = item_element(list_type, i, item);
+        let element = item_element(list_type, at, i, item);
         if seen.insert(element.clone()) {
             out.push((element, item));
         }
@@ -73,7 +79,7 @@ fn walk_set(value: &Value, at: At<'_>, path: &mut Vec<PathElement>, out: &mut Fi
         }
         Value::Array(items) => match granular_list(at) {
             Some(list_type) => {
-                for (element, item) in index_items(&list_type, items) {
+                for (element, item) in index_items(&list_type, at.items(), items) {
                     path.push(element);
                     walk_set(item, at.items(), path, out);
                     out.insert(path);
@@ -95,6 +101,20 @@ pub(crate) struct Comparison {
     pub modified: FieldSet,
     /// Present only in the old value.
     pub removed: FieldSet,
+}
+
+impl Comparison {
+    /// The comparison without the fields in or below `ignored` (SMD's `FilterFields`).
+    pub(crate) fn without(self, ignored: &FieldSet) -> Comparison {
+        if ignored.is_empty() {
+            return self;
+        }
+        Comparison {
+            added: self.added.recursive_difference(ignored),
+            modified: self.modified.recursive_difference(ignored),
+            removed: self.removed.recursive_difference(ignored),
+        }
+    }
 }
 
 /// Compares `old` with `new` under the schema at `at`.
@@ -163,8 +183,8 @@ fn compare_lists(
     out: &mut Comparison,
 ) {
     let list_type = at.list_type();
-    let old_items = index_items(&list_type, list_items(old));
-    let new_items = index_items(&list_type, list_items(new));
+    let old_items = index_items(&list_type, at.items(), list_items(old));
+    let new_items = index_items(&list_type, at.items(), list_items(new));
     let new_by: BTreeMap<&PathElement, &Value> = new_items.iter().map(|(e, v)| (e, *v)).collect();
     let old_by: BTreeMap<&PathElement, &Value> = old_items.iter().map(|(e, v)| (e, *v)).collect();
     for (element, item) in &old_items {
@@ -218,8 +238,8 @@ fn merge_lists(
     list_type: &ListType,
     items: At<'_>,
 ) -> Vec<Value> {
-    let l = index_items(list_type, live);
-    let r = index_items(list_type, config);
+    let l = index_items(list_type, items, live);
+    let r = index_items(list_type, items, config);
     let l_by: BTreeMap<&PathElement, &Value> = l.iter().map(|(e, v)| (e, *v)).collect();
     let r_by: BTreeMap<&PathElement, &Value> = r.iter().map(|(e, v)| (e, *v)).collect();
     let mut shared = r.iter().map(|(e, _)| e).filter(|e| l_by.contains_key(e));
@@ -297,7 +317,7 @@ pub(crate) fn remove_unkept(value: &mut Value, remove: &FieldSet, keep: &FieldSe
             let elements: Vec<PathElement> = items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| item_element(&list_type, i, item))
+                .map(|(i, item)| item_element(&list_type, at.items(), i, item))
                 .collect();
             let mut out = Vec::with_capacity(items.len());
             for (element, mut item) in elements.into_iter().zip(std::mem::take(items)) {

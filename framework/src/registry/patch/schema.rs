@@ -39,6 +39,8 @@ struct Node {
     /// `x-kubernetes-map-type` (or `x-kubernetes-struct-type`): `Some(true)` for `atomic`,
     /// `Some(false)` for `granular`.
     map_atomic: Option<bool>,
+    /// The schema's `default`: apply fills a list-map key an item omits with it.
+    default: Option<Value>,
 }
 
 /// How server-side apply merges and tracks a list.
@@ -222,6 +224,11 @@ impl<'s> At<'s> {
         self.find(|n| n.map_atomic).unwrap_or(false)
     }
 
+    /// The schema's `default` for this value.
+    pub(crate) fn default_value(self) -> Option<&'s Value> {
+        self.find(|n| n.default.as_ref())
+    }
+
     /// Whether `key` is a declared field (`properties`) rather than a key of a map or of
     /// free-form data: apply owns a map's keys themselves, a struct's fields only through
     /// their values.
@@ -268,6 +275,7 @@ impl<'a> Compiler<'a> {
             free_form: is_free_form(obj),
             list_map_keys: list_map_keys_of(obj),
             map_atomic: map_atomic_of(obj),
+            default: obj.get("default").cloned(),
             ..Node::default()
         };
         if let Some(target) = obj.get("$ref").and_then(Value::as_str) {
@@ -372,11 +380,24 @@ impl<'a> Compiler<'a> {
     }
 
     /// Strategies of Kubernetes types users embed (through k8s-openapi) that their schemas
-    /// lack: ObjectMeta anywhere (pod templates), and the pod lists `kubectl patch` users
-    /// expect to merge.
+    /// lack: ObjectMeta anywhere (pod templates), the pod lists `kubectl patch` users
+    /// expect to merge, and what kube's OpenAPI adds for apply (atomic label selectors,
+    /// container ports keyed by port and protocol, `TCP` by default).
     fn add_known_type_strategies(&mut self, node: NodeId, name: &str) {
         if name.ends_with("ObjectMeta") {
             self.add_object_meta_strategies(node);
+        }
+        if name == "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector" {
+            self.nodes[node].map_atomic = Some(true);
+        }
+        if name == "io.k8s.api.core.v1.ContainerPort" {
+            let existing = self.nodes[node].properties.get("protocol").copied();
+            let id = self.new_node(Node {
+                default: Some(Value::from("TCP")),
+                bases: existing.into_iter().collect(),
+                ..Node::default()
+            });
+            self.nodes[node].properties.insert("protocol".into(), id);
         }
         for (type_name, field, key) in KNOWN_MERGE_LISTS {
             if name == *type_name {
@@ -387,6 +408,10 @@ impl<'a> Compiler<'a> {
                         key: Some((*key).into()),
                     },
                 );
+            }
+            if name == *type_name && *field == "ports" {
+                let wrapper = self.nodes[node].properties[*field];
+                self.nodes[wrapper].list_map_keys = vec![(*key).into(), "protocol".into()];
             }
         }
     }
