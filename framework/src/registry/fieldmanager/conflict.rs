@@ -18,7 +18,7 @@ pub struct Conflict {
     pub path: Path,
 }
 
-/// Every conflict of one apply, by manager then path.
+/// Every conflict of one apply, by manager, each manager's in SMD's path order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApplyConflicts {
     conflicts: Vec<Conflict>,
@@ -26,11 +26,12 @@ pub struct ApplyConflicts {
 
 impl ApplyConflicts {
     pub(crate) fn new(mut conflicts: Vec<Conflict>) -> Self {
-        conflicts.sort();
+        // Stable: each manager's paths keep the order they came in.
+        conflicts.sort_by(|a, b| a.manager.cmp(&b.manager));
         Self { conflicts }
     }
 
-    /// The conflicts, by manager then path.
+    /// The conflicts, by manager.
     pub fn conflicts(&self) -> &[Conflict] {
         &self.conflicts
     }
@@ -122,7 +123,7 @@ mod tests {
         let conflicts = ApplyConflicts::new(vec![
             Conflict {
                 manager: r#""b""#.into(),
-                path: path(&["spec", "y"]),
+                path: path(&["spec", "x"]),
             },
             Conflict {
                 manager: r#""a" with subresource "status" using v1"#.into(),
@@ -130,7 +131,7 @@ mod tests {
             },
             Conflict {
                 manager: r#""b""#.into(),
-                path: path(&["spec", "x"]),
+                path: path(&["spec", "y"]),
             },
         ]);
         assert_eq!(

@@ -145,7 +145,8 @@ impl FieldSet {
         FieldSet { members, children }
     }
 
-    /// Every path, in order.
+    /// Every path, in SMD's order (`Set.Iterate`): a node's members, then the paths
+    /// through its children; kube lists conflicts in this order.
     pub fn paths(&self) -> Vec<Path> {
         let mut out = Vec::new();
         self.collect_paths(&mut Vec::new(), &mut out);
@@ -153,17 +154,14 @@ impl FieldSet {
     }
 
     fn collect_paths(&self, prefix: &mut Vec<PathElement>, out: &mut Vec<Path>) {
-        // Members and children in one order, a member before the paths below it.
-        let mut elements: BTreeSet<&PathElement> = self.members.iter().collect();
-        elements.extend(self.children.keys());
-        for e in elements {
-            prefix.push(e.clone());
-            if self.members.contains(e) {
-                out.push(Path(prefix.clone()));
-            }
-            if let Some(child) = self.children.get(e) {
-                child.collect_paths(prefix, out);
-            }
+        for member in &self.members {
+            prefix.push(member.clone());
+            out.push(Path(prefix.clone()));
+            prefix.pop();
+        }
+        for (element, child) in &self.children {
+            prefix.push(element.clone());
+            child.collect_paths(prefix, out);
             prefix.pop();
         }
     }
@@ -299,6 +297,13 @@ mod tests {
             r#"{"f:a":{},"f:b":{"f:d":{}}}"#
         );
         assert!(a.difference(&a).is_empty());
+        let printed: Vec<String> = a
+            .union(&b)
+            .paths()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(printed, [".a", ".b", ".e", ".b.c", ".b.d"]);
         let b_only = FieldSet::from_fields_v1_str(r#"{"f:b":{}}"#).unwrap();
         assert_eq!(a.difference(&b_only), a);
         assert_eq!(

@@ -656,3 +656,46 @@ fn reset_fields_are_never_owned_nor_contested() {
         .unwrap();
     assert_eq!(entries(&live)[0].2, r#"{"f:spec":{"f:reference":{}}}"#);
 }
+
+/// kubectl ≥ 1.26 migrates before its first server-side apply (`csaupgrade`): a JSON patch
+/// that replaces `managedFields`, merging `kubectl-client-side-apply`'s entry into an
+/// `Apply` entry of `kubectl`. The server only has to take valid entries as sent.
+#[test]
+fn kubectls_own_migration_patch_is_taken_as_sent() {
+    let fm = fm();
+    let mut live = flunder(json!({"reference": "x", "replicas": 1}));
+    fm.update(None, &mut live, &owner("kubectl-client-side-apply", 1));
+    let csa = live["metadata"]["managedFields"][0].clone();
+    let mut migrated = live.clone();
+    let mut entry = csa.clone();
+    entry["manager"] = json!("kubectl");
+    entry["operation"] = json!("Apply");
+    migrated["metadata"]["managedFields"] = json!([entry]);
+    fm.update(Some(&live), &mut migrated, &owner("kubectl", 2));
+    assert_eq!(
+        entries(&migrated),
+        [(
+            "kubectl".into(),
+            "Apply".into(),
+            r#"{"f:spec":{".":{},"f:reference":{},"f:replicas":{}}}"#.into()
+        )]
+    );
+    // Now kubectl applies without conflicts and drops what it no longer applies.
+    let applied = fm
+        .apply(
+            Some(&migrated),
+            &flunder(json!({"reference": "y"})),
+            &owner("kubectl", 3),
+            false,
+        )
+        .unwrap();
+    assert_eq!(applied["spec"], json!({"reference": "y"}));
+    assert_eq!(
+        entries(&applied),
+        [(
+            "kubectl".into(),
+            "Apply".into(),
+            r#"{"f:spec":{"f:reference":{}}}"#.into()
+        )]
+    );
+}
