@@ -34,6 +34,9 @@ mod managed;
 mod path;
 mod set;
 mod typed;
+mod versions;
+
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -43,9 +46,11 @@ use crate::registry::patch::PatchSchema;
 pub use conflict::{ApplyConflicts, Conflict};
 pub use path::{Path, PathElement};
 pub use set::FieldSet;
+pub use versions::VersionConverter;
 
 use managed::{Entry, Managed, ManagerId, Operation};
 use typed::{compare, merge, remove_unkept, to_field_set};
+use versions::Changes;
 
 /// The annotation client-side `kubectl apply` keeps its last configuration in.
 pub const LAST_APPLIED_CONFIG_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -128,15 +133,35 @@ fn strip_set() -> FieldSet {
 }
 
 /// Field management for one resource type.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct FieldManager {
     schema: PatchSchema,
+    converter: Option<Arc<dyn VersionConverter>>,
+}
+
+impl std::fmt::Debug for FieldManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FieldManager")
+            .field("schema", &self.schema)
+            .field("converter", &self.converter.is_some())
+            .finish()
+    }
 }
 
 impl FieldManager {
     /// Field management by this schema (the type's [`PatchSchema`]).
     pub fn new(schema: PatchSchema) -> Self {
-        Self { schema }
+        Self {
+            schema,
+            converter: None,
+        }
+    }
+
+    /// Compares the fields of managers that wrote through other versions in their version,
+    /// converted by `converter` (its schema is taken to be this one's).
+    pub fn with_converter(mut self, converter: Arc<dyn VersionConverter>) -> Self {
+        self.converter = Some(converter);
+        self
     }
 
     /// Field management by `T`'s JSON schema.
@@ -165,12 +190,12 @@ impl FieldManager {
         let live = live
             .map(without_managed_fields)
             .unwrap_or(Value::Object(Map::new()));
-        let changes = compare(Some(&live), Some(new), self.schema.root());
-        let changed = changes.added.union(&changes.modified);
-        for entry in managed.values_mut() {
-            entry.set = entry.set.difference(&changed).difference(&changes.removed);
-        }
-        managed.retain(|_, e| !e.set.is_empty());
+        let root = self.schema.root();
+        let (reset, version) = (&owner.reset_fields, owner.api_version.as_str());
+        let mut changes = Changes::new(&live, new, root, self.converter.as_ref(), reset, version);
+        changes.take_from(&mut managed, None);
+        let own = changes.own();
+        let changed = own.added.union(&own.modified);
         let mine = changed.difference(&strip_set());
         if !mine.is_empty() {
             let id = owner.id(Operation::Update);
@@ -306,34 +331,88 @@ impl FieldManager {
         force: bool,
     ) -> std::result::Result<(Value, Managed), Vec<(ManagerId, Path)>> {
         let root = self.schema.root();
-        let mut object = merge(Some(live), config, root);
+        let merged = merge(Some(live), config, root);
         let applied = to_field_set(config, root).recursive_difference(&owner.reset_fields);
         let previous = managed.remove(id);
-        let keep = managed
-            .values()
-            .fold(applied.union(&strip_set()), |k, e| k.union(&e.set));
-        if let Some(last) = &previous {
-            remove_unkept(&mut object, &last.set, &keep, root);
-        }
+        let object = match &previous {
+            Some(last) => self.prune(merged, last, &managed, &applied, owner),
+            None => merged,
+        };
         let entry = Entry {
             set: applied,
             api_version: owner.api_version.clone(),
             time: previous.and_then(|p| p.time),
         };
-        let changes = compare(Some(live), Some(&object), root).without(&owner.reset_fields);
-        let changed = changes.added.union(&changes.modified);
-        let mut conflicts = Vec::new();
-        for (other, e) in managed.iter_mut() {
-            let contested = e.set.intersection(&changed);
-            conflicts.extend(contested.paths().into_iter().map(|p| (other.clone(), p)));
-            e.set = e.set.difference(&contested).difference(&changes.removed);
-        }
+        let (reset, version) = (&owner.reset_fields, owner.api_version.as_str());
+        let mut changes =
+            Changes::new(live, &object, root, self.converter.as_ref(), reset, version);
+        let conflicts = changes.take_from(&mut managed, None);
         if !force && !conflicts.is_empty() {
             return Err(conflicts);
         }
         managed.insert(id.clone(), entry);
         managed.retain(|_, e| !e.set.is_empty());
         Ok((object, managed))
+    }
+}
+
+impl FieldManager {
+    /// SMD's `prune`: removes from `merged` what the applier applied last time (`last`)
+    /// and no longer applies, unless a manager (or the new configuration) keeps it. The
+    /// removal happens in `last`'s version; then, version by version, what the managers
+    /// of that version keep is put back (`addBackOwnedItems`).
+    fn prune(
+        &self,
+        merged: Value,
+        last: &Entry,
+        others: &Managed,
+        applied: &FieldSet,
+        owner: &FieldOwner,
+    ) -> Value {
+        let root = self.schema.root();
+        let own = owner.api_version.as_str();
+        let keep_at = |version: &str| {
+            let same = |v: &str| self.converter.is_none() || v == version;
+            let keep = if same(own) {
+                strip_set().union(applied)
+            } else {
+                strip_set()
+            };
+            others
+                .values()
+                .filter(|e| same(&e.api_version))
+                .fold(keep, |k, e| k.union(&e.set))
+        };
+        let Some(converter) = &self.converter else {
+            let mut object = merged;
+            remove_unkept(&mut object, &last.set, &keep_at(own), root);
+            return object;
+        };
+        let pruned = converter
+            .convert(&merged, &last.api_version)
+            .and_then(|mut in_last| {
+                remove_unkept(&mut in_last, &last.set, &keep_at(&last.api_version), root);
+                converter.convert(&in_last, own)
+            });
+        let Some(mut pruned) = pruned else {
+            return merged;
+        };
+        let mut versions: Vec<&str> = others.values().map(|e| e.api_version.as_str()).collect();
+        versions.push(own);
+        versions.sort_unstable();
+        versions.dedup();
+        for version in versions {
+            let back = converter.convert(&merged, version).and_then(|mut all| {
+                let still = to_field_set(&converter.convert(&pruned, version)?, root);
+                let removed = to_field_set(&all, root).difference(&still);
+                remove_unkept(&mut all, &removed, &keep_at(version).union(&still), root);
+                converter.convert(&all, own)
+            });
+            if let Some(back) = back {
+                pruned = back;
+            }
+        }
+        pruned
     }
 }
 

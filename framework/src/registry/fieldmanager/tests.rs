@@ -699,3 +699,73 @@ fn kubectls_own_migration_patch_is_taken_as_sent() {
         )]
     );
 }
+
+/// v1alpha1 calls the field `reference`, v1beta1 `ref`: each manager's fields are compared
+/// and pruned in the version it applied through.
+#[test]
+fn managers_of_other_versions_are_compared_in_theirs() {
+    const V2: &str = "wardle.example.com/v1beta1";
+    let rename = |object: &Value, to: &str| -> Option<Value> {
+        let mut out = object.clone();
+        if object.get("apiVersion").is_some() {
+            out["apiVersion"] = json!(to);
+        }
+        let spec = out.get_mut("spec").and_then(Value::as_object_mut);
+        if let Some(spec) = spec {
+            let (from, into) = if to == V1 {
+                ("ref", "reference")
+            } else {
+                ("reference", "ref")
+            };
+            if let Some(v) = spec.remove(from) {
+                spec.insert(into.into(), v);
+            }
+        }
+        Some(out)
+    };
+    let fm = fm().with_converter(Arc::new(rename));
+    let beta = |m: &str, s: u32| FieldOwner::new(m, V2, &format!("2024-05-01T10:00:{s:02}Z"));
+    let live = fm
+        .apply(
+            None,
+            &flunder(json!({"reference": "x", "replicas": 1})),
+            &owner("alpha", 1),
+            false,
+        )
+        .unwrap();
+    let mut config = flunder(json!({"ref": "y"}));
+    config["apiVersion"] = json!(V2);
+    let as_beta = rename(&live, V2).unwrap();
+    let e = fm
+        .apply(Some(&as_beta), &config, &beta("beta", 2), false)
+        .unwrap_err();
+    // The conflict names the field as its manager knows it.
+    assert_eq!(
+        e.message(),
+        r#"Apply failed with 1 conflict: conflict with "alpha": .spec.reference"#
+    );
+    let forced = fm
+        .apply(Some(&as_beta), &config, &beta("beta", 2), true)
+        .unwrap();
+    assert_eq!(forced["spec"], json!({"ref": "y", "replicas": 1}));
+    assert_eq!(entries(&forced)[0].2, r#"{"f:spec":{"f:replicas":{}}}"#);
+    // alpha stops applying replicas: removed, although the object now comes in v1beta1.
+    let back = rename(&forced, V1).unwrap();
+    let done = fm
+        .apply(Some(&back), &flunder(json!({})), &owner("alpha", 3), false)
+        .unwrap();
+    assert_eq!(done["spec"], json!({"reference": "y"}));
+}
+
+#[test]
+fn update_skips_reset_fields() {
+    let fm = fm();
+    let status = FieldSet::from_fields_v1_str(r#"{"f:status":{}}"#).unwrap();
+    let mut new = flunder(json!({"reference": "x"}));
+    new["status"] = json!({"phase": "Ready"});
+    fm.update(None, &mut new, &owner("a", 1).reset_fields(status));
+    assert_eq!(
+        entries(&new)[0].2,
+        r#"{"f:spec":{".":{},"f:reference":{}}}"#
+    );
+}
