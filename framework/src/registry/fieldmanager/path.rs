@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn orders_as_smd() {
-        let mut elements = vec![
+        let mut elements = [
             PathElement::Index(0),
             PathElement::Value(json!("a")),
             PathElement::Value(json!(1)),
