@@ -769,3 +769,43 @@ fn update_skips_reset_fields() {
         r#"{"f:spec":{".":{},"f:reference":{}}}"#
     );
 }
+
+/// A Rust type declares its fields' apply semantics with the same `schemars` attributes
+/// strategic merge patch reads.
+#[test]
+fn rust_types_declare_apply_semantics_with_schemars() {
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Port {
+        port: u16,
+        protocol: String,
+    }
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Selector {
+        app: String,
+    }
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Spec {
+        #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["port", "protocol"]))]
+        ports: Vec<Port>,
+        #[schemars(extend("x-kubernetes-patch-strategy" = "merge"))]
+        tags: Vec<String>,
+        #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+        selector: Option<Selector>,
+        plain: Vec<String>,
+    }
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Thing {
+        spec: Spec,
+    }
+    let fm = FieldManager::for_type::<Thing>();
+    let object = json!({"spec": {"ports": [{"port": 80, "protocol": "TCP"}], "tags": ["a"],
+                                 "selector": {"app": "x"}, "plain": ["p"]}});
+    assert_eq!(
+        fm.field_set(&object).to_fields_v1_string(),
+        r#"{"f:spec":{"f:plain":{},"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{},"f:protocol":{}}},"f:selector":{},"f:tags":{"v:\"a\"":{}}}}"#
+    );
+}
