@@ -231,6 +231,9 @@ impl FieldManager {
     /// merged object with its `managedFields`, or 409 with every conflict. `force` takes
     /// contested fields from their managers.
     ///
+    /// The configuration must be of `owner`'s version and of `live`'s kind, and carry no
+    /// `managedFields` (400 otherwise, in kube's words).
+    ///
     /// Like kube, an apply by `kubectl` onto an object `kubectl apply` last wrote
     /// client-side (with the `last-applied-configuration` annotation) does not conflict on
     /// the fields that annotation set and the object still holds, and keeps the annotation
@@ -242,7 +245,8 @@ impl FieldManager {
         owner: &FieldOwner,
         force: bool,
     ) -> Result<Value> {
-        check_config(config, &owner.api_version)?;
+        let kind = live.and_then(|l| l.get("kind")).and_then(Value::as_str);
+        check_config(config, &owner.api_version, kind)?;
         let managed = managed::decode(live.and_then(managed_fields))
             .map_err(|e| Error::internal(format!("failed to decode managed fields: {e}")))?;
         let live = live
@@ -427,22 +431,23 @@ fn into_conflicts(conflicts: Vec<(ManagerId, Path)>) -> ApplyConflicts {
     ApplyConflicts::new(list)
 }
 
-/// kube refuses an apply that carries `managedFields` or is in another version.
-fn check_config(config: &Value, api_version: &str) -> Result<()> {
+/// kube refuses an apply of another kind or version (its `versionCheckManager`, which
+/// runs first) or that carries `managedFields`.
+fn check_config(config: &Value, api_version: &str, kind: Option<&str>) -> Result<()> {
     if !config.is_object() {
         return Err(Error::bad_request("apply patch must be an object"));
     }
+    let text = |k: &str| config.get(k).and_then(Value::as_str).unwrap_or_default();
+    let (sent_version, sent_kind) = (text("apiVersion"), text("kind"));
+    if sent_version != api_version || kind.is_some_and(|k| k != sent_kind) || sent_kind.is_empty() {
+        // Go prints a GroupVersionKind as `group/version, Kind=kind`.
+        let (group, version) = sent_version.rsplit_once('/').unwrap_or(("", sent_version));
+        return Err(Error::bad_request(format!(
+            "invalid object type: {group}/{version}, Kind={sent_kind}"
+        )));
+    }
     if managed_fields(config).is_some_and(|m| !m.is_null()) {
         return Err(Error::bad_request("metadata.managedFields must be nil"));
-    }
-    let sent = config
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if sent != api_version {
-        return Err(Error::bad_request(format!(
-            "Incorrect version specified in apply patch. Specified patch version: {sent}, expected: {api_version}"
-        )));
     }
     Ok(())
 }

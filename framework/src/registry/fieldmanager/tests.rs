@@ -501,9 +501,29 @@ fn apply_refuses_managed_fields_and_other_versions() {
         .apply(None, &config, &owner("a", 1), false)
         .unwrap_err();
     assert_eq!(
-        e.message(),
-        format!("Incorrect version specified in apply patch. Specified patch version: wardle.example.com/v1beta1, expected: {V1}")
+        (e.code(), e.message()),
+        (
+            400,
+            "invalid object type: wardle.example.com/v1beta1, Kind=Flunder"
+        )
     );
+    let live = fm()
+        .apply(None, &flunder(json!({})), &owner("a", 1), false)
+        .unwrap();
+    let mut other_kind = flunder(json!({}));
+    other_kind["kind"] = json!("Fischer");
+    let e = fm()
+        .apply(Some(&live), &other_kind, &owner("a", 1), false)
+        .unwrap_err();
+    assert_eq!(
+        e.message(),
+        "invalid object type: wardle.example.com/v1alpha1, Kind=Fischer"
+    );
+    let no_kind = json!({"apiVersion": "v1"});
+    let e = fm()
+        .apply(None, &no_kind, &FieldOwner::new("a", "v1", "t"), false)
+        .unwrap_err();
+    assert_eq!(e.message(), "invalid object type: /v1, Kind=");
 }
 
 #[test]
