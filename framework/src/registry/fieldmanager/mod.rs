@@ -28,6 +28,16 @@
 //! assert_eq!(refused.message(),
 //!            "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.reference");
 //! ```
+//!
+//! Where kube-apiserver calls its field manager, and so where a store calls this one:
+//! - create: `update(None, new)` on the decoded object, before admission and the strategy;
+//! - update and patch: `update(Some(live), new)` inside the retry loop, on the object after
+//!   the patch and before the strategy's `prepare_for_update` (so a retry recomputes it);
+//! - apply: `apply(live, config)` as the patch step (`None` when it creates), then the same
+//!   path as a patch; `force` from the request, the manager from `fieldManager` (required
+//!   for apply) or [`manager_from_user_agent`] for other verbs;
+//! - subresources: the owner's [`FieldOwner::subresource`], and the fields the strategy
+//!   resets as [`FieldOwner::reset_fields`].
 
 mod conflict;
 mod managed;
@@ -135,7 +145,7 @@ fn strip_set() -> FieldSet {
 /// Field management for one resource type.
 #[derive(Clone, Default)]
 pub struct FieldManager {
-    schema: PatchSchema,
+    schema: Arc<PatchSchema>,
     converter: Option<Arc<dyn VersionConverter>>,
 }
 
@@ -149,10 +159,11 @@ impl std::fmt::Debug for FieldManager {
 }
 
 impl FieldManager {
-    /// Field management by this schema (the type's [`PatchSchema`]).
-    pub fn new(schema: PatchSchema) -> Self {
+    /// Field management by this schema (the type's [`PatchSchema`], shared with patch:
+    /// `RestStorage::patch_schema` will do).
+    pub fn new(schema: impl Into<Arc<PatchSchema>>) -> Self {
         Self {
-            schema,
+            schema: schema.into(),
             converter: None,
         }
     }
