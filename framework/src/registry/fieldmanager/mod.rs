@@ -271,7 +271,9 @@ impl FieldManager {
             };
         if let Some(entry) = managed.get_mut(&id) {
             entry.set = entry.set.difference(&strip_set());
-            if object != live || entry.time.is_none() {
+            // As kube: the time moves only when the object changed (a first apply that
+            // changes nothing has none).
+            if object != live {
                 entry.time = Some(owner.time.clone());
             }
         }

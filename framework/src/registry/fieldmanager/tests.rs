@@ -124,6 +124,10 @@ fn two_managers_conflict_then_force() {
         )
         .unwrap();
     assert_eq!(entries(&shared).len(), 2);
+    // kube moves an applier's time only when the object changes.
+    let list = shared["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(list[0]["manager"], "kube-rs");
+    assert!(list[0].get("time").is_none());
     // Another value: a conflict with the owner, as kube words it.
     let other = flunder(json!({"reference": "y", "replicas": 1}));
     let e = fm

@@ -226,6 +226,9 @@ pub(crate) fn merge(live: Option<&Value>, config: &Value, at: At<'_>) -> Value {
             Some(list_type) => Value::Array(merge_lists(l, c, &list_type, at.items())),
             None => config.clone(),
         },
+        // SMD reads a null granular map or list as an empty one: the live one stays.
+        (Some(v @ Value::Object(_)), Value::Null) if !at.map_is_atomic() => v.clone(),
+        (Some(v @ Value::Array(_)), Value::Null) if granular_list(at).is_some() => v.clone(),
         _ => config.clone(),
     }
 }
@@ -452,6 +455,17 @@ mod tests {
                 "selector": {"app": "y"},
                 "data": {"k": "v", "l": "w"}
             }})
+        );
+    }
+
+    #[test]
+    fn a_null_granular_map_or_list_keeps_the_live_one() {
+        let live = json!({"spec": {"data": {"k": "v"}, "tags": ["a"], "replicas": 1}});
+        let config = json!({"spec": {"data": null, "tags": null, "replicas": null}});
+        let merged = merge(Some(&live), &config, schema().root());
+        assert_eq!(
+            merged,
+            json!({"spec": {"data": {"k": "v"}, "tags": ["a"], "replicas": null}})
         );
     }
 
