@@ -42,6 +42,7 @@
 mod conflict;
 mod managed;
 mod path;
+mod scale;
 mod set;
 mod typed;
 mod versions;
@@ -55,6 +56,7 @@ use crate::registry::patch::PatchSchema;
 
 pub use conflict::{ApplyConflicts, Conflict};
 pub use path::{Path, PathElement};
+pub use scale::ScaleHandler;
 pub use set::FieldSet;
 pub use versions::VersionConverter;
 
