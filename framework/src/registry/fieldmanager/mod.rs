@@ -85,9 +85,9 @@ pub struct FieldOwner {
     pub subresource: Option<String>,
     /// The write's time, RFC 3339 in UTC to the second (`2024-05-01T10:00:00Z`).
     pub time: String,
-    /// Fields the strategy resets on this path (kube's `GetResetFields`: `status` on the
-    /// main resource, everything else on `status`), which no entry records and no apply
-    /// conflicts on.
+    /// Fields the strategy resets on this path, which no entry records and no apply
+    /// conflicts on (kube's `GetResetFields`; for a custom resource `status` on the main
+    /// resource and `spec` on `status`).
     pub reset_fields: FieldSet,
 }
 
