@@ -718,6 +718,76 @@ mod tests {
     }
 
     #[test]
+    fn one_declaration_gives_apply_its_list_and_map_types() {
+        let schema = PatchSchema::from_json_schema(&json!({
+            "properties": {
+                "byKey": {"x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"},
+                "twoKeys": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"]},
+                "set": {"x-kubernetes-list-type": "set"},
+                "mergedScalars": {"x-kubernetes-patch-strategy": "merge"},
+                "atomic": {"x-kubernetes-list-type": "atomic"},
+                "plain": {"type": "array"},
+                "atomicMap": {"type": "object", "x-kubernetes-map-type": "atomic"},
+                "atomicStruct": {"type": "object", "x-kubernetes-struct-type": "atomic",
+                                 "properties": {"a": {"type": "string", "default": "x"}}},
+                "granular": {"type": "object", "x-kubernetes-map-type": "granular"}
+            }
+        }));
+        let at = |f: &str| schema.root().field(f);
+        let keys = |k: &[&str]| ListType::Map(k.iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(at("byKey").list_type(), keys(&["name"]));
+        assert_eq!(at("twoKeys").list_type(), keys(&["port", "protocol"]));
+        // Strategic merge patch keeps using the first key.
+        assert_eq!(strategy_at(&schema, &["twoKeys"]), merge_by("port"));
+        assert_eq!(at("set").list_type(), ListType::Set);
+        assert_eq!(at("mergedScalars").list_type(), ListType::Set);
+        assert_eq!(at("atomic").list_type(), ListType::Atomic);
+        assert_eq!(at("plain").list_type(), ListType::Atomic);
+        assert!(at("atomicMap").map_is_atomic());
+        assert!(at("atomicStruct").map_is_atomic());
+        assert!(!at("granular").map_is_atomic());
+        assert!(!at("plain").map_is_atomic());
+        assert!(at("atomicStruct").declares("a"));
+        assert!(!at("atomicStruct").declares("b"));
+        assert_eq!(
+            at("atomicStruct").field("a").default_value(),
+            Some(&json!("x"))
+        );
+    }
+
+    #[test]
+    fn object_meta_gives_apply_its_list_types() {
+        for schema in [
+            PatchSchema::empty(),
+            PatchSchema::for_type::<k8s_openapi::api::core::v1::PodTemplateSpec>(),
+        ] {
+            let meta = schema.root().field("metadata");
+            assert_eq!(meta.field("finalizers").list_type(), ListType::Set);
+            assert_eq!(
+                meta.field("ownerReferences").list_type(),
+                ListType::Map(vec!["uid".into()])
+            );
+            assert!(!meta.field("labels").map_is_atomic());
+            assert!(!meta.field("labels").declares("app"));
+        }
+        let pod = PatchSchema::for_type::<k8s_openapi::api::core::v1::PodTemplateSpec>();
+        let ports = pod
+            .root()
+            .field("spec")
+            .field("containers")
+            .items()
+            .field("ports");
+        assert_eq!(
+            ports.list_type(),
+            ListType::Map(vec!["containerPort".into(), "protocol".into()])
+        );
+        assert_eq!(
+            ports.items().field("protocol").default_value(),
+            Some(&json!("TCP"))
+        );
+    }
+
+    #[test]
     fn tells_data_keys_from_directives() {
         let schema = PatchSchema::from_json_schema(&json!({
             "properties": {
