@@ -9,13 +9,33 @@ use super::path::Path;
 use crate::error::Error;
 
 /// One field an apply would take from another manager.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
-    /// The other manager as kube prints it: `"kubectl"`, `"ctl" with subresource
-    /// "status"`, and ` using <apiVersion>` for an `Update` entry.
+    /// The other manager's name.
     pub manager: String,
+    /// Its entry's operation: `Apply` or `Update`.
+    pub operation: String,
+    /// The version an `Update` entry is in (an applier's entry is one for all versions).
+    pub api_version: Option<String>,
+    /// The subresource it wrote through.
+    pub subresource: Option<String>,
     /// The contested field.
     pub path: Path,
+}
+
+impl Conflict {
+    /// The manager as kube prints it (`printManager`): `"kubectl"`, then ` with
+    /// subresource "status"` and, for an `Update` entry, ` using <apiVersion>`.
+    pub fn manager_description(&self) -> String {
+        let mut out = format!("{:?}", self.manager);
+        if let Some(sub) = &self.subresource {
+            out.push_str(&format!(" with subresource {sub:?}"));
+        }
+        if let Some(version) = &self.api_version {
+            out.push_str(&format!(" using {version}"));
+        }
+        out
+    }
 }
 
 /// Every conflict of one apply, by manager, each manager's in SMD's path order.
@@ -27,7 +47,7 @@ pub struct ApplyConflicts {
 impl ApplyConflicts {
     pub(crate) fn new(mut conflicts: Vec<Conflict>) -> Self {
         // Stable: each manager's paths keep the order they came in.
-        conflicts.sort_by(|a, b| a.manager.cmp(&b.manager));
+        conflicts.sort_by_cached_key(Conflict::manager_description);
         Self { conflicts }
     }
 
@@ -41,12 +61,14 @@ impl ApplyConflicts {
         if let [only] = self.conflicts.as_slice() {
             return format!(
                 "Apply failed with 1 conflict: conflict with {}: {}",
-                only.manager, only.path
+                only.manager_description(),
+                only.path
             );
         }
-        let mut by_manager: BTreeMap<&str, Vec<&Path>> = BTreeMap::new();
+        let mut by_manager: BTreeMap<String, Vec<&Path>> = BTreeMap::new();
         for c in &self.conflicts {
-            by_manager.entry(&c.manager).or_default().push(&c.path);
+            let manager = c.manager_description();
+            by_manager.entry(manager).or_default().push(&c.path);
         }
         let mut lines = Vec::new();
         for (manager, paths) in by_manager {
@@ -67,7 +89,7 @@ impl ApplyConflicts {
             .iter()
             .map(|c| StatusCause {
                 reason: "FieldManagerConflict".into(),
-                message: format!("conflict with {}", c.manager),
+                message: format!("conflict with {}", c.manager_description()),
                 field: c.path.to_string(),
             })
             .collect();
@@ -87,21 +109,33 @@ mod tests {
     use crate::registry::fieldmanager::path::PathElement;
     use serde_json::json;
 
-    fn path(fields: &[&str]) -> Path {
-        Path(
-            fields
-                .iter()
-                .map(|f| PathElement::Field((*f).into()))
-                .collect(),
-        )
+    fn conflict(
+        manager: &str,
+        version: Option<&str>,
+        sub: Option<&str>,
+        path: &[&str],
+    ) -> Conflict {
+        Conflict {
+            manager: manager.into(),
+            operation: if version.is_some() { "Update" } else { "Apply" }.into(),
+            api_version: version.map(str::to_owned),
+            subresource: sub.map(str::to_owned),
+            path: Path(
+                path.iter()
+                    .map(|f| PathElement::Field((*f).into()))
+                    .collect(),
+            ),
+        }
     }
 
     #[test]
     fn one_conflict_as_kube_words_it() {
-        let conflicts = ApplyConflicts::new(vec![Conflict {
-            manager: r#""kubectl" using wardle.example.com/v1alpha1"#.into(),
-            path: path(&["spec", "reference"]),
-        }]);
+        let conflicts = ApplyConflicts::new(vec![conflict(
+            "kubectl",
+            Some("wardle.example.com/v1alpha1"),
+            None,
+            &["spec", "reference"],
+        )]);
         let e = conflicts.to_error();
         assert_eq!(e.code(), 409);
         assert_eq!(e.reason(), "Conflict");
@@ -121,18 +155,9 @@ mod tests {
     #[test]
     fn several_conflicts_grouped_by_manager() {
         let conflicts = ApplyConflicts::new(vec![
-            Conflict {
-                manager: r#""b""#.into(),
-                path: path(&["spec", "x"]),
-            },
-            Conflict {
-                manager: r#""a" with subresource "status" using v1"#.into(),
-                path: path(&["status", "x"]),
-            },
-            Conflict {
-                manager: r#""b""#.into(),
-                path: path(&["spec", "y"]),
-            },
+            conflict("b", None, None, &["spec", "x"]),
+            conflict("a", Some("v1"), Some("status"), &["status", "x"]),
+            conflict("b", None, None, &["spec", "y"]),
         ]);
         assert_eq!(
             conflicts.message(),

@@ -15,7 +15,7 @@ pub(crate) enum Operation {
 }
 
 impl Operation {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Apply => "Apply",
             Self::Update => "Update",
@@ -75,18 +75,6 @@ impl ManagerId {
             .filter_map(|k| Some(format!("{}:{}", json!(k), out.get(*k)?)))
             .collect();
         format!("{{{}}}", members.join(","))
-    }
-
-    /// How kube names this manager in a conflict (`printManager`).
-    pub(crate) fn printed(&self) -> String {
-        let mut out = format!("{:?}", self.manager);
-        if let Some(sub) = &self.subresource {
-            out.push_str(&format!(" with subresource {sub:?}"));
-        }
-        if let Some(version) = &self.api_version {
-            out.push_str(&format!(" using {version}"));
-        }
-        out
     }
 }
 
@@ -316,16 +304,11 @@ mod tests {
             id.identifier(),
             r#"{"manager":"kubectl","operation":"Update","apiVersion":"v1","subresource":"status"}"#
         );
-        assert_eq!(
-            id.printed(),
-            r#""kubectl" with subresource "status" using v1"#
-        );
         let apply = ManagerId::new("kubectl", Operation::Apply, "v1", None);
         assert_eq!(
             apply.identifier(),
             r#"{"manager":"kubectl","operation":"Apply"}"#
         );
-        assert_eq!(apply.printed(), r#""kubectl""#);
     }
 
     #[test]

@@ -439,7 +439,10 @@ fn into_conflicts(conflicts: Vec<(ManagerId, Path)>) -> ApplyConflicts {
     let list = conflicts
         .into_iter()
         .map(|(id, path)| Conflict {
-            manager: id.printed(),
+            manager: id.manager,
+            operation: id.operation.as_str().to_owned(),
+            api_version: id.api_version,
+            subresource: id.subresource,
             path,
         })
         .collect();
