@@ -214,6 +214,16 @@ impl Error {
         Self::new(422, "Invalid", message).with_details(details)
     }
 
+    /// 409 `Conflict` of a server-side apply, as kube's `NewApplyConflict`: details carry
+    /// only the causes (one `FieldManagerConflict` per contested field).
+    pub fn apply_conflict(message: impl Into<String>, causes: Vec<StatusCause>) -> Self {
+        let details = StatusDetails {
+            causes,
+            ..empty_details()
+        };
+        Self::new(409, "Conflict", message).with_details(details)
+    }
+
     /// 400 `BadRequest`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

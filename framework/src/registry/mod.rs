@@ -3,6 +3,7 @@
 pub mod computed;
 pub mod context;
 pub mod converted;
+pub mod fieldmanager;
 pub mod group;
 pub mod options;
 pub mod patch;

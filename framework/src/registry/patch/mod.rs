@@ -4,7 +4,7 @@
 
 pub mod json;
 pub mod merge;
-mod schema;
+pub(crate) mod schema;
 pub mod strategic;
 
 use serde_json::Value;

@@ -33,6 +33,25 @@ struct Node {
     bases: Vec<NodeId>,
     /// Any member may appear (`true`, `{}`, a bare `type: object`, preserve-unknown-fields).
     free_form: bool,
+    /// Every key of `x-kubernetes-list-map-keys`, for server-side apply (`strategy` keeps
+    /// the first, which is all strategic merge patch uses).
+    list_map_keys: Vec<String>,
+    /// `x-kubernetes-map-type` (or `x-kubernetes-struct-type`): `Some(true)` for `atomic`,
+    /// `Some(false)` for `granular`.
+    map_atomic: Option<bool>,
+    /// The schema's `default`: apply fills a list-map key an item omits with it.
+    default: Option<Value>,
+}
+
+/// How server-side apply merges and tracks a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ListType {
+    /// Replaced as a whole and owned as one field (the default).
+    Atomic,
+    /// Items are scalars, each owned on its own (`v:` path elements).
+    Set,
+    /// Items are objects identified by these members (`k:` path elements).
+    Map(Vec<String>),
 }
 
 /// Deepest chain of `bases` a lookup follows; real schemas need two or three, and the limit
@@ -184,6 +203,40 @@ impl<'s> At<'s> {
         self.find(|n| n.strategy.as_ref())
     }
 
+    /// The list semantics server-side apply uses: one declaration serves both it and
+    /// strategic merge patch (a patch strategy `merge` with a merge key is a list map keyed
+    /// by it, as kube's OpenAPI states for built-in types).
+    pub(crate) fn list_type(self) -> ListType {
+        let declared = self.find(|n| n.strategy.as_ref().map(|s| (s, &n.list_map_keys)));
+        match declared {
+            Some((Strategy::Merge { key: Some(key) }, keys)) if keys.is_empty() => {
+                ListType::Map(vec![key.clone()])
+            }
+            Some((Strategy::Merge { key: Some(_) }, keys)) => ListType::Map(keys.clone()),
+            Some((Strategy::Merge { key: None }, _)) => ListType::Set,
+            _ => ListType::Atomic,
+        }
+    }
+
+    /// Whether this map or struct is replaced and owned as a whole
+    /// (`x-kubernetes-map-type: atomic`); maps are granular by default.
+    pub(crate) fn map_is_atomic(self) -> bool {
+        self.find(|n| n.map_atomic).unwrap_or(false)
+    }
+
+    /// The schema's `default` for this value.
+    pub(crate) fn default_value(self) -> Option<&'s Value> {
+        self.find(|n| n.default.as_ref())
+    }
+
+    /// Whether `key` is a declared field (`properties`) rather than a key of a map or of
+    /// free-form data: apply owns a map's keys themselves, a struct's fields only through
+    /// their values.
+    pub(crate) fn declares(self, key: &str) -> bool {
+        self.find(|n| n.properties.contains_key(key).then_some(()))
+            .is_some()
+    }
+
     /// Whether `key` may be a member here, for telling a `$`-key that is data (a field named
     /// `$ref`, a map key) from an unknown patch directive.
     pub(crate) fn allows_key(self, key: &str) -> bool {
@@ -220,6 +273,9 @@ impl<'a> Compiler<'a> {
         let mut node = Node {
             strategy: strategy_of(obj),
             free_form: is_free_form(obj),
+            list_map_keys: list_map_keys_of(obj),
+            map_atomic: map_atomic_of(obj),
+            default: obj.get("default").cloned(),
             ..Node::default()
         };
         if let Some(target) = obj.get("$ref").and_then(Value::as_str) {
@@ -324,11 +380,24 @@ impl<'a> Compiler<'a> {
     }
 
     /// Strategies of Kubernetes types users embed (through k8s-openapi) that their schemas
-    /// lack: ObjectMeta anywhere (pod templates), and the pod lists `kubectl patch` users
-    /// expect to merge.
+    /// lack: ObjectMeta anywhere (pod templates), the pod lists `kubectl patch` users
+    /// expect to merge, and what kube's OpenAPI adds for apply (atomic label selectors,
+    /// container ports keyed by port and protocol, `TCP` by default).
     fn add_known_type_strategies(&mut self, node: NodeId, name: &str) {
         if name.ends_with("ObjectMeta") {
             self.add_object_meta_strategies(node);
+        }
+        if name == "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector" {
+            self.nodes[node].map_atomic = Some(true);
+        }
+        if name == "io.k8s.api.core.v1.ContainerPort" {
+            let existing = self.nodes[node].properties.get("protocol").copied();
+            let id = self.new_node(Node {
+                default: Some(Value::from("TCP")),
+                bases: existing.into_iter().collect(),
+                ..Node::default()
+            });
+            self.nodes[node].properties.insert("protocol".into(), id);
         }
         for (type_name, field, key) in KNOWN_MERGE_LISTS {
             if name == *type_name {
@@ -339,6 +408,10 @@ impl<'a> Compiler<'a> {
                         key: Some((*key).into()),
                     },
                 );
+            }
+            if name == *type_name && *field == "ports" {
+                let wrapper = self.nodes[node].properties[*field];
+                self.nodes[wrapper].list_map_keys = vec![(*key).into(), "protocol".into()];
             }
         }
     }
@@ -412,6 +485,30 @@ fn strategy_of(obj: &Map<String, Value>) -> Option<Strategy> {
         }
         "set" => Some(Strategy::Merge { key: None }),
         "atomic" => Some(Strategy::Replace),
+        _ => None,
+    }
+}
+
+/// Every key named by `x-kubernetes-list-map-keys`.
+fn list_map_keys_of(obj: &Map<String, Value>) -> Vec<String> {
+    let keys = obj
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array);
+    keys.into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `x-kubernetes-map-type` (or the struct form kube's OpenAPI also writes).
+fn map_atomic_of(obj: &Map<String, Value>) -> Option<bool> {
+    let declared = ["x-kubernetes-map-type", "x-kubernetes-struct-type"]
+        .iter()
+        .find_map(|k| obj.get(*k).and_then(Value::as_str))?;
+    match declared {
+        "atomic" => Some(true),
+        "granular" => Some(false),
         _ => None,
     }
 }
@@ -618,6 +715,76 @@ mod tests {
             merge_by("uid")
         );
         assert_eq!(strategy_at(&schema, &["spec", "tolerations"]), None);
+    }
+
+    #[test]
+    fn one_declaration_gives_apply_its_list_and_map_types() {
+        let schema = PatchSchema::from_json_schema(&json!({
+            "properties": {
+                "byKey": {"x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"},
+                "twoKeys": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"]},
+                "set": {"x-kubernetes-list-type": "set"},
+                "mergedScalars": {"x-kubernetes-patch-strategy": "merge"},
+                "atomic": {"x-kubernetes-list-type": "atomic"},
+                "plain": {"type": "array"},
+                "atomicMap": {"type": "object", "x-kubernetes-map-type": "atomic"},
+                "atomicStruct": {"type": "object", "x-kubernetes-struct-type": "atomic",
+                                 "properties": {"a": {"type": "string", "default": "x"}}},
+                "granular": {"type": "object", "x-kubernetes-map-type": "granular"}
+            }
+        }));
+        let at = |f: &str| schema.root().field(f);
+        let keys = |k: &[&str]| ListType::Map(k.iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(at("byKey").list_type(), keys(&["name"]));
+        assert_eq!(at("twoKeys").list_type(), keys(&["port", "protocol"]));
+        // Strategic merge patch keeps using the first key.
+        assert_eq!(strategy_at(&schema, &["twoKeys"]), merge_by("port"));
+        assert_eq!(at("set").list_type(), ListType::Set);
+        assert_eq!(at("mergedScalars").list_type(), ListType::Set);
+        assert_eq!(at("atomic").list_type(), ListType::Atomic);
+        assert_eq!(at("plain").list_type(), ListType::Atomic);
+        assert!(at("atomicMap").map_is_atomic());
+        assert!(at("atomicStruct").map_is_atomic());
+        assert!(!at("granular").map_is_atomic());
+        assert!(!at("plain").map_is_atomic());
+        assert!(at("atomicStruct").declares("a"));
+        assert!(!at("atomicStruct").declares("b"));
+        assert_eq!(
+            at("atomicStruct").field("a").default_value(),
+            Some(&json!("x"))
+        );
+    }
+
+    #[test]
+    fn object_meta_gives_apply_its_list_types() {
+        for schema in [
+            PatchSchema::empty(),
+            PatchSchema::for_type::<k8s_openapi::api::core::v1::PodTemplateSpec>(),
+        ] {
+            let meta = schema.root().field("metadata");
+            assert_eq!(meta.field("finalizers").list_type(), ListType::Set);
+            assert_eq!(
+                meta.field("ownerReferences").list_type(),
+                ListType::Map(vec!["uid".into()])
+            );
+            assert!(!meta.field("labels").map_is_atomic());
+            assert!(!meta.field("labels").declares("app"));
+        }
+        let pod = PatchSchema::for_type::<k8s_openapi::api::core::v1::PodTemplateSpec>();
+        let ports = pod
+            .root()
+            .field("spec")
+            .field("containers")
+            .items()
+            .field("ports");
+        assert_eq!(
+            ports.list_type(),
+            ListType::Map(vec!["containerPort".into(), "protocol".into()])
+        );
+        assert_eq!(
+            ports.items().field("protocol").default_value(),
+            Some(&json!("TCP"))
+        );
     }
 
     #[test]
