@@ -19,8 +19,11 @@ use crate::registry::store::ContinueToken;
 use crate::runtime::jsonpath::JsonPath;
 use crate::storage::KeyValue;
 
+/// A target: its name, as `cargo fuzz` knows it, and its function.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// Every target, by the name `cargo fuzz` knows it.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[Target] = &[
     ("body_json", body_json),
     ("body_yaml", body_yaml),
     ("stored_object", stored_object),

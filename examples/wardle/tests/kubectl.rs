@@ -14,6 +14,7 @@ backend_tests! {
         cascading_delete_and_replace,
         both_versions_with_kubectl,
         ban_flunder_refuses_disallowed_names,
+        server_side_apply_through_both_versions,
     ],
     // A restart finds the objects again only on a persistent backend.
     persistent: [survives_restart_and_watch_resumes],
@@ -89,6 +90,88 @@ async fn ban_flunder_refuses_disallowed_names(backend: Backend) {
     ok(server.kubectl(&["create", "-f", &fine]));
     ok(server.kubectl(&["delete", "fischer", "strict"]));
     ok(server.kubectl(&["create", "-f", &banned]));
+    server.stop().await;
+}
+
+/// Server-side apply by two managers through two versions: each manager's entry records its
+/// version, and a field set through v1alpha1 (`reference`) is the same field through
+/// v1beta1 (`flunderReference`): a conflict, named in the other manager's version as kube
+/// names it, taken with `--force-conflicts`.
+async fn server_side_apply_through_both_versions(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let alpha = "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: f\n  namespace: default\nspec:\n  reference: a\n  referenceType: Flunder\n";
+    let out = ok(server.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &write(dir.path(), "a.yaml", alpha),
+    ]));
+    assert!(out.contains("serverside-applied"), "{out}");
+    let beta = "apiVersion: wardle.example.com/v1beta1\nkind: Flunder\nmetadata:\n  name: f\n  namespace: default\nspec:\n  flunderReference: b\n  referenceType: Flunder\n";
+    let beta = write(dir.path(), "b.yaml", beta);
+    let refused = server.kubectl(&[
+        "apply",
+        "--server-side",
+        "--field-manager=beta",
+        "-f",
+        &beta,
+    ]);
+    assert!(!refused.success, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("conflict with \"kubectl\": .spec.reference"),
+        "{}",
+        refused.stderr
+    );
+    ok(server.kubectl(&[
+        "apply",
+        "--server-side",
+        "--field-manager=beta",
+        "--force-conflicts",
+        "-f",
+        &beta,
+    ]));
+    let reference = ok(server.kubectl(&[
+        "get",
+        "flunders.v1alpha1.wardle.example.com",
+        "f",
+        "-o",
+        "jsonpath={.spec.reference}",
+    ]));
+    assert_eq!(reference, "b");
+    let json = ok(server.kubectl(&[
+        "get",
+        "flunders.v1alpha1.wardle.example.com",
+        "f",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]));
+    let object: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let entries = object["metadata"]["managedFields"].as_array().unwrap();
+    let entry = |manager: &str| {
+        entries
+            .iter()
+            .find(|e| e["manager"] == manager)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(entry("beta")["apiVersion"], "wardle.example.com/v1beta1");
+    assert!(entry("beta")["fieldsV1"]["f:spec"]
+        .get("f:flunderReference")
+        .is_some());
+    assert_eq!(
+        entry("kubectl")["apiVersion"],
+        "wardle.example.com/v1alpha1"
+    );
+    assert!(
+        entry("kubectl")["fieldsV1"]["f:spec"]
+            .get("f:reference")
+            .is_none(),
+        "{json}"
+    );
     server.stop().await;
 }
 

@@ -223,6 +223,16 @@ impl Query {
 
     /// Options of create, update and patch (422 `Invalid` as `ValidateCreateOptions` & co.).
     pub fn write_options(&self) -> Result<WriteOptions> {
+        self.write_options_of(false).map(|(options, _)| options)
+    }
+
+    /// The options of a server-side apply (a PATCH of `application/apply-patch+yaml`), and
+    /// its `force`: as [`write_options`](Self::write_options), `fieldManager` required.
+    pub fn apply_options(&self) -> Result<(WriteOptions, bool)> {
+        self.write_options_of(true)
+    }
+
+    fn write_options_of(&self, apply: bool) -> Result<(WriteOptions, bool)> {
         let mut errors = Vec::new();
         let field_validation = match self.get("fieldValidation") {
             None | Some("") | Some("Warn") => FieldValidation::Warn,
@@ -240,20 +250,28 @@ impl Query {
         let dry_run = self.dry_run(&mut errors);
         let field_manager = self.get("fieldManager").unwrap_or_default();
         errors.extend(field_manager_errors(field_manager));
-        if self.verb == Verb::Patch && self.get("force").is_some() {
-            // Only server-side apply takes `force`, and this server has none.
+        if apply && field_manager.is_empty() {
+            errors.push(FieldError::required(
+                "fieldManager",
+                "is required for apply patch",
+            ));
+        }
+        if !apply && self.verb == Verb::Patch && self.get("force").is_some() {
+            // Only server-side apply takes `force`.
             errors.push(FieldError::forbidden(
                 "force",
                 "may not be specified for non-apply patch",
             ));
         }
         self.invalid(self.options_kind(), errors)?;
-        Ok(WriteOptions {
+        let options = WriteOptions {
             dry_run,
             field_manager: self.get("fieldManager").map(str::to_string),
             field_validation,
             precondition_uid: None,
-        })
+            force_allow_create: apply,
+        };
+        Ok((options, self.get("force").is_some_and(flag)))
     }
 
     /// `DeleteOptions` from the query; a body, when sent, is merged in by the handler.

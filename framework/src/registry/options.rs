@@ -115,6 +115,9 @@ pub struct WriteOptions {
     /// `metadata.uid`, so that a replace aimed at an earlier incarnation of the name is a 409
     /// `Conflict`. Patches have none.
     pub precondition_uid: Option<String>,
+    /// An update of a missing object creates it, whatever the type allows (kube's
+    /// `forceAllowCreate`): server-side apply's. Only on the main resource.
+    pub force_allow_create: bool,
 }
 
 /// `DeleteOptions`, from the body and the query.

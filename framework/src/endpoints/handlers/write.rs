@@ -11,14 +11,18 @@ use super::{require, Call};
 use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
 use crate::admission::AdmissionContext;
 use crate::endpoints::body::read_limited;
+use crate::endpoints::negotiation::BodyEncoding;
 use crate::endpoints::negotiation::{
     body_encoding, decode_body, decode_object, negotiate, Endpoint, Shape, Target,
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
+use crate::registry::fieldmanager::{
+    manager_from_user_agent, FieldManager, FieldOwner, FieldSet, PathElement, VersionConverter,
+};
 use crate::registry::options::{delete_dry_run, DeleteOptions, FieldValidation, WriteOptions};
 use crate::registry::patch::{apply_patch, PatchError, PatchType};
-use crate::registry::rest::{DeleteOutcome, UpdateFn};
+use crate::registry::rest::{DeleteOutcome, UpdateFn, Updater};
 use crate::runtime::object;
 use crate::runtime::ResourceInfo;
 
@@ -143,6 +147,15 @@ fn write_options_json(kind: &str, options: &WriteOptions) -> Value {
     json
 }
 
+/// The `PatchOptions` of an apply as admission plugins and webhooks see them.
+fn apply_options_json(options: &WriteOptions, force: bool) -> Value {
+    let mut json = write_options_json("PatchOptions", options);
+    if force {
+        json["force"] = json!(true);
+    }
+    json
+}
+
 /// `DeleteOptions` as admission plugins and webhooks see them.
 fn delete_options_json(options: &DeleteOptions) -> Value {
     let mut json = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
@@ -184,7 +197,10 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
     if !call.info.name.is_empty() {
         return Err(Error::method_not_allowed());
     }
-    let object = read_object(&mut call, options.field_validation).await?;
+    let mut object = read_object(&mut call, options.field_validation).await?;
+    if let Some((fields, owner)) = field_manager(&call, &options) {
+        fields.update(None, &mut object, &owner);
+    }
     admit_with(&mut call, write_options_json("CreateOptions", &options));
     let created = creater.create(&call.ctx, object, &options).await?;
     respond_object(&call, StatusCode::CREATED, created)
@@ -198,7 +214,14 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
     options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
     admit_with(&mut call, write_options_json("UpdateOptions", &options));
-    let update: UpdateFn = Arc::new(move |_current| Ok((*object).clone()));
+    let fields = field_manager(&call, &options);
+    let update: UpdateFn = Arc::new(move |current| {
+        let mut new = (*object).clone();
+        if let Some((fields, owner)) = &fields {
+            fields.update(current, &mut new, owner);
+        }
+        Ok(new)
+    });
     let (stored, created) = updater
         .update(&call.ctx, &call.info.name, update, &options)
         .await?;
@@ -221,16 +244,23 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     // The media type is judged before the options, as kube-apiserver does.
     let patch_type = patch_type(content_type(&call))?;
+    if patch_type == PatchType::Apply {
+        return apply(call, updater).await;
+    }
     let options = call.query.write_options()?;
     let body = read_body(&mut call).await?;
     admit_with(&mut call, write_options_json("PatchOptions", &options));
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
     let name = call.info.name.clone();
+    let fields = field_manager(&call, &options);
     let update: UpdateFn = Arc::new(move |current| {
         let current = current.ok_or_else(|| Error::not_found(&info, &name))?;
         let mut patched = apply_patch(patch_type, current, &body, &schema).map_err(Error::from)?;
         check_type(&info, &mut patched)?;
+        if let Some((fields, owner)) = &fields {
+            fields.update(Some(current), &mut patched, owner);
+        }
         Ok(patched)
     });
     let (stored, _) = updater
@@ -239,10 +269,110 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     respond_object(&call, StatusCode::OK, stored)
 }
 
-/// The patch type of a `Content-Type`; 415 for anything else and for server-side apply.
+/// Server-side apply: the body (YAML or JSON) is the manager's configuration, merged into
+/// the object by the schema, with conflicts refused unless `force`; a missing object is
+/// created (201).
+async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
+    let (options, force) = call.query.apply_options()?;
+    let body = read_body(&mut call).await?;
+    let (config, _) = decode_object(&body, BodyEncoding::Yaml)?;
+    admit_with(&mut call, apply_options_json(&options, force));
+    let info = call.resource.storage.info;
+    let Some((fields, owner)) = field_manager(&call, &options) else {
+        return Err(Error::method_not_supported(&info, "apply"));
+    };
+    let update: UpdateFn = Arc::new(move |current| {
+        let mut applied = fields.apply(current, &config, &owner, force)?;
+        check_type(&info, &mut applied)?;
+        Ok(applied)
+    });
+    let (stored, created) = updater
+        .update(&call.ctx, &call.info.name, update, &options)
+        .await?;
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    respond_object(&call, code, stored)
+}
+
+/// The field manager of the resource and who writes (kube's `managerOrUserAgent`: the
+/// `fieldManager` parameter, else the User-Agent's first word), in the request's version,
+/// through its subresource, now; the fields the subresource's strategy resets are never
+/// recorded. `None` for the scale subresource, whose `Scale`s map to the object's fields
+/// in a way not recorded yet.
+fn field_manager(call: &Call, options: &WriteOptions) -> Option<(FieldManager, FieldOwner)> {
+    let subresource = call.info.subresource.as_str();
+    if subresource == "scale" {
+        return None;
+    }
+    let info = &call.resource.storage.info;
+    let manager = options.field_manager.clone().unwrap_or_else(|| {
+        let agent = call.parts.headers.get(header::USER_AGENT);
+        manager_from_user_agent(agent.and_then(|v| v.to_str().ok()).unwrap_or_default())
+    });
+    let owner = FieldOwner::new(&manager, &info.api_version(), &object::now_timestamp())
+        .subresource(subresource)
+        .reset_fields(reset_fields(info, subresource));
+    let mut fields = FieldManager::new(call.resource.storage.patch_schema.clone());
+    if let Some(converter) = version_converter(call) {
+        fields = fields.with_converter(converter);
+    }
+    Some((fields, owner))
+}
+
+/// How the field manager sees an object of this request's version as another version the
+/// resource is served in (through the storage version), to compare the fields of managers
+/// who wrote through other versions: `None` when there is one version.
+fn version_converter(call: &Call) -> Option<Arc<dyn VersionConverter>> {
+    let equivalents = call.resource.equivalents.clone();
+    if equivalents.len() < 2 {
+        return None;
+    }
+    let own = equivalents
+        .iter()
+        .find(|e| e.resource.version == call.info.api_version)?
+        .convertor
+        .clone();
+    let convert = move |object: &Value, api_version: &str| -> Option<Value> {
+        let target = equivalents.iter().find(|e| {
+            let kind = &e.kind;
+            api_version.split_once('/') == Some((kind.group.as_str(), kind.version.as_str()))
+                || (kind.group.is_empty() && api_version == kind.version)
+        })?;
+        let stored = match &own {
+            Some(convertor) => convertor.to_storage(object).ok()?,
+            None => object.clone(),
+        };
+        match &target.convertor {
+            Some(convertor) => convertor.to_served(&stored).ok(),
+            None => Some(stored),
+        }
+    };
+    Some(Arc::new(convert))
+}
+
+/// kube's `GetResetFields` of custom resources: the main resource resets `status` (when
+/// it has a status subresource), `status` resets `spec` and `metadata`.
+fn reset_fields(info: &ResourceInfo, subresource: &str) -> FieldSet {
+    let top = |names: &[&str]| {
+        let mut set = FieldSet::new();
+        for name in names {
+            set.insert(&[PathElement::Field((*name).to_string())]);
+        }
+        set
+    };
+    match subresource {
+        "status" => top(&["spec", "metadata"]),
+        _ if info.status => top(&["status"]),
+        _ => FieldSet::new(),
+    }
+}
+
+/// The patch type of a `Content-Type`; 415 for anything else.
 fn patch_type(content_type: Option<&str>) -> Result<PatchType> {
     match content_type.and_then(PatchType::from_content_type) {
-        Some(PatchType::Apply) => Err(PatchError::ApplyNotSupported.into()),
         Some(t) => Ok(t),
         None => Err(PatchError::UnsupportedMediaType.into()),
     }

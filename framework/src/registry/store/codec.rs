@@ -32,7 +32,9 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
 /// the same order when the stored object's are sorted, as this crate writes them).
 pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
     let fast = splice_resource_version(&kv.value, kv.mod_revision)
-        // Bytes that are not JSON get the same 500 as the decoding path gives them.
+        // Bytes that are not JSON get the same 500 as the decoding path gives them. serde_json
+        // skips strings it ignores without checking their UTF-8, which decoding refuses.
+        .filter(|_| std::str::from_utf8(&kv.value).is_ok())
         .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
     let mut encoded = match fast {
         Some(encoded) => encoded,

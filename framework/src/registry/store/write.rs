@@ -258,7 +258,8 @@ pub(crate) async fn update<T: Strategy>(
         let Some(current) = current else {
             // `update` says first what it thinks of a missing object (a patch: NotFound).
             let new = update(None)?;
-            if target != UpdateTarget::Main || !T::allow_create_on_update() {
+            let allowed = T::allow_create_on_update() || options.force_allow_create;
+            if target != UpdateTarget::Main || !allowed {
                 return Err(Error::not_found(&inner.info, name));
             }
             match create_on_update::<T>(inner, &strategy, Admit::new(inner, ctx), name, new).await?

@@ -111,7 +111,12 @@ fn keep_only_status(new: &mut Value, old: &Value) {
     let rv = metadata(new)
         .and_then(|m| m.get("resourceVersion"))
         .cloned();
+    // What the field manager recorded of this status write (kube keeps it too).
+    let managed = metadata(new).and_then(|m| m.get("managedFields")).cloned();
     *new = old.clone();
+    if let Some(managed) = managed {
+        metadata_mut(new).insert("managedFields".into(), managed);
+    }
     if let Some(map) = new.as_object_mut() {
         match status {
             Some(s) => map.insert("status".into(), s),
