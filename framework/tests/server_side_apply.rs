@@ -20,7 +20,11 @@ use serde_json::{json, Value};
     version = "v1",
     kind = "Gadget",
     namespaced,
-    status = "GadgetStatus"
+    status = "GadgetStatus",
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.replicas"
+    )
 )]
 pub struct Gadget {
     #[serde(default)]
@@ -60,6 +64,8 @@ pub struct Port {
 pub struct GadgetStatus {
     #[serde(default)]
     pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 fn group() -> APIGroup {
@@ -307,6 +313,31 @@ async fn sets_atomic_maps_dry_run_and_every_verb_records_its_manager() {
     );
     assert!(owned.contains_key("creator") && owned.contains_key("a") && owned.contains_key("b"));
 
+    // The scale subresource takes an apply of a Scale; the replicas' owner moves to it.
+    let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                       "metadata": {"name": "g", "namespace": "default"}, "spec": {"replicas": 4}});
+    let scaled = gadgets
+        .patch_scale(
+            "g",
+            &PatchParams::apply("autoscaler").force(),
+            &Patch::Apply(scale),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(4));
+    let object = v(api.get("g").await.unwrap());
+    assert_eq!(object["spec"]["size"], 4);
+    let owned = managers(&object);
+    assert_eq!(
+        owned["autoscaler/scale"].1,
+        json!({"f:spec": {"f:size": {}}}),
+        "{owned:?}"
+    );
+    assert!(
+        owned["creator"].1["f:spec"].get("f:size").is_none(),
+        "{owned:?}"
+    );
+
     // A client may reset managedFields with an empty list.
     let reset = v(api
         .patch(
@@ -387,5 +418,37 @@ async fn kubectl_applies_server_side_diffs_and_forces() {
     assert!(out.contains("serverside-applied"), "{out}");
     let color = ok(server.kubectl(&["get", "gadget", "g", "-o", "jsonpath={.spec.color}"]));
     assert_eq!(color, "green");
+    server.stop().await;
+}
+
+/// An object last written by client-side `kubectl apply` is then applied server-side by the
+/// same user without conflicts, and kubectl stays the only manager of its fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_side_apply_moves_to_server_side_without_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder().group(group()).start().await;
+    let file = dir.path().join("h.yaml");
+    let write = |color: &str| {
+        let yaml = format!("apiVersion: ssa.example.com/v1\nkind: Gadget\nmetadata:\n  name: h\n  namespace: default\nspec:\n  color: {color}\n  tags: [a]\n");
+        std::fs::write(&file, yaml).unwrap();
+        file.display().to_string()
+    };
+    ok(server.kubectl(&["apply", "-f", &write("red")]));
+    ok(server.kubectl(&["apply", "-f", &write("amber")]));
+    let out = ok(server.kubectl(&["apply", "--server-side", "-f", &write("blue")]));
+    assert!(out.contains("serverside-applied"), "{out}");
+    let json = ok(server.kubectl(&["get", "gadget", "h", "-o", "json", "--show-managed-fields"]));
+    let object: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(object["spec"]["color"], "blue");
+    let owned = managers(&object);
+    assert_eq!(owned["kubectl"].0, "Apply");
+    assert!(
+        owned["kubectl"].1["f:spec"].get("f:color").is_some(),
+        "{owned:?}"
+    );
+    let others_own_color = owned
+        .iter()
+        .any(|(m, (_, f))| m != "kubectl" && f["f:spec"].get("f:color").is_some());
+    assert!(!others_own_color, "{owned:?}");
     server.stop().await;
 }

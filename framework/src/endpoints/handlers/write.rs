@@ -300,13 +300,10 @@ async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
 /// The field manager of the resource and who writes (kube's `managerOrUserAgent`: the
 /// `fieldManager` parameter, else the User-Agent's first word), in the request's version,
 /// through its subresource, now; the fields the subresource's strategy resets are never
-/// recorded. `None` for the scale subresource, whose `Scale`s map to the object's fields
-/// in a way not recorded yet.
+/// recorded. The scale subresource's are `Scale`s, whose managers the store translates to
+/// and from the object's.
 fn field_manager(call: &Call, options: &WriteOptions) -> Option<(FieldManager, FieldOwner)> {
     let subresource = call.info.subresource.as_str();
-    if subresource == "scale" {
-        return None;
-    }
     let info = &call.resource.storage.info;
     let manager = options.field_manager.clone().unwrap_or_else(|| {
         let agent = call.parts.headers.get(header::USER_AGENT);
@@ -316,6 +313,9 @@ fn field_manager(call: &Call, options: &WriteOptions) -> Option<(FieldManager, F
         .subresource(subresource)
         .reset_fields(reset_fields(info, subresource));
     let mut fields = FieldManager::new(call.resource.storage.patch_schema.clone());
+    if subresource == "scale" {
+        return Some((fields, owner));
+    }
     if let Some(converter) = version_converter(call) {
         fields = fields.with_converter(converter);
     }

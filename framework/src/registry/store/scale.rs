@@ -11,6 +11,7 @@ use super::admit::AdmissionView;
 use super::{write, Store};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
+use crate::registry::fieldmanager::ScaleHandler;
 use crate::registry::options::{GetOptions, WriteOptions};
 use crate::registry::rest::{Getter, UpdateFn, Updater};
 use crate::registry::strategy::{Strategy, UpdateTarget};
@@ -74,7 +75,12 @@ impl<T: Resource> AdmissionView for ScaleStore<T> {
 impl<T: Resource> Getter for ScaleStore<T> {
     async fn get(&self, ctx: &RequestContext, name: &str, options: &GetOptions) -> Result<Value> {
         let object = self.store.get(ctx, name, options).await?;
-        scale_of(&self.paths, &object)
+        let mut scale = scale_of(&self.paths, &object)?;
+        let managed = object.pointer("/metadata/managedFields");
+        if let Some(managed) = scale_fields(&self.paths, &object).to_subresource(managed) {
+            scale["metadata"]["managedFields"] = managed;
+        }
+        Ok(scale)
     }
 }
 
@@ -98,10 +104,24 @@ impl<T: Strategy> Updater for ScaleStore<T> {
                 // No object: let `update` say what it thinks of that (it may fail first).
                 return update(None);
             };
-            let scale = update(Some(&scale_of(&paths, current)?))?;
+            // The Scale carries the managers of the parent's replicas (kube's scale
+            // handler), so a field manager working on Scales records this write too.
+            let fields = scale_fields(&paths, current);
+            let mut scale = scale_of(&paths, current)?;
+            let parent_managed = current.pointer("/metadata/managedFields");
+            if let Some(managed) = fields.to_subresource(parent_managed) {
+                scale["metadata"]["managedFields"] = managed;
+            }
+            let scale = update(Some(&scale))?;
             let replicas = validated_replicas(&scale, &scale_name)?;
             let mut object = current.clone();
             set_path(&mut object, paths.spec_replicas_path, json!(replicas));
+            let scale_managed = scale.pointer("/metadata/managedFields");
+            let meta = crate::runtime::object::metadata_mut(&mut object);
+            match fields.to_parent(parent_managed, scale_managed) {
+                Some(managed) => meta.insert("managedFields".into(), managed),
+                None => meta.remove("managedFields"),
+            };
             if let Some(rv) = scale
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
@@ -122,6 +142,17 @@ impl<T: Strategy> Updater for ScaleStore<T> {
         .await?;
         Ok((scale_of(&self.paths, &object)?, created))
     }
+}
+
+/// The translation of `managedFields` between `object` and its Scale.
+fn scale_fields(paths: &ScaleInfo, object: &Value) -> ScaleHandler {
+    let replicas: Vec<&str> = paths
+        .spec_replicas_path
+        .trim_start_matches('.')
+        .split('.')
+        .collect();
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    ScaleHandler::new(&replicas, api_version)
 }
 
 /// apiextensions' `scaleFromCustomResource`: replicas missing from the object are 0; the
