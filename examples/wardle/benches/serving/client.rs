@@ -82,6 +82,17 @@ impl Client {
         path: &str,
         body: Option<Bytes>,
     ) -> Result<Response<Incoming>, Error> {
+        self.open_as(method, path, body, "application/json").await
+    }
+
+    /// [`open`](Self::open) with a body of `content_type`.
+    async fn open_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        content_type: &str,
+    ) -> Result<Response<Incoming>, Error> {
         let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
         let mut sender = self.connections[turn].clone();
         let mut request = Request::builder()
@@ -89,7 +100,7 @@ impl Client {
             .uri(format!("{}{path}", self.base))
             .header(http::header::ACCEPT, "application/json");
         if body.is_some() {
-            request = request.header(http::header::CONTENT_TYPE, "application/json");
+            request = request.header(http::header::CONTENT_TYPE, content_type);
         }
         let request = request.body(Full::new(body.unwrap_or_default()))?;
         sender.ready().await?;
@@ -115,6 +126,16 @@ impl Client {
             StatusCode::OK,
             path,
         )
+    }
+
+    /// PATCH of `content_type` that must answer 200; returns the body.
+    pub async fn patch(&self, path: &str, content_type: &str, body: Bytes) -> Result<Bytes, Error> {
+        let response = self
+            .open_as(Method::PATCH, path, Some(body), content_type)
+            .await?;
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        expect((status, body), StatusCode::OK, path)
     }
 
     /// POST that must answer 201; returns the body.

@@ -54,9 +54,32 @@ pub fn serving(settings: &Settings, backend: &Backend, ours: &Ours, ceil: &Ceili
     );
     rows.extend(cpu_rows(ours, ceil));
     rows.extend(fan_out_rows(settings, &ours.fan_out, ""));
+    rows.extend(write_rows(settings, ours));
     rows.extend(conversion_rows(settings, ours));
     rows.extend(memory_rows(&ours.memory, ""));
     rows
+}
+
+/// Merge patches and server-side applies of the same objects, as writes per second, the
+/// apply's as a factor of the patch's.
+fn write_rows(settings: &Settings, ours: &Ours) -> Vec<Row> {
+    let (patches, applies) = &ours.writes;
+    let in_flight = settings.concurrency;
+    let factor = patches.per_second() / applies.per_second();
+    vec![
+        Row::plain(
+            format!("merge patch/s ({in_flight} in flight)"),
+            per_second(patches.per_second()),
+        ),
+        Row::plain(
+            format!("server-side apply/s ({in_flight} in flight)"),
+            per_second(applies.per_second()),
+        )
+        .compared_to(
+            format!("merge patch: {}", per_second(patches.per_second())),
+            factor,
+        ),
+    ]
 }
 
 /// Lists and walks in v1beta1 beside the same in v1alpha1 (the stored version), as a factor

@@ -30,6 +30,9 @@ pub struct Ours {
     pub pages: usize,
     pub fan_out: FanOut,
     pub conversion: Conversion,
+    /// Merge patches, then server-side applies, of the same objects (managedFields kept by
+    /// both).
+    pub writes: (Sample, Sample),
     pub memory: Memory,
 }
 
@@ -68,6 +71,19 @@ pub struct Memory {
 /// both sides of a ratio then meet the same conditions.
 const ROUNDS: usize = 4;
 
+/// Merge patches of every bench object, then server-side applies of them (each forced, by
+/// one manager): what apply costs beside a plain update.
+async fn writes(settings: &Settings, client: &Client) -> Result<(Sample, Sample), Error> {
+    use workload::Write;
+    let objects = 0..settings.objects;
+    let concurrency = settings.concurrency;
+    let patch = (Write::MergePatch, 1);
+    let patches = workload::updates(client, NS, objects.clone(), concurrency, patch).await?;
+    let apply = (Write::Apply, 2);
+    let applies = workload::updates(client, NS, objects, concurrency, apply).await?;
+    Ok((patches, applies))
+}
+
 /// Every figure of one backend with the watch cache at its default, with its ceilings.
 pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ceilings), Error> {
     let dir = tempfile::tempdir()?;
@@ -77,6 +93,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let idle = settle_rss(&client, &wardle).await?;
     let creates = workload::create(&client, NS, 0..settings.objects, settings.concurrency).await?;
     let rss_objects = settle_rss(&client, &wardle).await?;
+    let updates = writes(settings, &client).await?;
     let canned = canned(&client).await?;
     let json_size = workload::mean_item_size(&canned.list)?;
     let pages = canned.pages.len();
@@ -113,6 +130,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     };
     let ours = Ours {
         creates,
+        writes: updates,
         gets: reads.gets,
         lists: reads.lists,
         walks: reads.walks,

@@ -41,6 +41,55 @@ pub fn flunder(namespace: &str, name: &str) -> Bytes {
     Bytes::from(object.to_string())
 }
 
+/// How [`updates`] writes.
+#[derive(Clone, Copy, Debug)]
+pub enum Write {
+    /// A JSON merge patch of `spec.reference`.
+    MergePatch,
+    /// A server-side apply of the whole Flunder by one field manager.
+    Apply,
+}
+
+/// Changes `spec.reference` of Flunders `range` of `namespace` (one write each) with
+/// `concurrency` in flight, as `how` says; `round` makes each run's value new.
+pub async fn updates(
+    client: &Client,
+    namespace: &str,
+    range: Range<usize>,
+    concurrency: usize,
+    (how, round): (Write, usize),
+) -> Result<Sample, Error> {
+    let (client, namespace) = (client.clone(), Arc::<str>::from(namespace));
+    let first = range.start;
+    drive(range.len(), concurrency, move |i| {
+        let (client, namespace) = (client.clone(), namespace.clone());
+        async move {
+            let name = name(first + i);
+            let reference = format!("r-{round}-{i}");
+            let (query, content_type, body) = match how {
+                Write::MergePatch => {
+                    let patch = serde_json::json!({"spec": {"reference": reference}});
+                    ("", "application/merge-patch+json", patch)
+                }
+                Write::Apply => {
+                    let mut object: serde_json::Value =
+                        serde_json::from_slice(&flunder(&namespace, &name))?;
+                    object["spec"]["reference"] = reference.into();
+                    (
+                        "?fieldManager=bench&force=true",
+                        "application/apply-patch+yaml",
+                        object,
+                    )
+                }
+            };
+            let path = format!("{}/{name}{query}", collection(&namespace));
+            let body = Bytes::from(body.to_string());
+            client.patch(&path, content_type, body).await.map(drop)
+        }
+    })
+    .await
+}
+
 /// Creates Flunders `range` in `namespace` with `concurrency` in flight.
 pub async fn create(
     client: &Client,
