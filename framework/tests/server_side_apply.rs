@@ -313,6 +313,35 @@ async fn sets_atomic_maps_dry_run_and_every_verb_records_its_manager() {
     );
     assert!(owned.contains_key("creator") && owned.contains_key("a") && owned.contains_key("b"));
 
+    // A status apply owns only the status; a PUT records its manager's change.
+    let status_config = json!({"apiVersion": "ssa.example.com/v1", "kind": "Gadget",
+                               "metadata": {"name": "g", "namespace": "default"},
+                               "status": {"replicas": 2}});
+    let applied = v(api
+        .patch_status(
+            "g",
+            &PatchParams::apply("ctl"),
+            &Patch::Apply(status_config),
+        )
+        .await
+        .unwrap());
+    assert_eq!(
+        managers(&applied)["ctl/status"],
+        ("Apply".to_string(), json!({"f:status": {"f:replicas": {}}}))
+    );
+    let mut current: Gadget = serde_json::from_value(applied).unwrap();
+    current.spec.color = Some("violet".into());
+    let put = PostParams {
+        field_manager: Some("replacer".into()),
+        ..PostParams::default()
+    };
+    let replaced =
+        serde_json::to_value(gadgets.replace("g", &put, &current).await.unwrap()).unwrap();
+    assert_eq!(
+        managers(&replaced)["replacer"],
+        ("Update".to_string(), json!({"f:spec": {"f:color": {}}}))
+    );
+
     // The scale subresource takes an apply of a Scale; the replicas' owner moves to it.
     let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
                        "metadata": {"name": "g", "namespace": "default"}, "spec": {"replicas": 4}});

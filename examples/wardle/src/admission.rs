@@ -39,19 +39,24 @@ impl AdmissionPlugin for BanFlunder {
         operation == Operation::Create
     }
 
+    fn mutates(&self) -> bool {
+        false
+    }
+
     /// Runs as the object will be stored, so a name made from `generateName` is judged too.
+    /// The fischers are read from their watch cache as they are now, as sample-apiserver
+    /// reads them from an informer (a consistent list when the server runs without one).
     async fn validate(&self, attributes: &Attributes) -> apiserver::Result<()> {
         if !attributes.is::<Flunder>() {
             return Ok(());
         }
-        let Some(flunder) = attributes.object_as::<Flunder>()? else {
-            return Ok(());
+        let fischers = match self.fischers.list_cached(None) {
+            Some(cached) => cached?,
+            None => self.fischers.list(None).await?,
         };
-        let name = flunder.metadata.name.unwrap_or_default();
-        let fischers = self.fischers.list(None).await?;
         let banned = fischers
             .iter()
-            .any(|fischer| fischer.disallowed_flunders.contains(&name));
+            .any(|fischer| fischer.disallowed_flunders.contains(&attributes.name));
         if banned {
             return Err(
                 attributes.forbidden("this name may not be used, please change the resource name")

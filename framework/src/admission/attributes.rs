@@ -169,15 +169,22 @@ pub struct Attributes {
 
 impl Attributes {
     /// The attributes of a write of `info`'s objects under `ctx`, `None` when the request
-    /// carries no admission chain or no plugin handles `operation`.
+    /// carries no admission chain or no plugin handles `operation` (in the mutating step,
+    /// when `mutating`: no plugin that mutates).
     pub(crate) fn of(
         ctx: &RequestContext,
         (resource, kind): (&ResourceInfo, &ResourceInfo),
-        operation: Operation,
+        (operation, mutating): (Operation, bool),
         name: &str,
     ) -> Option<(Admission, Self)> {
         let admission = ctx.admission.as_ref()?;
-        if !admission.chain.handles(operation) {
+        let chain = &admission.chain;
+        let handled = if mutating {
+            chain.mutates(operation)
+        } else {
+            chain.handles(operation)
+        };
+        if !handled {
             return None;
         }
         let attributes = Self {

@@ -65,6 +65,9 @@ pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webh
 ///     fn handles(&self, operation: Operation) -> bool {
 ///         operation == Operation::Create
 ///     }
+///     fn mutates(&self) -> bool {
+///         false
+///     }
 ///     async fn validate(&self, attributes: &Attributes) -> apiserver::Result<()> {
 ///         if attributes.name.starts_with("tmp-") {
 ///             return Err(attributes.forbidden("temporary names are not allowed"));
@@ -81,6 +84,13 @@ pub trait AdmissionPlugin: Send + Sync {
     /// Whether it looks at requests of `operation` at all (kube's `Handles`).
     fn handles(&self, operation: Operation) -> bool {
         let _ = operation;
+        true
+    }
+
+    /// Whether it mutates: `false` for a plugin that only validates (kube's plugins that
+    /// implement no `MutationInterface`), so that the store skips the mutating step's work
+    /// (the object encoded for the plugins) when no plugin mutates.
+    fn mutates(&self) -> bool {
         true
     }
 
@@ -141,12 +151,20 @@ impl Admission {
         self.plugins.iter().any(|p| p.handles(operation))
     }
 
+    /// Whether a plugin that mutates looks at `operation`.
+    pub fn mutates(&self, operation: Operation) -> bool {
+        self.plugins
+            .iter()
+            .any(|p| p.mutates() && p.handles(operation))
+    }
+
     /// Runs every plugin's [`admit`](AdmissionPlugin::admit) in order; the first refusal wins.
     pub async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
         let operation = attributes.operation;
         let started = std::time::Instant::now();
         let verdict = async {
-            for plugin in self.plugins.iter().filter(|p| p.handles(operation)) {
+            let mutating = self.plugins.iter().filter(|p| p.mutates());
+            for plugin in mutating.filter(|p| p.handles(operation)) {
                 plugin.admit(attributes).await?;
             }
             Ok(())

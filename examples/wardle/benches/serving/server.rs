@@ -75,6 +75,11 @@ impl Wardle {
         if let Some(on) = watch_cache {
             command.arg(format!("--watch-cache={on}"));
         }
+        // More flags for the server, to compare figures with and without a feature
+        // (e.g. `--disable-admission-plugins=BanFlunder`).
+        if let Ok(extra) = std::env::var("WARDLE_BENCH_ARGS") {
+            command.args(extra.split_whitespace());
+        }
         // Only the line that says where it serves; no per-request logging in the way.
         command.env("RUST_LOG", "warn,apiserver::server::builder=info");
         let mut child = command

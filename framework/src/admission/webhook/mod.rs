@@ -233,6 +233,10 @@ impl AdmissionPlugin for ValidatingAdmissionWebhook {
         VALIDATING
     }
 
+    fn mutates(&self) -> bool {
+        false
+    }
+
     fn handles(&self, _: Operation) -> bool {
         may_call(&self.hooks)
     }

@@ -198,9 +198,8 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
         return Err(Error::method_not_allowed());
     }
     let mut object = read_object(&mut call, options.field_validation).await?;
-    if let Some((fields, owner)) = field_manager(&call, &options) {
-        fields.update(None, &mut object, &owner);
-    }
+    let (fields, owner) = field_manager(&call, &options);
+    fields.update(None, &mut object, &owner);
     admit_with(&mut call, write_options_json("CreateOptions", &options));
     let created = creater.create(&call.ctx, object, &options).await?;
     respond_object(&call, StatusCode::CREATED, created)
@@ -214,23 +213,26 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
     options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
     admit_with(&mut call, write_options_json("UpdateOptions", &options));
-    let fields = field_manager(&call, &options);
+    let (fields, owner) = field_manager(&call, &options);
     let update: UpdateFn = Arc::new(move |current| {
         let mut new = (*object).clone();
-        if let Some((fields, owner)) = &fields {
-            fields.update(current, &mut new, owner);
-        }
+        fields.update(current, &mut new, &owner);
         Ok(new)
     });
-    let (stored, created) = updater
+    let written = updater
         .update(&call.ctx, &call.info.name, update, &options)
         .await?;
+    respond_written(&call, written)
+}
+
+/// The object an update stored: 201 when it created it, else 200.
+fn respond_written(call: &Call, (stored, created): (Value, bool)) -> Result<Response> {
     let code = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    respond_object(&call, code, stored)
+    respond_object(call, code, stored)
 }
 
 pub(crate) async fn patch(mut call: Call) -> Result<Response> {
@@ -253,14 +255,12 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
     let name = call.info.name.clone();
-    let fields = field_manager(&call, &options);
+    let (fields, owner) = field_manager(&call, &options);
     let update: UpdateFn = Arc::new(move |current| {
         let current = current.ok_or_else(|| Error::not_found(&info, &name))?;
         let mut patched = apply_patch(patch_type, current, &body, &schema).map_err(Error::from)?;
         check_type(&info, &mut patched)?;
-        if let Some((fields, owner)) = &fields {
-            fields.update(Some(current), &mut patched, owner);
-        }
+        fields.update(Some(current), &mut patched, &owner);
         Ok(patched)
     });
     let (stored, _) = updater
@@ -278,23 +278,16 @@ async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
     let (config, _) = decode_object(&body, BodyEncoding::Yaml)?;
     admit_with(&mut call, apply_options_json(&options, force));
     let info = call.resource.storage.info;
-    let Some((fields, owner)) = field_manager(&call, &options) else {
-        return Err(Error::method_not_supported(&info, "apply"));
-    };
+    let (fields, owner) = field_manager(&call, &options);
     let update: UpdateFn = Arc::new(move |current| {
         let mut applied = fields.apply(current, &config, &owner, force)?;
         check_type(&info, &mut applied)?;
         Ok(applied)
     });
-    let (stored, created) = updater
+    let written = updater
         .update(&call.ctx, &call.info.name, update, &options)
         .await?;
-    let code = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    respond_object(&call, code, stored)
+    respond_written(&call, written)
 }
 
 /// The field manager of the resource and who writes (kube's `managerOrUserAgent`: the
@@ -302,7 +295,7 @@ async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
 /// through its subresource, now; the fields the subresource's strategy resets are never
 /// recorded. The scale subresource's are `Scale`s, whose managers the store translates to
 /// and from the object's.
-fn field_manager(call: &Call, options: &WriteOptions) -> Option<(FieldManager, FieldOwner)> {
+fn field_manager(call: &Call, options: &WriteOptions) -> (FieldManager, FieldOwner) {
     let subresource = call.info.subresource.as_str();
     let info = &call.resource.storage.info;
     let manager = options.field_manager.clone().unwrap_or_else(|| {
@@ -314,12 +307,12 @@ fn field_manager(call: &Call, options: &WriteOptions) -> Option<(FieldManager, F
         .reset_fields(reset_fields(info, subresource));
     let mut fields = FieldManager::new(call.resource.storage.patch_schema.clone());
     if subresource == "scale" {
-        return Some((fields, owner));
+        return (fields, owner);
     }
     if let Some(converter) = version_converter(call) {
         fields = fields.with_converter(converter);
     }
-    Some((fields, owner))
+    (fields, owner)
 }
 
 /// How the field manager sees an object of this request's version as another version the

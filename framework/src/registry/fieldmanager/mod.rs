@@ -122,7 +122,12 @@ impl FieldOwner {
 }
 
 /// The fields kube never records as managed (its `stripMetaManager`).
-fn strip_set() -> FieldSet {
+fn strip_set() -> &'static FieldSet {
+    static STRIPPED: std::sync::LazyLock<FieldSet> = std::sync::LazyLock::new(stripped);
+    &STRIPPED
+}
+
+fn stripped() -> FieldSet {
     let mut set = FieldSet::new();
     let f = |s: &str| PathElement::Field(s.to_owned());
     set.insert(&[f("apiVersion")]);
@@ -187,7 +192,7 @@ impl FieldManager {
     pub fn field_set(&self, object: &Value) -> FieldSet {
         let mut object = object.clone();
         take_managed_fields(&mut object);
-        to_field_set(&object, self.schema.root()).difference(&strip_set())
+        to_field_set(&object, self.schema.root()).difference(strip_set())
     }
 
     /// Records a create, update or patch (`operation: Update`) in `new`'s `managedFields`:
@@ -209,7 +214,7 @@ impl FieldManager {
         changes.take_from(&mut managed, None);
         let own = changes.own();
         let changed = own.added.union(&own.modified);
-        let mine = changed.difference(&strip_set());
+        let mine = changed.difference(strip_set());
         if !mine.is_empty() {
             let id = owner.id(Operation::Update);
             let previous = managed.remove(&id).map(|e| e.set).unwrap_or_default();
@@ -272,7 +277,7 @@ impl FieldManager {
                 Err(conflicts) => self.after_conflicts(&live, config, managed, owner, conflicts)?,
             };
         if let Some(entry) = managed.get_mut(&id) {
-            entry.set = entry.set.difference(&strip_set());
+            entry.set = entry.set.difference(strip_set());
             // As kube: the time moves only when the object changed (a first apply that
             // changes nothing has none).
             if object != live {
@@ -395,7 +400,7 @@ impl FieldManager {
             let keep = if same(own) {
                 strip_set().union(applied)
             } else {
-                strip_set()
+                strip_set().clone()
             };
             others
                 .values()

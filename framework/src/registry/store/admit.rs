@@ -40,14 +40,15 @@ impl<'a> Admit<'a> {
         }
     }
 
-    /// The attributes of `operation` on `name`, when a plugin handles it.
+    /// The attributes of `operation` on `name`, when a plugin handles it (one that
+    /// mutates, for the mutating step).
     fn attributes(
         &self,
-        operation: Operation,
+        step: (Operation, bool),
         name: &str,
     ) -> Option<(crate::admission::Admission, Attributes)> {
         let kind = self.view.map_or(&self.inner.info, |v| v.info());
-        Attributes::of(self.ctx, (&self.inner.info, kind), operation, name)
+        Attributes::of(self.ctx, (&self.inner.info, kind), step, name)
     }
 
     fn project(&self, object: &Value) -> Result<Value> {
@@ -66,7 +67,7 @@ impl<'a> Admit<'a> {
         old: Option<&Value>,
     ) -> Result<()> {
         let name = typed.metadata().name.clone().unwrap_or_default();
-        let Some((chain, mut attributes)) = self.attributes(operation, &name) else {
+        let Some((chain, mut attributes)) = self.attributes((operation, true), &name) else {
             return Ok(());
         };
         let object = encode_typed(typed)?;
@@ -98,7 +99,7 @@ impl<'a> Admit<'a> {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<()> {
-        let Some((chain, mut attributes)) = self.attributes(operation, name) else {
+        let Some((chain, mut attributes)) = self.attributes((operation, false), name) else {
             return Ok(());
         };
         attributes.object = object.map(|o| self.project(o)).transpose()?;
@@ -109,7 +110,7 @@ impl<'a> Admit<'a> {
     /// The mutating step of a delete: no objects, as kube's delete handler admits it (once,
     /// before the store reads anything; with no name for a deletecollection).
     pub(crate) async fn mutate_delete(&self, name: &str) -> Result<()> {
-        let Some((chain, mut attributes)) = self.attributes(Operation::Delete, name) else {
+        let Some((chain, mut attributes)) = self.attributes((Operation::Delete, true), name) else {
             return Ok(());
         };
         chain.admit(&mut attributes).await
