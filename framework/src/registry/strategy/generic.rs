@@ -105,7 +105,8 @@ pub fn keep_what_target_may_not_change(
 }
 
 /// Replaces everything in `new` but its status (and the resourceVersion the client sent,
-/// which the precondition check needs) with `old`'s.
+/// which the precondition check needs, and the managedFields the field manager recorded
+/// for this write, as kube's `ResetObjectMetaForStatus` keeps them) with `old`'s.
 fn keep_only_status(new: &mut Value, old: &Value) {
     let status = new.get("status").cloned();
     let rv = metadata(new)
