@@ -5,13 +5,14 @@ use std::sync::Arc;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::Admission;
 use crate::audit::AuditAnnotations;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::converted::VersionConvertor;
+use crate::registry::store::codec::{encode_typed, from_object};
 use crate::runtime::{Resource, ResourceInfo};
 
 /// The operation being admitted.
@@ -250,12 +251,7 @@ impl Attributes {
 
     /// Replaces the object with `object` (for a mutating plugin).
     pub fn set_object<T: Resource + Serialize>(&mut self, object: &T) -> Result<()> {
-        let mut value = serde_json::to_value(object).map_err(Error::internal)?;
-        if let Some(map) = value.as_object_mut() {
-            map.insert("apiVersion".into(), json!(T::INFO.api_version()));
-            map.insert("kind".into(), json!(T::INFO.kind));
-        }
-        self.object = Some(value);
+        self.object = Some(encode_typed(object)?);
         Ok(())
     }
 
@@ -302,15 +298,9 @@ fn options_dry_run(options: &Value) -> bool {
         .is_some_and(|list| list.iter().any(|v| v == "All"))
 }
 
-/// `apiVersion` and `kind` are not fields of `T`: taken out so a type that denies unknown
-/// fields decodes too.
+/// The object under admission as `T` (see `codec::from_object`).
 fn decode<T: Resource + DeserializeOwned>(object: &Value) -> Result<T> {
-    let mut object = object.clone();
-    if let Some(map) = object.as_object_mut() {
-        map.remove("apiVersion");
-        map.remove("kind");
-    }
-    serde_json::from_value(object).map_err(|e| {
+    from_object(object.clone()).map_err(|e| {
         Error::internal(format!(
             "the object under admission does not decode as {}: {e}",
             T::INFO.kind

@@ -395,6 +395,16 @@ pub(crate) fn encode_typed<T: Resource>(typed: &T) -> Result<Value> {
     Ok(value)
 }
 
+/// An object as `T`. `apiVersion` and `kind` are not fields of `T`: taken out first, so a
+/// type that denies unknown fields decodes too.
+pub(crate) fn from_object<T: Resource>(mut object: Value) -> serde_json::Result<T> {
+    if let Some(map) = object.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    serde_json::from_value(object)
+}
+
 /// Sets `apiVersion` and `kind`.
 pub(crate) fn set_type_meta(info: &ResourceInfo, object: &mut Value) {
     if let Some(map) = object.as_object_mut() {

@@ -134,13 +134,8 @@ fn context(namespace: Option<&str>) -> RequestContext {
     }
 }
 
-/// `apiVersion` and `kind` are not fields of `T`: taken out so a type that denies unknown
-/// fields decodes too.
-fn decode<T: Resource>(mut object: Value) -> Result<T> {
-    if let Some(map) = object.as_object_mut() {
-        map.remove("apiVersion");
-        map.remove("kind");
-    }
-    serde_json::from_value(object)
+/// A stored object as `T` (see `codec::from_object`).
+fn decode<T: Resource>(object: Value) -> Result<T> {
+    super::codec::from_object(object)
         .map_err(|e| Error::internal(format!("stored {} does not decode: {e}", T::INFO.kind)))
 }
