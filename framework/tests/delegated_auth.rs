@@ -936,3 +936,58 @@ async fn impersonation_is_authorized_then_the_request_runs_as_the_other_user() {
     let groups_only = [("Authorization", bearer), ("Impersonate-Group", "devs")];
     assert_eq!(env.get(FLUNDERS, None, &groups_only).await.code, 500);
 }
+
+/// kubectl with the admin kubeconfig of `server` without its client certificate: an anonymous
+/// client (a token, which a standalone server ignores, keeps kubectl from prompting).
+fn anonymous_kubectl(server: &TestServer, args: &[&str]) -> apiserver::testing::KubectlOutput {
+    let written = std::fs::read_to_string(&server.kubeconfig).unwrap();
+    let mut config: serde_norway::Value = serde_norway::from_str(&written).unwrap();
+    config["users"] = serde_norway::from_str("[{name: admin, user: {token: ignored}}]").unwrap();
+    let path = server.kubeconfig.with_file_name("anonymous-kubeconfig");
+    std::fs::write(&path, serde_norway::to_string(&config).unwrap()).unwrap();
+    apiserver::testing::kubectl(&path, args, &[])
+}
+
+/// Standalone mode takes `--authorization-always-allow-groups` and `-paths` too (they were
+/// accepted and ignored): anonymous clients are refused until a flag lets them in.
+#[tokio::test(flavor = "multi_thread")]
+async fn standalone_mode_honours_the_always_allow_flags() {
+    let anonymous = |o: &mut ServerOptions| o.auth.anonymous_auth = Some(true);
+    let server = TestServer::builder()
+        .group(group())
+        .options(anonymous)
+        .start()
+        .await;
+    let refused = anonymous_kubectl(&server, &["get", "flunders", "-A"]);
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(refused.stderr.contains("Forbidden"), "{}", refused.stderr);
+    server.stop().await;
+
+    let server = TestServer::builder()
+        .group(group())
+        .options(move |o| {
+            anonymous(o);
+            o.auth.authorization_always_allow_groups = vec!["system:unauthenticated".into()];
+        })
+        .start()
+        .await;
+    let allowed = anonymous_kubectl(&server, &["get", "flunders", "-A"]);
+    assert!(allowed.success, "{}", allowed.stderr);
+    server.stop().await;
+
+    let server = TestServer::builder()
+        .group(group())
+        .options(move |o| {
+            anonymous(o);
+            o.auth.authorization_always_allow_paths = vec!["/openapi/*".into()];
+        })
+        .start()
+        .await;
+    let allowed = anonymous_kubectl(&server, &["get", "--raw", "/openapi/v2"]);
+    assert!(allowed.success, "{}", allowed.stderr);
+    // As kube's path authorizer, paths allow non-resource requests only.
+    let path = "/apis/wardle.example.com/v1alpha1/flunders";
+    let resources = anonymous_kubectl(&server, &["get", "--raw", path]);
+    assert!(!resources.success, "{}", resources.stdout);
+    server.stop().await;
+}

@@ -26,10 +26,14 @@ fn manifest(dir: &Path, name: &str, replicas: Option<i32>) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// The server as deployed (its SQLite store), in a temporary directory of its own.
+async fn start() -> TestServer {
+    TestServer::builder().group(api_group()).sqlite().start().await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn discovery_names_the_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), vec![api_group()]).await;
+    let server = start().await;
     let info = {{kind}}::INFO;
 
     let out = ok(server.kubectl(&[
@@ -58,7 +62,7 @@ async fn discovery_names_the_kind() {
 #[tokio::test(flavor = "multi_thread")]
 async fn create_list_get_and_status() {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), vec![api_group()]).await;
+    let server = start().await;
     let plural = {{kind}}::INFO.plural;
 
     ok(server.kubectl(&["create", "-f", &manifest(dir.path(), "first", None)]));
@@ -106,7 +110,7 @@ async fn create_list_get_and_status() {
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_objects_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), vec![api_group()]).await;
+    let server = start().await;
 
     let out = server.kubectl(&["create", "-f", &manifest(dir.path(), "bad", Some(-1))]);
     assert!(!out.success, "{out:?}");

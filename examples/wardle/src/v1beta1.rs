@@ -185,6 +185,7 @@ impl Convertible<crate::Flunder> for Flunder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apiserver::runtime::convert::{hub_round_trip, spoke_round_trip};
 
     fn values() -> [Option<String>; 3] {
         [None, Some("a".into()), Some(String::new())]
@@ -222,9 +223,8 @@ mod tests {
                         fischer_reference: fischer_reference.clone(),
                         reference_type,
                     });
-                    let hub: crate::Flunder = spoke.clone().into_hub().unwrap();
-                    let back = <Flunder as Convertible<crate::Flunder>>::from_hub(hub).unwrap();
-                    assert_eq!(back, spoke);
+                    let back = spoke_round_trip::<Flunder, crate::Flunder>(spoke.clone());
+                    assert_eq!(back.unwrap(), spoke);
                 }
             }
         }
@@ -243,9 +243,8 @@ mod tests {
                     },
                     status: None,
                 };
-                let spoke = <Flunder as Convertible<crate::Flunder>>::from_hub(hub.clone());
-                let back: crate::Flunder = spoke.unwrap().into_hub().unwrap();
-                assert_eq!(back, hub);
+                let back = hub_round_trip::<Flunder, crate::Flunder>(hub.clone());
+                assert_eq!(back.unwrap(), hub);
             }
         }
     }

@@ -239,7 +239,35 @@ impl Attributes {
         kind.group == T::INFO.group && kind.kind == T::INFO.kind && kind.version == T::INFO.version
     }
 
-    /// [`object`](Self::object) as `T`; `None` when there is none.
+    /// [`object`](Self::object) as `T`: `Ok(None)` when the request has no object (a
+    /// delete, the mutating step of a deletecollection), an error when it does not decode
+    /// as `T` (check [`is`](Self::is) first: a plugin sees every resource's writes).
+    ///
+    /// ```
+    /// # use apiserver::prelude::*;
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+    /// # pub struct Widget { #[serde(default)] pub metadata: ObjectMeta }
+    /// /// A mutating plugin's step: labels every new widget.
+    /// fn label(attributes: &mut Attributes) -> apiserver::Result<()> {
+    ///     if !attributes.is::<Widget>() {
+    ///         return Ok(());
+    ///     }
+    ///     let Some(mut widget) = attributes.object_as::<Widget>()? else {
+    ///         return Ok(()); // no object: a delete
+    ///     };
+    ///     let labels = widget.metadata.labels.get_or_insert_with(Default::default);
+    ///     labels.insert("example.com/admitted".into(), "true".into());
+    ///     attributes.set_object(&widget)
+    /// }
+    ///
+    /// let mut attributes = Attributes::new(Operation::Create, &Widget::INFO, "default", "w");
+    /// label(&mut attributes).unwrap(); // no object yet: nothing to do
+    /// attributes.set_object(&Widget::default()).unwrap();
+    /// label(&mut attributes).unwrap();
+    /// let widget = attributes.object_as::<Widget>().unwrap().unwrap();
+    /// assert_eq!(widget.metadata.labels.unwrap()["example.com/admitted"], "true");
+    /// ```
     pub fn object_as<T: Resource + DeserializeOwned>(&self) -> Result<Option<T>> {
         self.object.as_ref().map(decode::<T>).transpose()
     }

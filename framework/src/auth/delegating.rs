@@ -3,7 +3,9 @@
 //!
 //! - **Standalone** (no `--authentication-kubeconfig`, no `--authorization-kubeconfig`, not in
 //!   a pod): client certificates of the self-signed client CA (and of `--client-ca-file`),
-//!   any authenticated user may do anything, anonymous off unless `--anonymous-auth`.
+//!   anonymous off unless `--anonymous-auth`. Authorization: the always-allow groups and
+//!   paths (which matter for anonymous requests), then any authenticated user may do
+//!   anything.
 //! - **Delegated**: a union of, in this order, request headers from a verified front proxy,
 //!   client certificates of the client CA, bearer tokens through `TokenReview`; anonymous on
 //!   unless `--anonymous-auth=false`. Authorization: `--authorization-always-allow-groups`,
@@ -243,11 +245,9 @@ fn delegated_authenticator(
     }
 }
 
-/// Always-allowed groups and paths, then SubjectAccessReview.
-fn delegated_authorizer(
-    options: &DelegatingOptions,
-    authz_client: Option<kube::Client>,
-) -> UnionAuthorizer {
+/// `--authorization-always-allow-groups` and `--authorization-always-allow-paths`, asked
+/// first in either mode.
+fn always_allowed(options: &DelegatingOptions) -> UnionAuthorizer {
     let mut authorizer = UnionAuthorizer::new();
     if !options.authorization_always_allow_groups.is_empty() {
         let groups = options.authorization_always_allow_groups.clone();
@@ -257,6 +257,15 @@ fn delegated_authorizer(
         let paths = options.authorization_always_allow_paths.clone();
         authorizer = authorizer.with(AlwaysAllowPaths::new(paths));
     }
+    authorizer
+}
+
+/// Always-allowed groups and paths, then SubjectAccessReview.
+fn delegated_authorizer(
+    options: &DelegatingOptions,
+    authz_client: Option<kube::Client>,
+) -> UnionAuthorizer {
+    let authorizer = always_allowed(options);
     match authz_client {
         Some(client) => authorizer.with(SubjectAccessReviewAuthorizer::new(
             client,
@@ -300,12 +309,21 @@ fn standalone(
             .map_err(|e| config_error(format!("--client-ca-file: {e}")))?;
         authenticator = authenticator.with(ca);
     }
+    // The always-allow flags act here too: with `--anonymous-auth=true`, a group such as
+    // system:unauthenticated or a path in them is how anonymous requests get in.
+    let authorizer = always_allowed(options).with(AlwaysAllowAuthenticated);
+    let mut always_allow_paths = STANDALONE_ALWAYS_ALLOW.map(String::from).to_vec();
+    for path in &options.authorization_always_allow_paths {
+        if !always_allow_paths.contains(path) {
+            always_allow_paths.push(path.clone());
+        }
+    }
     Ok(AuthSetup {
         mode: Mode::Standalone,
         authenticator: Arc::new(authenticator),
-        authorizer: Arc::new(AlwaysAllowAuthenticated),
+        authorizer: Arc::new(authorizer),
         anonymous: options.anonymous_auth.unwrap_or(false),
-        always_allow_paths: STANDALONE_ALWAYS_ALLOW.map(String::from).to_vec(),
+        always_allow_paths,
     })
 }
 

@@ -51,6 +51,9 @@ use crate::runtime::Resource;
 /// // Every type is also its own hub, so name the hub when it is not clear from the context.
 /// assert_eq!(<WidgetV1 as Convertible<WidgetV2>>::from_hub(hub).unwrap(), v1);
 /// ```
+///
+/// To test that a conversion loses nothing, [`spoke_round_trip`] and [`hub_round_trip`] name
+/// both versions, so the blanket `Convertible<T> for T` cannot be picked by mistake.
 pub trait Convertible<Hub: Resource>: Resource {
     /// This version as the hub.
     fn into_hub(self) -> Result<Hub, ConversionError>;
@@ -67,6 +70,48 @@ impl<T: Resource> Convertible<T> for T {
     fn from_hub(hub: T) -> Result<Self, ConversionError> {
         Ok(hub)
     }
+}
+
+/// `spoke` → hub → spoke: equal to `spoke` when the conversion keeps everything. Both types
+/// are named (`spoke_round_trip::<Spoke, Hub>`), where `spoke.into_hub()` alone could resolve
+/// to the blanket `Convertible<Spoke> for Spoke` and prove nothing.
+///
+/// ```
+/// # use apiserver::prelude::*;
+/// # use apiserver::runtime::convert::{Convertible, ConversionError};
+/// # #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// # #[resource(group = "example.com", version = "v2", kind = "Widget")]
+/// # pub struct WidgetV2 { #[serde(default)] pub metadata: ObjectMeta, #[serde(default)] pub size: i64 }
+/// # #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// # #[resource(group = "example.com", version = "v1", kind = "Widget")]
+/// # pub struct WidgetV1 { #[serde(default)] pub metadata: ObjectMeta, #[serde(default)] pub width: i64 }
+/// # impl Convertible<WidgetV2> for WidgetV1 {
+/// #     fn into_hub(self) -> Result<WidgetV2, ConversionError> { Ok(WidgetV2 { metadata: self.metadata, size: self.width }) }
+/// #     fn from_hub(hub: WidgetV2) -> Result<Self, ConversionError> { Ok(WidgetV1 { metadata: hub.metadata, width: hub.size }) }
+/// # }
+/// use apiserver::runtime::convert::{hub_round_trip, spoke_round_trip};
+///
+/// let v1 = WidgetV1 { width: 3, ..Default::default() };
+/// assert_eq!(spoke_round_trip::<WidgetV1, WidgetV2>(v1.clone()).unwrap(), v1);
+/// let v2 = WidgetV2 { size: 5, ..Default::default() };
+/// assert_eq!(hub_round_trip::<WidgetV1, WidgetV2>(v2.clone()).unwrap(), v2);
+/// ```
+pub fn spoke_round_trip<Spoke, Hub>(spoke: Spoke) -> Result<Spoke, ConversionError>
+where
+    Spoke: Convertible<Hub>,
+    Hub: Resource,
+{
+    Spoke::from_hub(spoke.into_hub()?)
+}
+
+/// `hub` → spoke → hub: equal to `hub` when the spoke keeps (or [`stash`]es) every field
+/// the hub has. Both types are named, as in [`spoke_round_trip`].
+pub fn hub_round_trip<Spoke, Hub>(hub: Hub) -> Result<Hub, ConversionError>
+where
+    Spoke: Convertible<Hub>,
+    Hub: Resource,
+{
+    Spoke::from_hub(hub)?.into_hub()
 }
 
 /// Why an object could not be converted between versions (answered as a 500, as
