@@ -142,16 +142,21 @@ impl Updater for LastWriteWins {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_suite_fails_a_server_that_ignores_limit() {
-    let suite = Suite::<Flunder>::new(
+/// The suite on flunders whose lister ignores `limit`.
+fn ignoring_limit() -> Suite<Flunder> {
+    Suite::<Flunder>::new(
         || {
             vec![broken_group(|s, store| {
                 s.with_lister(Arc::new(IgnoresLimit(store)))
             })]
         },
         flunder,
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_fails_a_server_that_ignores_limit() {
+    let suite = ignoring_limit();
     let failure = suite.check(Convention::Pagination).await.unwrap_err();
     assert!(failure.contains("Flunder pagination: limit=2"), "{failure}");
     // The rest of the server keeps the conventions it does not break.
@@ -192,14 +197,7 @@ async fn every_served_version_of_every_resource_has_the_suite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skipped_convention_is_not_checked_and_says_why() {
-    let broken = Suite::<Flunder>::new(
-        || {
-            vec![broken_group(|s, store| {
-                s.with_lister(Arc::new(IgnoresLimit(store)))
-            })]
-        },
-        flunder,
-    );
+    let broken = ignoring_limit();
     let skipping = broken
         .clone()
         .skip("pagination", "this lister pages elsewhere");

@@ -391,86 +391,28 @@ impl<S: Convertible<H> + Strategy, H: Resource> Watcher for Verb<dyn Watcher, S,
 mod tests {
     use std::time::Duration;
 
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use serde::{Deserialize, Serialize};
     use serde_json::json;
 
     use super::*;
     use crate::registry::store::Store;
-    use crate::runtime::resource::TEST_INFO;
-    use crate::runtime::{ConversionError, ResourceInfo};
+    use crate::runtime::test_kinds::{New, Old};
     use crate::storage::MemoryBackend;
 
-    /// The storage version: v1alpha1.
-    #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-    struct Hub {
-        #[serde(default)]
-        metadata: ObjectMeta,
-        #[serde(default)]
-        width: i64,
-    }
-
-    /// Served converted: v1beta1.
-    #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-    struct Spoke {
-        #[serde(default)]
-        metadata: ObjectMeta,
-        #[serde(default)]
-        size: i64,
-    }
-
-    impl Resource for Hub {
-        const INFO: ResourceInfo = TEST_INFO;
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
-
-    impl Resource for Spoke {
-        const INFO: ResourceInfo = ResourceInfo {
-            version: "v1beta1",
-            ..TEST_INFO
-        };
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
-
-    impl Strategy for Hub {}
-    impl Strategy for Spoke {}
-
-    impl Convertible<Hub> for Spoke {
-        fn into_hub(self) -> std::result::Result<Hub, ConversionError> {
-            Ok(Hub {
-                metadata: self.metadata,
-                width: self.size,
-            })
-        }
-        fn from_hub(hub: Hub) -> std::result::Result<Self, ConversionError> {
-            Ok(Spoke {
-                metadata: hub.metadata,
-                size: hub.width,
-            })
-        }
-    }
+    impl Strategy for Old {}
+    impl Strategy for New {}
 
     #[tokio::test]
     async fn bookmarks_are_objects_of_the_version_watched() {
-        let store = Store::<Hub>::new(Arc::new(MemoryBackend::new()), "/registry")
+        // Stored as v1beta1, served as v1alpha1.
+        let store = Store::<New>::new(Arc::new(MemoryBackend::new()), "/registry")
             .with_bookmark_interval(Duration::from_millis(50));
         let ctx = RequestContext::namespaced("ns");
-        let hub = json!({"metadata": {"name": "a", "namespace": "ns"}, "width": 3});
+        let hub = json!({"metadata": {"name": "a", "namespace": "ns"}, "size": 3});
         store
             .create(&ctx, hub, &WriteOptions::default())
             .await
             .unwrap();
-        let served = converted::<Spoke, Hub>(store.rest_storage());
+        let served = converted::<Old, New>(store.rest_storage());
         let options = ListOptions {
             send_initial_events: Some(true),
             allow_watch_bookmarks: true,
@@ -480,14 +422,14 @@ mod tests {
         let mut events = served.watcher.unwrap().watch(&ctx, &options).await.unwrap();
         let added = events.next().await.unwrap();
         assert_eq!(added.type_, WatchEventType::Added);
-        assert_eq!(added.object.into_value().unwrap()["size"], 3);
+        assert_eq!(added.object.into_value().unwrap()["width"], 3);
         // The end of the initial events, then a periodic bookmark.
         for initial_events_end in [true, false] {
             let bookmark = events.next().await.unwrap();
             assert_eq!(bookmark.type_, WatchEventType::Bookmark);
             let object = bookmark.object.into_value().unwrap();
             assert_eq!(
-                object["apiVersion"], "wardle.example.com/v1beta1",
+                object["apiVersion"], "wardle.example.com/v1alpha1",
                 "{object}"
             );
             assert_eq!(object["kind"], "Flunder", "{object}");

@@ -1704,23 +1704,7 @@ mod tests {
     use crate::runtime::resource::TEST_INFO;
     use crate::runtime::ResourceInfo;
 
-    #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-    struct Flunder {
-        #[serde(default)]
-        metadata: ObjectMeta,
-        #[serde(default)]
-        spec: serde_json::Value,
-    }
-
-    impl Resource for Flunder {
-        const INFO: ResourceInfo = TEST_INFO;
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
+    use crate::runtime::test_kinds::Flunder;
 
     impl Strategy for Flunder {}
 

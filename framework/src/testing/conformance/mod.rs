@@ -516,27 +516,8 @@ macro_rules! __conformance_tests {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
     use super::*;
-    use crate::runtime::resource::TEST_INFO;
-    use crate::runtime::ResourceInfo;
-
-    #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-    struct Flunder {
-        #[serde(default)]
-        metadata: ObjectMeta,
-    }
-
-    impl Resource for Flunder {
-        const INFO: ResourceInfo = TEST_INFO;
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
+    use crate::runtime::test_kinds::Flunder;
 
     /// A suite whose server could not even start: no group serves flunders.
     fn suite() -> Suite<Flunder> {
