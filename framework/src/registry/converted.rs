@@ -25,7 +25,7 @@ use crate::registry::rest::{
     CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object, ObjectList,
     RestStorage, UpdateFn, Updater, WatchEventType, WatchStream, Watcher,
 };
-use crate::registry::store::codec::{decode_typed, encode_typed};
+use crate::registry::store::codec::{decode_typed, encode_typed, set_type_meta};
 use crate::registry::strategy::{Strategy, StrategyContext};
 use crate::runtime::{Convertible, Resource};
 
@@ -141,6 +141,16 @@ impl<S: Convertible<H> + Strategy, H: Resource> Converter<S, H> {
                 .encoded_as::<S>(|json| self.outward_bytes(json))
                 .map(Object::Encoded),
         }
+    }
+
+    /// The hub's bookmark as `S`'s: only `metadata` (its resourceVersion, and the
+    /// initial-events-end annotation) means anything, so nothing is converted, but it is an
+    /// object of the version watched, as kube-apiserver's watch encoder sends the cacher's
+    /// empty bookmark object converted to the requested version.
+    fn bookmark(self, hub: Object) -> Result<Object> {
+        let mut object = hub.into_value()?;
+        set_type_meta(&S::INFO, &mut object);
+        Ok(Object::Decoded(object))
     }
 
     /// How field selectors of `S` see a stored object: converted to `S`.
@@ -356,16 +366,15 @@ impl<S: Convertible<H> + Strategy, H: Resource> Watcher for Verb<dyn Watcher, S,
         let options = self.conv.list_options(options);
         let events = self.inner.watch(ctx, &options).await?;
         let conv = self.conv;
-        // Bookmarks carry only a resourceVersion and errors a Status: neither is converted.
         let converted = events.map(move |mut event| {
-            if matches!(
-                event.type_,
-                WatchEventType::Bookmark | WatchEventType::Error
-            ) {
-                return event;
-            }
             let object = std::mem::replace(&mut event.object, Object::Decoded(Value::Null));
-            event.object = match conv.outward_object(object) {
+            let shown = match event.type_ {
+                // A Status: of no version of the resource.
+                WatchEventType::Error => Ok(object),
+                WatchEventType::Bookmark => conv.bookmark(object),
+                _ => conv.outward_object(object),
+            };
+            event.object = match shown {
                 Ok(object) => object,
                 Err(e) => {
                     event.type_ = WatchEventType::Error;
@@ -375,5 +384,61 @@ impl<S: Convertible<H> + Strategy, H: Resource> Watcher for Verb<dyn Watcher, S,
             event
         });
         Ok(Box::pin(converted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::registry::store::Store;
+    use crate::runtime::test_kinds::{New, Old};
+    use crate::storage::MemoryBackend;
+
+    impl Strategy for Old {}
+    impl Strategy for New {}
+
+    #[tokio::test]
+    async fn bookmarks_are_objects_of_the_version_watched() {
+        // Stored as v1beta1, served as v1alpha1.
+        let store = Store::<New>::new(Arc::new(MemoryBackend::new()), "/registry")
+            .with_bookmark_interval(Duration::from_millis(50));
+        let ctx = RequestContext::namespaced("ns");
+        let hub = json!({"metadata": {"name": "a", "namespace": "ns"}, "size": 3});
+        store
+            .create(&ctx, hub, &WriteOptions::default())
+            .await
+            .unwrap();
+        let served = converted::<Old, New>(store.rest_storage());
+        let options = ListOptions {
+            send_initial_events: Some(true),
+            allow_watch_bookmarks: true,
+            timeout_seconds: Some(10),
+            ..ListOptions::default()
+        };
+        let mut events = served.watcher.unwrap().watch(&ctx, &options).await.unwrap();
+        let added = events.next().await.unwrap();
+        assert_eq!(added.type_, WatchEventType::Added);
+        assert_eq!(added.object.into_value().unwrap()["width"], 3);
+        // The end of the initial events, then a periodic bookmark.
+        for initial_events_end in [true, false] {
+            let bookmark = events.next().await.unwrap();
+            assert_eq!(bookmark.type_, WatchEventType::Bookmark);
+            let object = bookmark.object.into_value().unwrap();
+            assert_eq!(
+                object["apiVersion"], "wardle.example.com/v1alpha1",
+                "{object}"
+            );
+            assert_eq!(object["kind"], "Flunder", "{object}");
+            let meta = &object["metadata"];
+            assert!(meta["resourceVersion"].is_string(), "{object}");
+            let annotation = &meta["annotations"]["k8s.io/initial-events-end"];
+            assert_eq!(annotation.as_str() == Some("true"), initial_events_end);
+            // Nothing of the hub's object: an empty object with its metadata.
+            assert!(object.get("width").is_none() && object.get("size").is_none());
+        }
     }
 }

@@ -6,6 +6,8 @@ pub mod field_error;
 pub mod jsonpath;
 pub mod object;
 pub mod resource;
+#[cfg(test)]
+pub(crate) mod test_kinds;
 
 pub use convert::{ConversionError, Convertible};
 pub use field_error::{FieldError, FieldErrorType};

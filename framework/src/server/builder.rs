@@ -10,7 +10,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use axum::response::IntoResponse;
@@ -162,6 +162,20 @@ type Declaration = Box<dyn Fn(&StorageConfig) + Send + Sync>;
 /// What a store of `T` must know when it is made: a `fn(&Store<T>)`, as `Any`.
 type PendingSetup = Box<dyn Any + Send + Sync>;
 
+/// A computed kind's reader, and its `get`, `list` and `watch` (of its mirror).
+type Computed<T> = (Reader<T>, RestStorage);
+
+/// Makes a computed kind's storage on a server's [`StorageConfig`].
+type MakeComputed<T> = Arc<dyn Fn(&StorageConfig) -> Computed<T> + Send + Sync>;
+
+/// A computed kind of one server, made the first time anything asks for it (the factory of
+/// its version, of a version served converted from it, a reader elsewhere), so that one
+/// mirror serves every version and every reader.
+struct ComputedKind<T: Resource> {
+    make: MakeComputed<T>,
+    made: OnceLock<Computed<T>>,
+}
+
 /// What the storage of a server shares: the backend the options opened, the key prefix, the
 /// watch cache setting, and the stores made so far. Storage of your own gets it through
 /// [`VersionBuilder::storage_with`] and [`VersionBuilder::computed_with`], to read stored
@@ -183,6 +197,8 @@ pub struct StorageConfig {
     pending: Mutex<HashMap<TypeId, Vec<PendingSetup>>>,
     /// One per store made, in the order they were made: what `migrate-storage` runs.
     migrators: Mutex<Vec<StorageMigrator>>,
+    /// An `Arc<ComputedKind<T>>` per computed kind `T`.
+    computed: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for StorageConfig {
@@ -213,6 +229,7 @@ impl StorageConfig {
             conflicts: Mutex::default(),
             pending: Mutex::default(),
             migrators: Mutex::default(),
+            computed: Mutex::default(),
         }
     }
 
@@ -243,7 +260,20 @@ impl StorageConfig {
 
     /// The generic store of `T` on the server's backend: the one that serves `T` when `T` is
     /// served with [`VersionBuilder::resource`] (one per type, its watch cache shared).
+    ///
+    /// # Panics
+    ///
+    /// When `T` is served with [`VersionBuilder::computed`]: it has no store, and one on the
+    /// server's backend would be empty; [`reader`](Self::reader) reads it.
     pub fn store<T: Resource>(&self) -> Store<T> {
+        if self.is_computed::<T>() {
+            panic!(
+                "StorageConfig::store::<{kind}>(): {resource} is computed (served with \
+                 `computed`), it has no store; read it with `reader::<{kind}>()`",
+                kind = T::INFO.kind,
+                resource = T::INFO.group_resource()
+            );
+        }
         self.claim_keys::<T>();
         self.stores.get_or_make(|link| {
             let mut store = Store::<T>::new(self.backend.clone(), &self.prefix).in_set(link);
@@ -334,10 +364,60 @@ impl StorageConfig {
         conflicts.first().cloned()
     }
 
-    /// Reads stored objects of `T` (typed, without HTTP): for a computed resource made from
-    /// another resource, or for admission-like checks in storage of your own.
+    /// Reads the objects of `T` (typed, without HTTP): for a computed resource made from
+    /// another resource, an admission plugin, or admission-like checks in storage of your own.
+    /// For a kind served with [`VersionBuilder::computed`], the provider's objects (see
+    /// [`ComputedStorage::reader`]); for any other, its [`store`](Self::store)'s.
     pub fn reader<T: Resource>(&self) -> Reader<T> {
-        self.store::<T>().reader()
+        match self.computed::<T>() {
+            Some((reader, _)) => reader,
+            None => self.store::<T>().reader(),
+        }
+    }
+
+    /// Declares `T` computed, made by `make` when first asked for. Declared again by each
+    /// build of its group; by another `computed` call, it would be served by two providers.
+    fn declare_computed<T: Resource>(&self, make: &MakeComputed<T>) {
+        let mut computed = self.computed.lock().unwrap_or_else(PoisonError::into_inner);
+        let kind = computed.entry(TypeId::of::<T>()).or_insert_with(|| {
+            Box::new(Arc::new(ComputedKind {
+                make: make.clone(),
+                made: OnceLock::new(),
+            }))
+        });
+        let declared = kind.downcast_ref::<Arc<ComputedKind<T>>>();
+        let again = declared.is_some_and(|kind| Arc::ptr_eq(&kind.make, make));
+        if !again || self.stores.contains::<T>() {
+            let conflict = format!(
+                "{} is served by two sources (two `computed`, or a store too); serve one \
+                 version with `computed` and the others with `converted`",
+                T::INFO.group_resource()
+            );
+            let conflicts = self.conflicts.lock();
+            conflicts
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(conflict);
+        }
+    }
+
+    fn is_computed<T: Resource>(&self) -> bool {
+        let computed = self.computed.lock().unwrap_or_else(PoisonError::into_inner);
+        computed.contains_key(&TypeId::of::<T>())
+    }
+
+    /// The computed kind `T`, made the first time; `None` when `T` is not computed.
+    fn computed<T: Resource>(&self) -> Option<Computed<T>> {
+        let kind = {
+            let computed = self.computed.lock().unwrap_or_else(PoisonError::into_inner);
+            let kind = computed.get(&TypeId::of::<T>())?;
+            kind.downcast_ref::<Arc<ComputedKind<T>>>()?.clone()
+        };
+        let made = kind.made.get_or_init(|| {
+            let made = (kind.make)(self);
+            self.stores.add_computed(made.0.clone());
+            made
+        });
+        Some(made.clone())
     }
 }
 
@@ -375,6 +455,8 @@ impl VersionBuilder {
     /// watch cache), so every version sees the same objects at the same revisions. `H` is
     /// served with [`resource`](Self::resource) in its own version (or nowhere, when its
     /// version is only stored); a resource with two storage versions is refused at start.
+    /// When `H` is served with [`computed`](Self::computed), `S` is its provider's objects
+    /// converted (`get`, `list`, `watch`, from the one mirror of `H`).
     ///
     /// ```no_run
     /// # use apiserver::prelude::*;
@@ -404,8 +486,12 @@ impl VersionBuilder {
         self.declarations
             .push(Box::new(|config| config.decodes::<S, H>()));
         let factory: StorageFactory = Box::new(|config| {
-            let store = config.store::<H>();
             let plural = S::INFO.plural;
+            // A computed hub: its mirror's `get`, `list` and `watch`, converted.
+            if let Some((_, hub)) = config.computed::<H>() {
+                return vec![(plural.to_string(), converted::<S, H>(hub))];
+            }
+            let store = config.store::<H>();
             let mut paths = vec![(plural.to_string(), converted::<S, H>(store.rest_storage()))];
             if S::INFO.status && H::INFO.status {
                 let status = converted::<S, H>(store.status_rest_storage());
@@ -426,6 +512,8 @@ impl VersionBuilder {
     /// Serves a computed or external resource: `provider` says what the objects are, the
     /// framework serves them read-only (`get`, `list`, `watch`) with selectors, pages, tables,
     /// resourceVersions and watch events (see [`registry::computed`](crate::registry::computed)).
+    /// Other versions of it are served with [`converted`](Self::converted), and
+    /// [`StorageConfig::reader`] reads its objects in process.
     pub fn computed<P: Provider>(self, provider: P) -> Self {
         let provider = Arc::new(provider);
         self.computed_shared(ComputedOptions::default(), move |_| provider.clone())
@@ -470,13 +558,22 @@ impl VersionBuilder {
         options: ComputedOptions,
         make: impl Fn(&StorageConfig) -> Arc<P> + Send + Sync + 'static,
     ) -> Self {
-        let factory: StorageFactory = Box::new(move |config| {
+        let make: MakeComputed<P::Object> = Arc::new(move |config| {
             let cached = options.has_watch_cache() && config.watch_cache;
             let options = options.clone().watch_cache(cached);
             let storage = ComputedStorage::shared(make(config), options);
             storage.stop_on(config.shutdown.clone());
+            (storage.reader(), storage.rest_storage())
+        });
+        let declared = make.clone();
+        self.declarations
+            .push(Box::new(move |config| config.declare_computed(&declared)));
+        let factory: StorageFactory = Box::new(|config| {
+            let (_, storage) = config
+                .computed::<P::Object>()
+                .expect("a group declares its computed kinds before making its storage");
             let plural = <P::Object as Resource>::INFO.plural;
-            vec![(plural.to_string(), storage.rest_storage())]
+            vec![(plural.to_string(), storage)]
         });
         self.factories.push(factory);
         self
@@ -1607,23 +1704,7 @@ mod tests {
     use crate::runtime::resource::TEST_INFO;
     use crate::runtime::ResourceInfo;
 
-    #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-    struct Flunder {
-        #[serde(default)]
-        metadata: ObjectMeta,
-        #[serde(default)]
-        spec: serde_json::Value,
-    }
-
-    impl Resource for Flunder {
-        const INFO: ResourceInfo = TEST_INFO;
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
+    use crate::runtime::test_kinds::Flunder;
 
     impl Strategy for Flunder {}
 
@@ -1655,6 +1736,109 @@ mod tests {
         assert!(reader.get(Some("ns"), "g").await.unwrap().is_none());
         assert_eq!(reader.list(None).await.unwrap().len(), 1);
         assert!(reader.list(Some("other")).await.unwrap().is_empty());
+    }
+
+    /// Flunders computed: the one `f` of namespace `ns`.
+    struct Flunders;
+
+    #[async_trait::async_trait]
+    impl Provider for Flunders {
+        type Object = Flunder;
+        async fn list(&self, _: Option<&str>) -> crate::Result<Vec<Flunder>> {
+            let mut flunder = Flunder::default();
+            flunder.metadata.name = Some("f".into());
+            flunder.metadata.namespace = Some("ns".into());
+            Ok(vec![flunder])
+        }
+    }
+
+    fn computed_group() -> APIGroup {
+        APIGroup::new(TEST_INFO.group).version(TEST_INFO.version, |v| v.computed(Flunders))
+    }
+
+    /// One fischer per flunder, computed from the computed flunders.
+    #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    struct Fischer {
+        #[serde(default)]
+        metadata: ObjectMeta,
+    }
+
+    impl Resource for Fischer {
+        const INFO: ResourceInfo = ResourceInfo {
+            kind: "Fischer",
+            plural: "fischers",
+            singular: "fischer",
+            ..TEST_INFO
+        };
+        fn metadata(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn metadata_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    struct Fischers(Reader<Flunder>);
+
+    #[async_trait::async_trait]
+    impl Provider for Fischers {
+        type Object = Fischer;
+        async fn list(&self, namespace: Option<&str>) -> crate::Result<Vec<Fischer>> {
+            let flunders = self.0.list(namespace).await?;
+            let fischer = |f: Flunder| Fischer {
+                metadata: f.metadata,
+            };
+            Ok(flunders.into_iter().map(fischer).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn storage_config_reads_a_computed_kind_from_its_provider() {
+        let config = config();
+        // Fischers read flunders, whose factory runs after theirs.
+        let group = APIGroup::new(TEST_INFO.group).version(TEST_INFO.version, |v| {
+            v.computed_with(ComputedOptions::default(), |config| {
+                Fischers(config.reader::<Flunder>())
+            })
+            .computed(Flunders)
+        });
+        build_groups(&[group], &config).unwrap();
+        let fischers = config.reader::<Fischer>().list(None).await.unwrap();
+        assert_eq!(fischers[0].metadata.name.as_deref(), Some("f"));
+        let reader = config.reader::<Flunder>();
+        assert_eq!(reader.list(None).await.unwrap().len(), 1);
+        assert!(reader.get(Some("ns"), "f").await.unwrap().is_some());
+        // The same reader for the strategies of every store.
+        let from_set = config.stores().reader::<Flunder>().unwrap();
+        assert_eq!(from_set.list(Some("ns")).await.unwrap().len(), 1);
+        assert!(
+            config.stores().get::<Flunder>().is_none(),
+            "no store of its own"
+        );
+    }
+
+    #[tokio::test]
+    #[should_panic(
+        expected = "flunders.wardle.example.com is computed (served with `computed`), it has no store; read it with `reader::<Flunder>()`"
+    )]
+    async fn a_computed_kind_has_no_store() {
+        let config = config();
+        build_groups(&[computed_group()], &config).unwrap();
+        let _ = config.store::<Flunder>();
+    }
+
+    #[tokio::test]
+    async fn a_kind_computed_by_two_providers_is_refused() {
+        let group = APIGroup::new(TEST_INFO.group).version(TEST_INFO.version, |v| {
+            v.computed(Flunders).computed(Flunders)
+        });
+        let Err(ServerError::Config(message)) = build_groups(&[group], &config()) else {
+            panic!("two providers of flunders must be refused");
+        };
+        assert!(
+            message.contains("flunders.wardle.example.com is served by two sources"),
+            "{message}"
+        );
     }
 
     #[tokio::test]

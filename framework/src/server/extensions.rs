@@ -77,8 +77,8 @@ impl PostStartContext {
         &self.storage
     }
 
-    /// Reads stored objects of `T` in-process (typed, through the watch cache, no HTTP):
-    /// [`StorageConfig::reader`].
+    /// Reads the objects of `T`, stored or computed, in process (typed, through the watch
+    /// cache, no HTTP): [`StorageConfig::reader`].
     pub fn reader<T: Resource>(&self) -> Reader<T> {
         self.storage.reader::<T>()
     }
@@ -285,7 +285,7 @@ impl APIServer {
 
     /// Runs `hook` once the server listens (`k8s.io/apiserver`'s `AddPostStartHook`), in a
     /// task of its own, given a [`PostStartContext`]: the shutdown signal and the server's
-    /// storage (its [`reader`](PostStartContext::reader) reads any stored resource). Until the
+    /// storage (its [`reader`](PostStartContext::reader) reads any resource it serves). Until the
     /// hook returns `Ok`, the check `poststarthook/{name}` of `/healthz`, `/livez` and
     /// `/readyz` fails with `not finished`. A hook that fails (or panics) stops the server,
     /// as kube-apiserver exits: the error is logged, the server shuts down and

@@ -17,7 +17,8 @@ pub type AdmissionPluginFactory =
 #[non_exhaustive]
 pub struct PluginContext<'a> {
     /// The server's storage: [`reader`](StorageConfig::reader) reads any resource the server
-    /// stores, typed and in process, from the resource's watch cache when it has one.
+    /// stores or computes, typed and in process, from the resource's watch cache when it has
+    /// one.
     pub storage: &'a StorageConfig,
     /// The core kube-apiserver, when the server has one (`--kubeconfig`, or in a cluster).
     pub core: Option<&'a kube::Client>,

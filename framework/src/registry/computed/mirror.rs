@@ -6,6 +6,7 @@
 //! provider call).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,6 +30,9 @@ pub(crate) struct Mirror<P: Provider> {
     /// Held for the whole of a sync (the provider's answer and the writes of its diff), with
     /// when the latest syncs began.
     syncing: Mutex<Synced>,
+    /// Whether a list of every object has been mirrored (since then the mirror holds them
+    /// all, as fresh as its upkeep keeps them).
+    listed_all: AtomicBool,
 }
 
 impl<P: Provider> Mirror<P> {
@@ -43,7 +47,13 @@ impl<P: Provider> Mirror<P> {
             backend,
             store,
             syncing: Mutex::default(),
+            listed_all: AtomicBool::new(false),
         }
+    }
+
+    /// Whether every object of the provider has been mirrored once.
+    pub(crate) fn listed_all(&self) -> bool {
+        self.listed_all.load(Ordering::Acquire)
     }
 
     /// Lists `namespace` (or everything) at the provider and makes the mirror equal to it.
@@ -70,7 +80,11 @@ impl<P: Provider> Mirror<P> {
         }
         let current = self.mirrored(&self.prefix(namespace)).await?;
         self.write(diff(&current, desired, &object::now_timestamp()))
-            .await
+            .await?;
+        if namespace.is_none() {
+            self.listed_all.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Asks the provider for one object and makes the mirror's copy equal to it.

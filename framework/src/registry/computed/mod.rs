@@ -9,10 +9,12 @@
 //! provider's answer to the mirror, so reads are fresh and a resourceVersion moves only when
 //! an object changes (and never goes back, across restarts too); watches see the provider's
 //! pushed changes, or the diff of a re-list at an interval. Only `get`, `list` and `watch`
-//! are served: writes are 405.
+//! are served: writes are 405. In process, a [`Reader`] reads the same objects
+//! ([`ComputedStorage::reader`]).
 //!
-//! Serve one with [`VersionBuilder::computed`](crate::server::VersionBuilder::computed); the
-//! book's "Computed and external resources" chapter walks through it.
+//! Serve one with [`VersionBuilder::computed`](crate::server::VersionBuilder::computed), and
+//! its other versions with [`VersionBuilder::converted`](crate::server::VersionBuilder::converted);
+//! the book's "Computed and external resources" chapter walks through it.
 
 mod diff;
 mod mirror;
@@ -34,12 +36,12 @@ use crate::registry::options::{GetOptions, ListOptions};
 use crate::registry::rest::{
     Getter, Lister, Object, ObjectList, RestStorage, WatchStream, Watcher,
 };
-use crate::registry::store::Store;
+use crate::registry::store::{Reader, Store};
 use crate::runtime::Resource;
 use crate::storage::{Backend, MemoryBackend, Revision};
 
 use mirror::Mirror;
-use upkeep::{Upkeep, Watching};
+use upkeep::{Follower, Upkeep, Watching};
 
 pub use provider::{Change, ChangeStream, Provider};
 
@@ -210,6 +212,39 @@ impl<P: Provider> ComputedStorage<P> {
                 _ = own.cancelled() => {}
             }
         });
+    }
+
+    /// A typed reader of the provider's objects, in process: its `get` and `list` ask the
+    /// provider first, as a request does; its `list_cached` and `get_cached` read the
+    /// mirror's watch cache, which the first of them starts keeping current for as long as
+    /// the reader (or a clone) lives, as an informer would (see [`Reader::list_cached`]).
+    ///
+    /// ```
+    /// # use apiserver::prelude::*;
+    /// # use apiserver::registry::computed::{ComputedOptions, ComputedStorage, Provider};
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Clock")]
+    /// # struct Clock { #[serde(default)] metadata: ObjectMeta }
+    /// struct Clocks;
+    ///
+    /// #[apiserver::async_trait]
+    /// impl Provider for Clocks {
+    ///     type Object = Clock;
+    ///     async fn list(&self, _: Option<&str>) -> apiserver::Result<Vec<Clock>> {
+    ///         let utc = ObjectMeta { name: Some("utc".into()), ..Default::default() };
+    ///         Ok(vec![Clock { metadata: utc }])
+    ///     }
+    /// }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let clocks = ComputedStorage::new(Clocks, ComputedOptions::default()).reader();
+    /// assert!(clocks.get(None, "utc").await?.is_some());
+    /// assert_eq!(clocks.list(None).await?.len(), 1);
+    /// # Ok::<(), apiserver::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn reader(&self) -> Reader<P::Object> {
+        let source = Arc::new(Follower::new(self.clone()));
+        Reader::of_mirror(self.mirror.store.clone(), source)
     }
 
     /// `get`, `list` and `watch` of the resource, for its path (`{plural}`).

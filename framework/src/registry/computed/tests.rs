@@ -451,3 +451,121 @@ async fn after_a_restart_versions_go_on_rising_and_an_old_one_is_expired() {
         (WatchEventType::Error, Some(410))
     );
 }
+
+/// Waits (at most 10 s) until `cached` answers, and gives its answer.
+async fn once_cached<T>(mut cached: impl FnMut() -> Option<Result<T>>) -> T {
+    for _ in 0..200 {
+        if let Some(answer) = cached() {
+            return answer.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the reader's cache did not load within 10 s");
+}
+
+fn names_of(things: &[Thing]) -> Vec<&str> {
+    things
+        .iter()
+        .map(|t| t.metadata.name.as_deref().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_reads_the_providers_objects_fresh_and_from_the_cache() {
+    let provider = Arc::new(Things::default());
+    provider.set(vec![thing("a", "x", 1), thing("b", "y", 2)]);
+    let options = ComputedOptions::default().relist_interval(Duration::from_millis(50));
+    let storage = storage(&provider, options);
+    let reader = storage.reader();
+
+    // get and list ask the provider first, as a request does.
+    assert_eq!(names_of(&reader.list(None).await.unwrap()), ["x", "y"]);
+    assert_eq!(names_of(&reader.list(Some("a")).await.unwrap()), ["x"]);
+    let x = reader.get(Some("a"), "x").await.unwrap().unwrap();
+    assert_eq!((x.size, x.metadata.resource_version.is_some()), (1, true));
+    assert!(reader.get(Some("a"), "y").await.unwrap().is_none());
+    provider.set(vec![thing("a", "x", 5), thing("b", "y", 2)]);
+    assert_eq!(reader.get(Some("a"), "x").await.unwrap().unwrap().size, 5);
+
+    // The cache: the provider's objects, then what they become, within a re-list or two.
+    let cached = once_cached(|| reader.list_cached(None)).await;
+    assert_eq!(names_of(&cached), ["x", "y"]);
+    let x = once_cached(|| reader.get_cached(Some("a"), "x")).await;
+    assert_eq!(x.map(|x| x.size), Some(5));
+    provider.set(vec![thing("a", "x", 5), thing("b", "z", 3)]);
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = names_of(&reader.list_cached(None).unwrap().unwrap())
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        if seen == ["x", "z"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, ["x", "z"], "the cache follows the provider");
+    assert_eq!(
+        names_of(&reader.list_cached(Some("b")).unwrap().unwrap()),
+        ["z"]
+    );
+    assert!(reader
+        .get_cached(Some("b"), "y")
+        .unwrap()
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_cache_is_none_until_a_full_list_and_without_a_watch_cache() {
+    let provider = Arc::new(Things {
+        delay: Duration::from_millis(300),
+        ..Things::default()
+    });
+    provider.set(vec![thing("a", "x", 1)]);
+    // A re-list far away: only the reader's own first list can fill the cache.
+    let options = ComputedOptions::default().relist_interval(Duration::from_secs(3600));
+    let reader = storage(&provider, options.clone()).reader();
+    assert!(reader.list_cached(None).is_none(), "nothing is listed yet");
+    assert!(reader.get_cached(Some("a"), "x").is_none());
+    let cached = once_cached(|| reader.list_cached(None)).await;
+    assert_eq!(names_of(&cached), ["x"]);
+
+    // A computed resource without a watch cache: never, as a stored one without.
+    let uncached = storage(&provider, options.watch_cache(false)).reader();
+    uncached.list(None).await.unwrap();
+    assert!(uncached.list_cached(None).is_none());
+    assert!(uncached.get_cached(Some("a"), "x").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_of_the_cache_counts_as_a_watch_while_it_lives() {
+    let provider = Arc::new(Things::default());
+    let options = ComputedOptions::default().relist_interval(Duration::from_millis(20));
+    let storage = storage(&provider, options);
+    let reader = storage.reader();
+    reader.list(None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = provider.lists.load(Ordering::SeqCst);
+    assert_eq!(before, 1, "no re-list while nobody reads the cache");
+    let _ = reader.list_cached(None);
+    let follower = reader.clone();
+    drop(reader);
+    let mut relisted = false;
+    for _ in 0..500 {
+        if provider.lists.load(Ordering::SeqCst) >= before + 3 {
+            relisted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(relisted, "re-lists while a reader reads the cache");
+    drop(follower);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopped = provider.lists.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        provider.lists.load(Ordering::SeqCst) <= stopped + 1,
+        "no re-lists once the last reader is dropped"
+    );
+}

@@ -2,15 +2,19 @@
 //! re-list at an interval while anyone watches (nobody else would see a change before the
 //! next read, and a read syncs by itself).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
 use super::mirror::Mirror;
 use super::provider::{ChangeStream, Provider};
+use super::ComputedStorage;
+use crate::error::Result;
 use crate::lifecycle::ShutdownSignal;
+use crate::registry::store::Source;
 
 /// Applies the provider's changes as they come, until the stream ends or `stop`.
 pub(crate) async fn follow<P: Provider>(
@@ -85,5 +89,53 @@ pub(crate) struct Upkeep(pub(crate) ShutdownSignal);
 impl Drop for Upkeep {
     fn drop(&mut self) {
         self.0.trigger();
+    }
+}
+
+/// What a computed resource's [`Reader`](crate::registry::store::Reader) reads through: each
+/// read syncs the mirror as a request does, and the first read of the cache makes the reader
+/// count as a watch for as long as it lives, so that re-lists keep the mirror current (pushed
+/// changes do anyway), as an informer keeps a Go plugin's cache.
+pub(crate) struct Follower<P: Provider> {
+    /// Keeps the background work alive while the reader lives.
+    storage: ComputedStorage<P>,
+    following: OnceLock<Watching>,
+}
+
+impl<P: Provider> Follower<P> {
+    pub(crate) fn new(storage: ComputedStorage<P>) -> Self {
+        Self {
+            storage,
+            following: OnceLock::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl<P: Provider> Source for Follower<P> {
+    async fn sync_list(&self, namespace: Option<&str>) -> Result<()> {
+        self.storage.mirror.sync_list(namespace).await
+    }
+
+    async fn sync_get(&self, namespace: Option<&str>, name: &str) -> Result<()> {
+        self.storage.mirror.sync_get(namespace, name).await
+    }
+
+    fn follow(&self) -> bool {
+        let mirror = &self.storage.mirror;
+        self.following.get_or_init(|| {
+            // The first full list at once, not at the first re-list; without a runtime here,
+            // the re-list (or a list through the reader) brings it.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let mirror = mirror.clone();
+                runtime.spawn(async move {
+                    if let Err(e) = mirror.sync_list(None).await {
+                        tracing::warn!(resource = %kind::<P>(), error = %e, "listing the provider for a reader's cache");
+                    }
+                });
+            }
+            Watching::start(&self.storage.watchers)
+        });
+        mirror.listed_all()
     }
 }

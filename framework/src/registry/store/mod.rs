@@ -46,6 +46,7 @@ use versions::StoredVersions;
 pub use list::ContinueToken;
 pub use migrate::{MigrationReport, StorageMigrator};
 pub use reader::Reader;
+pub(crate) use reader::Source;
 pub use scale::ScaleStore;
 pub(crate) use set::SetLink;
 pub use set::StoreSet;

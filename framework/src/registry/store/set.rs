@@ -8,22 +8,27 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use super::{Reader, Store};
 use crate::runtime::Resource;
 
-type Stores = Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>;
+/// Something per type: a `Store<T>`, or a `Reader<T>`.
+type ByType = Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>;
 
 /// One store per type. Every store made through the set knows it (weakly), so its
-/// strategies can read the others ([`StrategyContext::reader`](crate::StrategyContext::reader)).
+/// strategies can read the others ([`StrategyContext::reader`](crate::StrategyContext::reader)),
+/// and the readers of computed resources, which have no store of their own.
 #[derive(Clone, Default)]
 pub struct StoreSet {
-    stores: Arc<Stores>,
+    stores: Arc<ByType>,
+    /// A `Reader<T>` per computed kind `T`.
+    computed: Arc<ByType>,
 }
 
 /// A store's link back to its set, which does not keep the set alive.
 #[derive(Clone, Default)]
-pub(crate) struct SetLink(Weak<Stores>);
+pub(crate) struct SetLink(Weak<ByType>, Weak<ByType>);
 
 impl SetLink {
     pub(crate) fn set(&self) -> Option<StoreSet> {
-        self.0.upgrade().map(|stores| StoreSet { stores })
+        let (stores, computed) = (self.0.upgrade()?, self.1.upgrade()?);
+        Some(StoreSet { stores, computed })
     }
 }
 
@@ -47,9 +52,20 @@ impl StoreSet {
             .cloned()
     }
 
-    /// A reader of `T`'s store, if the set has one.
+    /// A reader of `T`'s store, or of the computed resource `T`, if the set has one.
     pub fn reader<T: Resource>(&self) -> Option<Reader<T>> {
-        self.get::<T>().map(|store| store.reader())
+        let computed = self.computed.lock().unwrap_or_else(PoisonError::into_inner);
+        let computed = computed.get(&TypeId::of::<T>());
+        match computed.and_then(|reader| reader.downcast_ref::<Reader<T>>()) {
+            Some(reader) => Some(reader.clone()),
+            None => self.get::<T>().map(|store| store.reader()),
+        }
+    }
+
+    /// Adds the reader of the computed resource `T`.
+    pub(crate) fn add_computed<T: Resource>(&self, reader: Reader<T>) {
+        let mut computed = self.computed.lock().unwrap_or_else(PoisonError::into_inner);
+        computed.insert(TypeId::of::<T>(), Box::new(reader));
     }
 
     /// Whether the set has a store of `T`.
@@ -63,7 +79,7 @@ impl StoreSet {
         make: impl FnOnce(SetLink) -> Store<T>,
     ) -> Store<T> {
         let mut stores = self.lock();
-        let link = SetLink(Arc::downgrade(&self.stores));
+        let link = SetLink(Arc::downgrade(&self.stores), Arc::downgrade(&self.computed));
         stores
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Box::new(make(link)))

@@ -120,72 +120,14 @@ fn to_storage_version<Old: Convertible<T>, T: Resource>(
 mod tests {
     use bytes::Bytes;
     use futures::StreamExt;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use serde::{Deserialize, Serialize};
     use serde_json::json;
 
     use super::super::Store;
     use crate::registry::context::RequestContext;
     use crate::registry::options::{GetOptions, ListOptions};
     use crate::registry::rest::{Getter, WatchEventType, Watcher};
-    use crate::runtime::resource::TEST_INFO;
-    use crate::runtime::{ConversionError, Convertible, Resource, ResourceInfo};
+    use crate::runtime::test_kinds::{New, Old};
     use crate::storage::{Backend, MemoryBackend};
-
-    #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-    #[serde(deny_unknown_fields)]
-    struct Old {
-        #[serde(default)]
-        metadata: ObjectMeta,
-        #[serde(default)]
-        width: i64,
-    }
-
-    #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-    struct New {
-        #[serde(default)]
-        metadata: ObjectMeta,
-        #[serde(default)]
-        size: i64,
-    }
-
-    impl Resource for Old {
-        const INFO: ResourceInfo = TEST_INFO;
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
-
-    impl Resource for New {
-        const INFO: ResourceInfo = ResourceInfo {
-            version: "v1beta1",
-            ..TEST_INFO
-        };
-        fn metadata(&self) -> &ObjectMeta {
-            &self.metadata
-        }
-        fn metadata_mut(&mut self) -> &mut ObjectMeta {
-            &mut self.metadata
-        }
-    }
-
-    impl Convertible<New> for Old {
-        fn into_hub(self) -> Result<New, ConversionError> {
-            Ok(New {
-                metadata: self.metadata,
-                size: self.width,
-            })
-        }
-        fn from_hub(hub: New) -> Result<Self, ConversionError> {
-            Ok(Old {
-                metadata: hub.metadata,
-                width: hub.size,
-            })
-        }
-    }
 
     const KEYS: &str = "/registry/wardle.example.com/flunders/ns/";
 

@@ -180,10 +180,10 @@ impl<'a> StrategyContext<'a> {
         self
     }
 
-    /// A reader of another resource `U` the server stores (`None` when it stores none, or
-    /// the store runs outside a server): strategies are synchronous, so they read with
-    /// [`Reader::list_cached`] and [`Reader::get_cached`], from the watch cache, as kube's
-    /// strategies read listers.
+    /// A reader of another resource `U` the server stores or computes (`None` when it has
+    /// none, or the store runs outside a server): strategies are synchronous, so they read
+    /// with [`Reader::list_cached`] and [`Reader::get_cached`], from the watch cache, as
+    /// kube's strategies read listers.
     pub fn reader<U: Resource>(&self) -> Option<Reader<U>> {
         self.stores?.reader::<U>()
     }

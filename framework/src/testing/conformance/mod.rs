@@ -29,8 +29,9 @@
 //! ```
 //!
 //! Optional entries after `sample`: `invalid: |name| …` (an object your validation refuses:
-//! a 422 with your causes), `sqlite: true` (run on a SQLite file instead of memory) and
-//! `options: |o| …` (change the [`ServerOptions`] of each server).
+//! a 422 with your causes), `sqlite: true` (run on a SQLite file instead of memory),
+//! `options: |o| …` (change the [`ServerOptions`] of each server) and
+//! `skip: ("convention_name", "why")` (see [`Suite::skip`]; once per convention skipped).
 //! Field selectors are checked on `metadata.name`, `metadata.namespace` and each
 //! `selectable_field` of the resource, with values taken from the samples.
 //!
@@ -44,6 +45,8 @@ mod watch;
 mod writes;
 
 use std::fmt;
+use std::io::Write;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::runtime::Resource;
@@ -95,7 +98,8 @@ pub enum Convention {
     /// resourceVersions the writes returned; a namespace's watch sees only its namespace.
     WatchOrder,
     /// `allowWatchBookmarks`: the bookmark closing `sendInitialEvents`, and bookmarks whose
-    /// resourceVersion a watch can resume from.
+    /// resourceVersion a watch can resume from, each an object of the kind and version
+    /// watched.
     WatchBookmarks,
     /// `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` gives a `Table` with the
     /// resource's printer columns, for a list and for one object.
@@ -150,6 +154,23 @@ impl fmt::Display for Convention {
     }
 }
 
+impl FromStr for Convention {
+    type Err = String;
+
+    /// The convention of a [`name`](Convention::name) (`watch_bookmarks`); an unknown name
+    /// is an error that lists the known ones.
+    fn from_str(name: &str) -> Result<Self, String> {
+        let known = Convention::ALL.into_iter().find(|c| c.name() == name);
+        known.ok_or_else(|| {
+            let names: Vec<_> = Convention::ALL.iter().map(|c| c.name()).collect();
+            format!(
+                "no API convention is named {name:?}; the conventions are: {}",
+                names.join(", ")
+            )
+        })
+    }
+}
+
 type GroupsFn = Arc<dyn Fn() -> Vec<APIGroup> + Send + Sync>;
 type SampleFn<K> = Arc<dyn Fn(&str) -> K + Send + Sync>;
 type OptionsFn = Arc<dyn Fn(&mut ServerOptions) + Send + Sync>;
@@ -161,6 +182,8 @@ pub struct Suite<K> {
     invalid: Option<SampleFn<K>>,
     sqlite: bool,
     options: Option<OptionsFn>,
+    /// The conventions not checked, each with why.
+    skipped: Vec<(Convention, String)>,
 }
 
 impl<K> Clone for Suite<K> {
@@ -171,6 +194,7 @@ impl<K> Clone for Suite<K> {
             invalid: self.invalid.clone(),
             sqlite: self.sqlite,
             options: self.options.clone(),
+            skipped: self.skipped.clone(),
         }
     }
 }
@@ -189,6 +213,7 @@ impl<K: Resource> Suite<K> {
             invalid: None,
             sqlite: false,
             options: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -213,8 +238,67 @@ impl<K: Resource> Suite<K> {
         self
     }
 
-    /// Checks `convention` on a fresh server; `Err` says what broke it.
+    /// Does not check the convention named `convention` (its [`name`](Convention::name), as
+    /// its test is named: `"watch_bookmarks"`), for `reason`: a convention the resource
+    /// cannot keep on purpose, or one broken by a known bug with an issue to link. Its check
+    /// passes without a server, and says on the test's standard error, never captured, that
+    /// it was skipped and why. An unknown name or an empty reason panics.
+    ///
+    /// ```
+    /// # use apiserver::prelude::*;
+    /// # use apiserver::testing::conformance::{Convention, Suite};
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+    /// # pub struct Widget { #[serde(default)] pub metadata: ObjectMeta }
+    /// # fn api_group() -> APIGroup {
+    /// #     APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>())
+    /// # }
+    /// let suite = Suite::<Widget>::new(|| vec![api_group()], |_| Widget::default())
+    ///     .skip("table", "widgets are printed by a plugin of their own");
+    /// assert_eq!(suite.skip_reason(Convention::Table), Some("widgets are printed by a plugin of their own"));
+    /// ```
+    #[track_caller]
+    pub fn skip(mut self, convention: &str, reason: &str) -> Self {
+        let convention: Convention = convention.parse().unwrap_or_else(|e| panic!("{e}"));
+        let reason = reason.trim();
+        assert!(
+            !reason.is_empty(),
+            "skipping {convention} needs a reason (it is printed with every run)"
+        );
+        self.skipped.retain(|(c, _)| *c != convention);
+        self.skipped.push((convention, reason.to_string()));
+        self
+    }
+
+    /// Why `convention` is [skipped](Self::skip), if it is.
+    pub fn skip_reason(&self, convention: Convention) -> Option<&str> {
+        self.skipped
+            .iter()
+            .find(|(c, _)| *c == convention)
+            .map(|(_, reason)| reason.as_str())
+    }
+
+    /// What a skipped check prints: the resource, the convention and why.
+    pub fn skip_notice(&self, convention: Convention) -> Option<String> {
+        let reason = self.skip_reason(convention)?;
+        let info = K::INFO;
+        Some(format!(
+            "API convention skipped: {} {} ({}): {reason}",
+            info.kind,
+            convention,
+            info.api_version()
+        ))
+    }
+
+    /// Checks `convention` on a fresh server; `Err` says what broke it. A
+    /// [skipped](Self::skip) convention is `Ok` at once, its notice written to the
+    /// process's standard error (not the test harness's captured output, so that a skip is
+    /// never silent).
     pub async fn check(&self, convention: Convention) -> Outcome {
+        if let Some(notice) = self.skip_notice(convention) {
+            let _ = writeln!(std::io::stderr().lock(), "{notice}");
+            return Ok(());
+        }
         let mut builder = TestServer::builder().groups((self.groups)());
         if self.sqlite {
             builder = builder.sqlite();
@@ -249,7 +333,8 @@ impl<K: Resource> Suite<K> {
         outcome.map_err(|e| format!("{} {}: {e}", K::INFO.kind, convention))
     }
 
-    /// Checks every convention, one after the other; the failures, each with its message.
+    /// Checks every convention, one after the other (the skipped ones only print why); the
+    /// failures, each with its message.
     pub async fn check_all(&self) -> Vec<(Convention, String)> {
         let mut failures = Vec::new();
         for convention in Convention::ALL {
@@ -275,32 +360,108 @@ impl<K: Resource> Suite<K> {
     }
 }
 
+/// Every resource (not subresource) that `groups` serve, as `("{group}/{version}",
+/// "{plural}")` pairs in order, read from the discovery of a server started for the
+/// purpose: what a test compares with the resources its [`conformance!`](crate::conformance!)
+/// calls check, so that a version or a resource added without its suite fails.
+///
+/// ```no_run
+/// # use apiserver::prelude::*;
+/// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+/// # #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+/// # pub struct Widget { #[serde(default)] pub metadata: ObjectMeta }
+/// # fn api_group() -> APIGroup {
+/// #     APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>())
+/// # }
+/// # async fn t() {
+/// use apiserver::testing::conformance::served_resources;
+/// let served = served_resources(vec![api_group()]).await;
+/// assert_eq!(served, [("example.com/v1".to_string(), "widgets".to_string())]);
+/// # }
+/// ```
+pub async fn served_resources(groups: Vec<APIGroup>) -> Vec<(String, String)> {
+    let server = TestServer::builder().groups(groups).start().await;
+    let client = server.client();
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get(&path)
+                .body(Vec::new())
+                .expect("a request");
+            let answer = client.request::<serde_json::Value>(request).await;
+            answer.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        }
+    };
+    let mut served = Vec::new();
+    let groups = get("/apis".to_string()).await;
+    let versions = groups["groups"].as_array().into_iter().flatten();
+    let versions = versions.flat_map(|g| g["versions"].as_array().into_iter().flatten());
+    let versions: Vec<String> = versions
+        .filter_map(|v| v["groupVersion"].as_str().map(str::to_string))
+        .collect();
+    for group_version in versions {
+        let list = get(format!("/apis/{group_version}")).await;
+        for resource in list["resources"].as_array().into_iter().flatten() {
+            let name = resource["name"].as_str().unwrap_or_default();
+            if !name.contains('/') {
+                served.push((group_version.clone(), name.to_string()));
+            }
+        }
+    }
+    server.stop().await;
+    served.sort();
+    served
+}
+
 /// Generates the API-conventions conformance tests of one resource: a module `$name` with
 /// one `#[test]` per [`Convention`](crate::testing::conformance::Convention).
 ///
 /// ```text
 /// conformance!(NAME, group: GROUP, resource: TYPE, sample: |name| OBJECT);
 /// conformance!(NAME, groups: [GROUP, ...], resource: TYPE, sample: |name| OBJECT,
-///              invalid: |name| OBJECT, sqlite: true, options: |o| CHANGE);
+///              invalid: |name| OBJECT, sqlite: true, options: |o| CHANGE,
+///              skip: ("CONVENTION", "WHY"), ...);
 /// ```
 ///
 /// `GROUP` is an expression making an [`APIGroup`](crate::APIGroup) (evaluated once per
-/// test); `sample` and `invalid` are closures from a name to an object of `TYPE`. The
-/// expressions are evaluated inside the module, which imports the enclosing one (`super::*`).
+/// test); `sample` and `invalid` are closures from a name to an object of `TYPE`; each
+/// `skip` is a [`Suite::skip`](crate::testing::conformance::Suite::skip). The expressions
+/// are evaluated inside the module, which imports the enclosing one (`super::*`).
 /// See [`testing::conformance`](mod@crate::testing::conformance).
+///
+/// ```
+/// # use apiserver::prelude::*;
+/// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+/// # #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+/// # pub struct Widget { #[serde(default)] pub metadata: ObjectMeta }
+/// # fn api_group() -> APIGroup {
+/// #     APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>())
+/// # }
+/// apiserver::testing::conformance!(
+///     widget_conventions,
+///     group: api_group(),
+///     resource: Widget,
+///     sample: |_| Widget::default(),
+///     sqlite: true,
+///     // Its test passes and prints: "API convention skipped: Widget table (example.com/v1): …"
+///     skip: ("table", "widgets have no printer columns yet: issue 12"),
+/// );
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! conformance {
-    ($name:ident, group: $group:expr, resource: $ty:ty, sample: $sample:expr $(, $key:ident : $value:expr)* $(,)?) => {
-        $crate::conformance!($name, groups: [$group], resource: $ty, sample: $sample $(, $key: $value)*);
+    ($name:ident, group: $group:expr, resource: $ty:ty, sample: $sample:expr $(, $($entry:tt)*)?) => {
+        $crate::conformance!($name, groups: [$group], resource: $ty, sample: $sample $(, $($entry)*)?);
     };
-    ($name:ident, groups: [$($group:expr),+ $(,)?], resource: $ty:ty, sample: $sample:expr $(, $key:ident : $value:expr)* $(,)?) => {
+    ($name:ident, groups: [$($group:expr),+ $(,)?], resource: $ty:ty, sample: $sample:expr $(, $($entry:tt)*)?) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
             use $crate::testing::conformance::{Convention, Suite};
 
             fn suite() -> Suite<$ty> {
-                Suite::<$ty>::new(|| vec![$($group),+], $sample)$(.$key($value))*
+                let suite = Suite::<$ty>::new(|| vec![$($group),+], $sample);
+                $crate::__conformance_entries!(suite; $($($entry)*)?)
             }
 
             $crate::__conformance_tests!(
@@ -324,6 +485,21 @@ macro_rules! conformance {
     };
 }
 
+/// The optional entries of [`conformance!`](crate::testing::conformance!), each a call of
+/// the [`Suite`](crate::testing::conformance::Suite)'s method of that name; `skip` takes two
+/// arguments.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_entries {
+    ($suite:expr; $(,)?) => { $suite };
+    ($suite:expr; skip: ($convention:expr, $reason:expr $(,)?) $(, $($rest:tt)*)?) => {
+        $crate::__conformance_entries!($suite.skip($convention, $reason); $($($rest)*)?)
+    };
+    ($suite:expr; $key:ident : $value:expr $(, $($rest:tt)*)?) => {
+        $crate::__conformance_entries!($suite.$key($value); $($($rest)*)?)
+    };
+}
+
 /// One `#[test]` per convention (for [`conformance!`](crate::testing::conformance!)).
 #[doc(hidden)]
 #[macro_export]
@@ -336,4 +512,57 @@ macro_rules! __conformance_tests {
             }
         )*
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::test_kinds::Flunder;
+
+    /// A suite whose server could not even start: no group serves flunders.
+    fn suite() -> Suite<Flunder> {
+        Suite::new(Vec::new, |_| Flunder::default())
+    }
+
+    #[test]
+    fn conventions_are_named_as_their_tests() {
+        for convention in Convention::ALL {
+            assert_eq!(convention.name().parse::<Convention>(), Ok(convention));
+        }
+        let unknown = "bookmarks".parse::<Convention>().unwrap_err();
+        assert!(unknown.contains("\"bookmarks\""), "{unknown}");
+        assert!(unknown.contains("watch_bookmarks"), "{unknown}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_skipped_convention_is_reported_with_its_reason_and_not_checked() {
+        let suite = suite().skip("watch_bookmarks", "  bookmarks are sent by a proxy ");
+        assert_eq!(
+            suite.skip_reason(Convention::WatchBookmarks),
+            Some("bookmarks are sent by a proxy")
+        );
+        assert_eq!(
+            suite.skip_notice(Convention::WatchBookmarks).as_deref(),
+            Some("API convention skipped: Flunder watch_bookmarks (wardle.example.com/v1alpha1): bookmarks are sent by a proxy")
+        );
+        // Skipped: passes without a server that serves flunders.
+        assert_eq!(suite.check(Convention::WatchBookmarks).await, Ok(()));
+        // The others are checked (and fail here: nothing serves flunders).
+        assert_eq!(suite.skip_reason(Convention::Table), None);
+        assert_eq!(suite.skip_notice(Convention::Table), None);
+        let failure = suite.check(Convention::NotFoundStatus).await.unwrap_err();
+        assert!(failure.starts_with("Flunder not_found_status"), "{failure}");
+    }
+
+    #[test]
+    #[should_panic(expected = "no API convention is named \"bookmark\"")]
+    fn skipping_an_unknown_convention_panics() {
+        let _ = suite().skip("bookmark", "typo");
+    }
+
+    #[test]
+    #[should_panic(expected = "skipping table needs a reason")]
+    fn skipping_without_a_reason_panics() {
+        let _ = suite().skip("table", " ");
+    }
 }

@@ -94,7 +94,6 @@ pub(super) async fn watch_bookmarks<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
 /// `sendInitialEvents=true`: ADDED for each object, then a BOOKMARK of the resource's kind
 /// annotated `k8s.io/initial-events-end: "true"`, then the changes.
 async fn initial_events_end<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
-    let info = ctx.info();
     ctx.create_sample("ba", &[]).await?;
     let b = ctx.create_sample("bb", &[]).await?;
     let query = "sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=30";
@@ -111,15 +110,7 @@ async fn initial_events_end<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     );
     match events.next(10).await? {
         Some(WatchEvent::Bookmark(bookmark)) => {
-            ensure!(
-                bookmark.types.api_version == info.api_version()
-                    && bookmark.types.kind == info.kind,
-                "a bookmark is an object of the resource's kind ({} {}), got {} {}",
-                info.api_version(),
-                info.kind,
-                bookmark.types.api_version,
-                bookmark.types.kind
-            );
+            of_the_version_watched(ctx, &bookmark)?;
             ensure!(
                 bookmark.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str) == Some("true"),
                 "the bookmark after the initial events is annotated k8s.io/initial-events-end: \"true\", got {:?}",
@@ -148,6 +139,26 @@ async fn initial_events_end<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     Ok(())
 }
 
+/// A bookmark is an object of the kind and version watched (kube-apiserver's watch encoder
+/// converts the cacher's empty bookmark object to the version the client asked for), which
+/// a client decodes as such: a version served converted sends none of its storage version.
+fn of_the_version_watched<K: Resource>(
+    ctx: &Ctx<'_, K>,
+    bookmark: &kube::core::watch::Bookmark,
+) -> Outcome {
+    let info = ctx.info();
+    ensure!(
+        bookmark.types.api_version == info.api_version() && bookmark.types.kind == info.kind,
+        "a bookmark of a watch of {} is an object of that version and kind ({} {}), got {} {}",
+        info.api_version(),
+        info.api_version(),
+        info.kind,
+        bookmark.types.api_version,
+        bookmark.types.kind
+    );
+    Ok(())
+}
+
 /// `allowWatchBookmarks=true` on a watch that selects nothing while another object is
 /// written: the watch gets a BOOKMARK before its timeout, and a watch from the last
 /// bookmark's resourceVersion starts after that write (the bookmark covered it).
@@ -165,10 +176,11 @@ async fn progress_bookmark<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
     let bookmarks: Vec<_> = got
         .iter()
         .filter_map(|e| match e {
-            WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
+            WatchEvent::Bookmark(b) => Some(b),
             _ => None,
         })
-        .collect();
+        .map(|b| of_the_version_watched(ctx, b).map(|()| b.metadata.resource_version.clone()))
+        .collect::<Result<_, _>>()?;
     ensure!(
         got.len() == bookmarks.len(),
         "a watch selecting nothing gets only bookmarks, got {:?}",
