@@ -1379,6 +1379,8 @@ impl APIServer {
                 0 => DEFAULT_HTTP2_MAX_STREAMS,
                 n => n,
             },
+            idle_timeout: self.options.http_idle_timeout,
+            read_header_timeout: self.options.http_read_header_timeout,
             ..ServeOptions::default()
         };
         let delay = self.options.shutdown_delay_duration;

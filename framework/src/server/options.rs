@@ -72,6 +72,21 @@ pub struct ServerOptions {
     #[arg(long = "http2-max-streams-per-connection", default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
     pub http2_max_streams_per_connection: u32,
 
+    /// How long a connection may stay without a request in flight before the server closes
+    /// it: HTTP/1.1 keep-alive between requests, HTTP/2 without streams (GOAWAY). A watch
+    /// or a response in progress is never idle. As kube-apiserver's Go `IdleTimeout`; 0s:
+    /// never.
+    #[arg(long = "http-idle-timeout", default_value = "90s",
+          value_parser = crate::auth::options::parse_duration, value_name = "DURATION")]
+    pub http_idle_timeout: std::time::Duration,
+
+    /// How long an HTTP/1.1 client may take to send a request's header, from the
+    /// connection's start (after TLS) or the request's first byte; then the connection is
+    /// closed. As kube-apiserver's Go `ReadHeaderTimeout`; 0s: no limit.
+    #[arg(long = "http-read-header-timeout", default_value = "32s",
+          value_parser = crate::auth::options::parse_duration, value_name = "DURATION")]
+    pub http_read_header_timeout: std::time::Duration,
+
     /// The storage backend.
     #[arg(long = "storage-backend", value_enum, default_value_t = StorageBackendKind::Sqlite)]
     pub storage_backend: StorageBackendKind,
@@ -179,6 +194,8 @@ impl Default for ServerOptions {
             tls_min_version: TlsVersion::Tls12,
             tls_cipher_suites: Vec::new(),
             http2_max_streams_per_connection: DEFAULT_HTTP2_MAX_STREAMS,
+            http_idle_timeout: crate::server::serve::DEFAULT_IDLE_TIMEOUT,
+            http_read_header_timeout: crate::server::serve::DEFAULT_READ_HEADER_TIMEOUT,
             storage_backend: StorageBackendKind::Sqlite,
             sqlite_path: PathBuf::from("apiserver.db"),
             #[cfg(feature = "etcd")]
