@@ -134,6 +134,20 @@ pub struct ServerOptions {
     #[arg(long = "watch-cache", default_value_t = true, action = clap::ArgAction::Set)]
     pub watch_cache: bool,
 
+    /// The most bytes of recent events each resource's watch cache keeps for watches that
+    /// resume from an older resourceVersion (each event counts its object and the state
+    /// before); the oldest go first, and a watch from before them is read from storage or
+    /// gets 410 Expired. 0: only the count of events bounds it.
+    #[arg(long = "watch-cache-window-bytes", default_value_t = crate::storage::cacher::DEFAULT_WINDOW_BYTES, value_name = "BYTES")]
+    pub watch_cache_window_bytes: usize,
+
+    /// The largest object stored, in bytes as stored (JSON): a create or update of a
+    /// larger one is refused with etcd's answer through kube-apiserver (500 "etcdserver:
+    /// request is too large") and nothing changes. The default is etcd's default
+    /// --max-request-bytes (1.5 MiB), so every backend keeps etcd's limit. 0: no limit.
+    #[arg(long = "max-object-size-bytes", default_value_t = crate::storage::DEFAULT_MAX_OBJECT_BYTES, value_name = "BYTES")]
+    pub max_object_size_bytes: usize,
+
     /// Requests that are not watches fail with 504 after this many seconds.
     #[arg(long = "request-timeout", default_value_t = 60)]
     pub request_timeout_seconds: u64,
@@ -209,6 +223,8 @@ impl Default for ServerOptions {
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
             watch_cache: true,
+            watch_cache_window_bytes: crate::storage::cacher::DEFAULT_WINDOW_BYTES,
+            max_object_size_bytes: crate::storage::DEFAULT_MAX_OBJECT_BYTES,
             request_timeout_seconds: 60,
             shutdown_delay_duration: std::time::Duration::ZERO,
             max_requests_inflight: 400,
