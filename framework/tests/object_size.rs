@@ -165,28 +165,50 @@ async fn sqlite_refuses_objects_over_the_limit() {
     server.stop().await;
 }
 
+/// A server on the etcd of the tests (127.0.0.1:23790), under a prefix of its own, with
+/// this `--max-object-size-bytes`.
 #[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_refuses_objects_over_the_limit() {
-    let prefix = format!("/object-size-{:016x}", rand_suffix());
-    let server = TestServer::builder()
+async fn etcd_server(max_object_size_bytes: usize) -> TestServer {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let prefix = format!("/object-size-{}-{}", std::process::id(), now.as_nanos());
+    TestServer::builder()
         .group(group())
         .options(move |o| {
             o.storage_backend = apiserver::server::StorageBackendKind::Etcd3;
             o.etcd_servers = vec!["http://127.0.0.1:23790".into()];
             o.storage_prefix = prefix;
+            o.max_object_size_bytes = max_object_size_bytes;
         })
         .start()
-        .await;
+        .await
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_refuses_objects_over_the_limit() {
+    let server = etcd_server(apiserver::storage::DEFAULT_MAX_OBJECT_BYTES).await;
     refuses_large_objects(&server).await;
     server.stop().await;
 }
 
+/// Without a limit of the server's, etcd's own (its default `--max-request-bytes`) gives the
+/// same answer.
 #[cfg(feature = "etcd")]
-fn rand_suffix() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    nanos.as_nanos() as u64 ^ u64::from(std::process::id())
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_own_refusal_is_answered_alike() {
+    let server = etcd_server(0).await;
+    let refused = send(
+        &server,
+        "POST",
+        BLOBS,
+        "application/json",
+        &blob("big", 2 * MIB),
+    )
+    .await;
+    assert_too_large(refused, "create refused by etcd");
+    assert_eq!(get(&server, "big").await.0, 404, "nothing stored");
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
