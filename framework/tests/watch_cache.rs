@@ -238,6 +238,7 @@ async fn a_watcher_that_stops_reading_is_ended_and_the_others_go_on() {
     let options = CacherOptions {
         window: 64,
         watcher_lag: 16,
+        ..CacherOptions::default()
     };
     let (store, backend) = setup(options);
     cache_serving(&store, &backend).await;
@@ -266,6 +267,7 @@ async fn watches_older_than_the_window_are_read_to_served() {
     let options = CacherOptions {
         window: 4,
         watcher_lag: 64,
+        ..CacherOptions::default()
     };
     let (store, backend) = setup(options);
     let first = create(&store, "a").await;

@@ -47,7 +47,7 @@ use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
 use crate::server::tls;
 use crate::server::version::VersionInfo;
 use crate::storage::instrumented::Instrumented;
-use crate::storage::{Backend, MemoryBackend, SqliteBackend};
+use crate::storage::{Backend, CacherOptions, MemoryBackend, SizeLimited, SqliteBackend};
 use crate::tls::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
 
 /// Why a server could not start.
@@ -185,6 +185,8 @@ pub struct StorageConfig {
     backend: Arc<dyn Backend>,
     prefix: String,
     watch_cache: bool,
+    /// The sizes of each store's watch cache.
+    cacher_options: CacherOptions,
     shutdown: ShutdownSignal,
     /// One store per type, so that everything reading `T` shares its watch cache.
     stores: StoreSet,
@@ -223,6 +225,7 @@ impl StorageConfig {
             backend,
             prefix: prefix.to_string(),
             watch_cache,
+            cacher_options: CacherOptions::default(),
             shutdown,
             stores: StoreSet::default(),
             owners: Mutex::default(),
@@ -246,6 +249,13 @@ impl StorageConfig {
     /// Whether stores have a watch cache (`--watch-cache`).
     pub fn watch_cache(&self) -> bool {
         self.watch_cache
+    }
+
+    /// Gives the stores' watch caches these sizes (`--watch-cache-window-bytes`) instead of
+    /// the defaults.
+    pub fn with_watch_cache_options(mut self, options: CacherOptions) -> Self {
+        self.cacher_options = options;
+        self
     }
 
     /// The stores made so far, by type.
@@ -280,7 +290,7 @@ impl StorageConfig {
             // Before the watch cache loads, so it reads objects of older versions too.
             self.apply_pending(&store);
             if self.watch_cache {
-                store = store.with_watch_cache();
+                store = store.with_watch_cache_options(self.cacher_options);
             }
             self.migrators
                 .lock()
@@ -1380,12 +1390,19 @@ impl APIServer {
             None => open_backend(&self.options).await?,
         };
         let backend = Instrumented::wrap(backend, &self.options.storage_prefix);
+        // Outside the timing: a refused object is no request to the backend.
+        let backend = SizeLimited::wrap(backend, self.options.max_object_size_bytes);
+        let cacher_options = CacherOptions {
+            window_bytes: self.options.watch_cache_window_bytes,
+            ..CacherOptions::default()
+        };
         let config = StorageConfig::new(
             backend,
             &self.options.storage_prefix,
             self.options.watch_cache,
             shutdown.clone(),
-        );
+        )
+        .with_watch_cache_options(cacher_options);
         let groups = build_groups(&self.groups, &config)?;
         Ok((config, groups))
     }
@@ -1476,6 +1493,8 @@ impl APIServer {
                 0 => DEFAULT_HTTP2_MAX_STREAMS,
                 n => n,
             },
+            idle_timeout: self.options.http_idle_timeout,
+            read_header_timeout: self.options.http_read_header_timeout,
             ..ServeOptions::default()
         };
         let delay = self.options.shutdown_delay_duration;

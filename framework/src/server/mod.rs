@@ -5,6 +5,7 @@
 pub mod builder;
 pub mod extensions;
 pub mod health;
+mod idle;
 pub mod malloc;
 pub mod migrate;
 pub mod options;

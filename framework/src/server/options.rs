@@ -72,6 +72,21 @@ pub struct ServerOptions {
     #[arg(long = "http2-max-streams-per-connection", default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
     pub http2_max_streams_per_connection: u32,
 
+    /// How long a connection may stay without a request in flight before the server closes
+    /// it: HTTP/1.1 keep-alive between requests, HTTP/2 without streams (GOAWAY). A watch
+    /// or a response in progress is never idle. As kube-apiserver's Go `IdleTimeout`; 0s:
+    /// never.
+    #[arg(long = "http-idle-timeout", default_value = "90s",
+          value_parser = crate::auth::options::parse_duration, value_name = "DURATION")]
+    pub http_idle_timeout: std::time::Duration,
+
+    /// How long an HTTP/1.1 client may take to send a request's header, from the
+    /// connection's start (after TLS) or the request's first byte; then the connection is
+    /// closed. As kube-apiserver's Go `ReadHeaderTimeout`; 0s: no limit.
+    #[arg(long = "http-read-header-timeout", default_value = "32s",
+          value_parser = crate::auth::options::parse_duration, value_name = "DURATION")]
+    pub http_read_header_timeout: std::time::Duration,
+
     /// The storage backend.
     #[arg(long = "storage-backend", value_enum, default_value_t = StorageBackendKind::Sqlite)]
     pub storage_backend: StorageBackendKind,
@@ -118,6 +133,20 @@ pub struct ServerOptions {
     /// (`--watch-cache=false` reads storage for every request).
     #[arg(long = "watch-cache", default_value_t = true, action = clap::ArgAction::Set)]
     pub watch_cache: bool,
+
+    /// The most bytes of recent events each resource's watch cache keeps for watches that
+    /// resume from an older resourceVersion (each event counts its object and the state
+    /// before); the oldest go first, and a watch from before them is read from storage or
+    /// gets 410 Expired. 0: only the count of events bounds it.
+    #[arg(long = "watch-cache-window-bytes", default_value_t = crate::storage::cacher::DEFAULT_WINDOW_BYTES, value_name = "BYTES")]
+    pub watch_cache_window_bytes: usize,
+
+    /// The largest object stored, in bytes as stored (JSON): a create or update of a
+    /// larger one is refused with etcd's answer through kube-apiserver (500 "etcdserver:
+    /// request is too large") and nothing changes. The default is etcd's default
+    /// --max-request-bytes (1.5 MiB), so every backend keeps etcd's limit. 0: no limit.
+    #[arg(long = "max-object-size-bytes", default_value_t = crate::storage::DEFAULT_MAX_OBJECT_BYTES, value_name = "BYTES")]
+    pub max_object_size_bytes: usize,
 
     /// Requests that are not watches fail with 504 after this many seconds.
     #[arg(long = "request-timeout", default_value_t = 60)]
@@ -179,6 +208,8 @@ impl Default for ServerOptions {
             tls_min_version: TlsVersion::Tls12,
             tls_cipher_suites: Vec::new(),
             http2_max_streams_per_connection: DEFAULT_HTTP2_MAX_STREAMS,
+            http_idle_timeout: crate::server::serve::DEFAULT_IDLE_TIMEOUT,
+            http_read_header_timeout: crate::server::serve::DEFAULT_READ_HEADER_TIMEOUT,
             storage_backend: StorageBackendKind::Sqlite,
             sqlite_path: PathBuf::from("apiserver.db"),
             #[cfg(feature = "etcd")]
@@ -192,6 +223,8 @@ impl Default for ServerOptions {
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
             watch_cache: true,
+            watch_cache_window_bytes: crate::storage::cacher::DEFAULT_WINDOW_BYTES,
+            max_object_size_bytes: crate::storage::DEFAULT_MAX_OBJECT_BYTES,
             request_timeout_seconds: 60,
             shutdown_delay_duration: std::time::Duration::ZERO,
             max_requests_inflight: 400,

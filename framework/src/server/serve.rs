@@ -5,18 +5,19 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
+use super::idle::{Activity, IdleTimeouts, TrackedBody, TrackedIo};
 use crate::lifecycle::ShutdownSignal;
 use crate::tls::PeerCertificates;
 use tokio_rustls::server::TlsStream;
@@ -35,9 +36,31 @@ pub struct ServeOptions {
     /// 1000 by default, as `k8s.io/apiserver` recommends for aggregated servers, whose
     /// aggregator multiplexes many users' requests and watches over one connection).
     pub max_concurrent_streams: u32,
+    /// How long a connection may stay without a request in flight (`--http-idle-timeout`):
+    /// an HTTP/1.1 connection between requests, an HTTP/2 connection without streams (closed
+    /// with a GOAWAY). 90 s, as kube-apiserver sets Go's `IdleTimeout`; zero: never closed.
+    pub idle_timeout: Duration,
+    /// How long an HTTP/1.1 client may take to send a request's header, from the connection's
+    /// start or the first byte of the request (`--http-read-header-timeout`). 32 s, as
+    /// kube-apiserver sets Go's `ReadHeaderTimeout`; zero: no limit.
+    pub read_header_timeout: Duration,
+    /// The most bytes of request line and header fields accepted: Go's `MaxHeaderBytes`,
+    /// 1 MiB in kube-apiserver; HTTP/2 advertises it as its header list size.
+    pub max_header_bytes: usize,
     /// The signal given to handlers; triggering it shuts the server down as well.
     pub signal: ShutdownSignal,
 }
+
+/// `idle_timeout`'s default: kube-apiserver's `IdleTimeout` (Go's and x/net/http2's), which
+/// matches `http.DefaultTransport`'s keep-alive so clients, not the server, close first.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// `read_header_timeout`'s default: kube-apiserver's `ReadHeaderTimeout`.
+pub const DEFAULT_READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
+
+/// `max_header_bytes`' default: kube-apiserver's `MaxHeaderBytes` (Go's
+/// `http.DefaultMaxHeaderBytes`).
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 1 << 20;
 
 impl Default for ServeOptions {
     fn default() -> Self {
@@ -45,6 +68,9 @@ impl Default for ServeOptions {
             grace_period: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1000,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            read_header_timeout: DEFAULT_READ_HEADER_TIMEOUT,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             signal: ShutdownSignal::new(),
         }
     }
@@ -65,7 +91,9 @@ pub async fn serve_tls(
 /// triggered: stops accepting, triggers the signal, asks every connection to close after its
 /// current requests (HTTP/2 GOAWAY), and closes what is left after the grace period.
 ///
-/// Handshake failures, plain-HTTP clients and garbage only affect their own connection.
+/// Handshake failures, plain-HTTP clients and garbage only affect their own connection. A
+/// connection without a request in flight for `idle_timeout`, or whose HTTP/1.1 request
+/// header takes longer than `read_header_timeout`, is closed, as Go's server closes it.
 pub async fn serve_tls_with(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -75,26 +103,30 @@ pub async fn serve_tls_with(
 ) -> io::Result<()> {
     let ctx = Arc::new(ConnContext {
         acceptor: TlsAcceptor::from(tls),
-        http: http_builder(&options),
+        http1: http1_builder(&options),
+        http2: http2_builder(&options),
         router,
         signal: options.signal.clone(),
         handshake_timeout: options.handshake_timeout,
+        timeouts: IdleTimeouts {
+            idle: options.idle_timeout,
+            read_header: options.read_header_timeout,
+        },
     });
-    let graceful = GracefulShutdown::new();
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = options.signal.cancelled() => break,
-            accepted = listener.accept() => on_accept(accepted, &ctx, &graceful, &mut conns).await,
+            accepted = listener.accept() => on_accept(accepted, &ctx, &mut conns).await,
             // Reap finished connections so the set does not grow without bound.
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
     drop(listener);
     options.signal.trigger();
-    drain(graceful, conns, options.grace_period).await;
+    drain(conns, options.grace_period).await;
     Ok(())
 }
 
@@ -134,34 +166,68 @@ async fn terminate() {
 /// What every connection task needs, shared once rather than cloned field by field.
 struct ConnContext {
     acceptor: TlsAcceptor,
-    http: auto::Builder<TokioExecutor>,
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     router: axum::Router,
     signal: ShutdownSignal,
     handshake_timeout: Duration,
+    timeouts: IdleTimeouts,
 }
 
-fn http_builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The timer enforces HTTP/1's header read timeout against slow-loris clients.
-    builder.http1().timer(TokioTimer::new());
+/// Header fields of one HTTP/1.1 request, at most. Go counts only bytes
+/// (`max_header_bytes`); hyper needs a count too, and its header map holds no more than
+/// 24,576 fields. 300 `X-Remote-Group` lines of a user with many groups fit with room.
+const MAX_HTTP1_HEADER_FIELDS: usize = 16_384;
+
+/// What x/net/http2 adds to `MaxHeaderBytes` for the header list size it advertises
+/// (`adjustHTTP1MaxHeaderSize`: ten typical fields' HPACK overhead of 32 bytes).
+const HTTP2_HEADER_LIST_OVERHEAD: usize = 10 * 32;
+
+/// What Go's HTTP/1 server reads past `MaxHeaderBytes` before it refuses a header (its
+/// `bufio` slop).
+const HTTP1_HEADER_SLOP: usize = 4096;
+
+fn http1_builder(options: &ServeOptions) -> http1::Builder {
+    // The header read timeout is the idle watchdog's (`idle.rs`), which, as Go, lets a
+    // keep-alive connection wait `idle_timeout` for its next request; hyper's would start
+    // the header's clock right after the previous response.
+    let header_bytes = options
+        .max_header_bytes
+        .saturating_add(HTTP1_HEADER_SLOP)
+        .max(MIN_HTTP1_BUFFER);
+    let mut builder = http1::Builder::new();
     builder
-        .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(options.max_concurrent_streams);
+        .header_read_timeout(None)
+        .max_headers(MAX_HTTP1_HEADER_FIELDS)
+        .max_header_size(header_bytes)
+        .max_buf_size(header_bytes);
     builder
 }
+
+fn http2_builder(options: &ServeOptions) -> http2::Builder<TokioExecutor> {
+    let header_list = options
+        .max_header_bytes
+        .saturating_add(HTTP2_HEADER_LIST_OVERHEAD);
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(header_list).unwrap_or(u32::MAX));
+    builder
+}
+
+/// hyper's smallest HTTP/1 read buffer (it panics below it).
+const MIN_HTTP1_BUFFER: usize = 8192;
 
 async fn on_accept(
     accepted: io::Result<(TcpStream, SocketAddr)>,
     ctx: &Arc<ConnContext>,
-    graceful: &GracefulShutdown,
     conns: &mut JoinSet<()>,
 ) {
     match accepted {
         Ok((stream, addr)) => {
-            // The watcher is taken now, so a shutdown during the handshake still reaches it.
-            let watcher = graceful.watcher();
-            conns.spawn(serve_connection(ctx.clone(), stream, addr, watcher));
+            conns.spawn(serve_connection(ctx.clone(), stream, addr));
         }
         Err(e) if is_connection_error(&e) => tracing::debug!(error = %e, "accept"),
         Err(e) => {
@@ -182,26 +248,83 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-async fn serve_connection(
-    ctx: Arc<ConnContext>,
-    stream: TcpStream,
-    addr: SocketAddr,
-    watcher: Watcher,
-) {
+async fn serve_connection(ctx: Arc<ConnContext>, stream: TcpStream, addr: SocketAddr) {
     let _ = stream.set_nodelay(true);
+    keep_alive(&stream);
     let tls = match tokio::time::timeout(ctx.handshake_timeout, handshake(&ctx, stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => return tracing::debug!(%addr, error = %e, "TLS handshake failed"),
         Err(_) => return tracing::debug!(%addr, "TLS handshake timed out"),
     };
     let peer = peer_certificates(&tls);
-    let service = request_service(ctx.clone(), addr, peer);
-    let conn = ctx
-        .http
-        .serve_connection_with_upgrades(TokioIo::new(tls), service);
-    if let Err(e) = watcher.watch(conn).await {
+    // HTTP/2 only when the client chose it by ALPN, as Go's server (`TLSNextProto`).
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let activity = Arc::new(Activity::new(ctx.timeouts, h2));
+    let service = request_service(ctx.clone(), addr, peer, activity.clone());
+    let io = TokioIo::new(TrackedIo::new(tls, activity.clone()));
+    let served = if h2 {
+        let conn = ctx.http2.serve_connection(io, service);
+        drive(conn, |c| c.graceful_shutdown(), &ctx.signal, &activity).await
+    } else {
+        let conn = ctx.http1.serve_connection(io, service).with_upgrades();
+        drive(conn, |c| c.graceful_shutdown(), &ctx.signal, &activity).await
+    };
+    if let Err(e) = served {
         tracing::debug!(%addr, error = %e, "connection closed with an error");
     }
+}
+
+/// TCP keep-alive probes every 3 minutes, as kube-apiserver's listener sets them
+/// (`defaultKeepAlivePeriod`): a peer that vanished without closing (a watch's client
+/// powered off) is found and its connection closed.
+fn keep_alive(stream: &TcpStream) {
+    const PERIOD: Duration = Duration::from_secs(3 * 60);
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(PERIOD)
+        .with_interval(PERIOD);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&probes) {
+        tracing::debug!(error = %e, "cannot set TCP keep-alive");
+    }
+}
+
+/// How long an idle HTTP/2 connection has to close after its GOAWAY before it is dropped
+/// (x/net/http2's `goAwayTimeout`).
+const GOAWAY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Runs a connection to its end. When shutdown starts, it is asked to finish its requests
+/// and close (HTTP/2: GOAWAY), and is closed once none is in flight. When it has been idle
+/// too long ([`Activity::expired`]) it is closed: an HTTP/2 connection after a GOAWAY, an
+/// HTTP/1.1 one at once (it has no request in flight, or only part of a header), as Go's
+/// server closes a connection whose deadline passed.
+async fn drive<C>(
+    conn: C,
+    graceful_shutdown: impl Fn(Pin<&mut C>),
+    signal: &ShutdownSignal,
+    activity: &Activity,
+) -> hyper::Result<()>
+where
+    C: Future<Output = hyper::Result<()>>,
+{
+    tokio::pin!(conn);
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => return result,
+            _ = signal.cancelled(), if !shutting_down => {
+                shutting_down = true;
+                activity.close_when_idle();
+                graceful_shutdown(conn.as_mut());
+            }
+            _ = activity.expired() => break,
+        }
+    }
+    if activity.is_http2() {
+        graceful_shutdown(conn.as_mut());
+        if let Ok(result) = tokio::time::timeout(GOAWAY_TIMEOUT, conn.as_mut()).await {
+            return result;
+        }
+    }
+    Ok(())
 }
 
 /// First byte of a TLS record carrying a handshake (the ClientHello).
@@ -231,40 +354,47 @@ fn peer_certificates(tls: &TlsStream<TcpStream>) -> Option<PeerCertificates> {
     (!chain.is_empty()).then(|| PeerCertificates::new(chain.to_vec()))
 }
 
+/// A response whose body keeps its request in flight on its connection.
+type TrackedResponse = http::Response<TrackedBody<axum::body::Body>>;
+
 /// The response of the per-connection service.
-type ServiceResult = Result<axum::response::Response, std::convert::Infallible>;
+type ServiceResult = Result<TrackedResponse, std::convert::Infallible>;
 
 /// The per-connection hyper service: adds the connection facts to each request's
-/// extensions and hands it to the router.
+/// extensions and hands it to the router; the connection is busy until the response body
+/// is dropped.
 fn request_service(
     ctx: Arc<ConnContext>,
     addr: SocketAddr,
     peer: Option<PeerCertificates>,
+    activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
-    Response = axum::response::Response,
+    Response = TrackedResponse,
     Error = std::convert::Infallible,
     Future = impl Future<Output = ServiceResult> + Send,
 > + Clone {
     hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        let in_flight = activity.start();
         let extensions = req.extensions_mut();
         extensions.insert(ConnectInfo(addr));
         extensions.insert(ctx.signal.clone());
         if let Some(peer) = &peer {
             extensions.insert(peer.clone());
         }
-        ctx.router.clone().oneshot(req)
+        let response = ctx.router.clone().oneshot(req);
+        async move {
+            let response = response.await?;
+            Ok(response.map(|body| TrackedBody::new(body, in_flight)))
+        }
     })
 }
 
-/// Graceful shutdown of the open connections, bounded by `grace`.
-async fn drain(graceful: GracefulShutdown, mut conns: JoinSet<()>, grace: Duration) {
-    let open = graceful.count();
-    tracing::info!(open, "shutting down: draining connections");
-    let all_closed = async {
-        graceful.shutdown().await;
-        while conns.join_next().await.is_some() {}
-    };
+/// Waits for the open connections, which the triggered signal asked to close, for at most
+/// `grace`; then closes those left.
+async fn drain(mut conns: JoinSet<()>, grace: Duration) {
+    tracing::info!(open = conns.len(), "shutting down: draining connections");
+    let all_closed = async { while conns.join_next().await.is_some() {} };
     if tokio::time::timeout(grace, all_closed).await.is_err() {
         tracing::warn!(?grace, "grace period over: closing remaining connections");
     }

@@ -133,6 +133,17 @@ pub enum StorageError {
         /// The store's current revision.
         current: Revision,
     },
+    /// A value over the backend's size limit: etcd's `--max-request-bytes`, or
+    /// [`SizeLimited`](crate::storage::SizeLimited)'s. Nothing was written.
+    #[error("request is too large: {size} bytes for {key}, the limit is {limit}")]
+    TooLarge {
+        /// The key written.
+        key: String,
+        /// The bytes of the value (0 when the backend does not say).
+        size: usize,
+        /// The limit (0 when the backend does not say).
+        limit: usize,
+    },
     /// The backend could not be reached or failed (→ HTTP 503/500).
     #[error("storage unavailable: {0}")]
     Unavailable(String),

@@ -40,14 +40,24 @@ pub struct CacherOptions {
     /// How many recent events are kept for watches that resume from an older revision
     /// (kube-apiserver's default window is 100 events; it grows to 100 × 1024 under load).
     pub window: usize,
+    /// How many bytes the window's events may weigh together (each its new state and the
+    /// state before; `--watch-cache-window-bytes`): the oldest go first, so large objects
+    /// written often cannot fill memory with past states. 0: no bound but `window`.
+    pub window_bytes: usize,
     /// How many events a watcher may fall behind before its watch is ended.
     pub watcher_lag: usize,
 }
+
+/// [`CacherOptions::window_bytes`]' default: a window of 1,024 events of objects of a few
+/// kilobytes fits many times over; one of objects near the size limit (1.5 MiB) keeps the
+/// last twenty or so updates.
+pub const DEFAULT_WINDOW_BYTES: usize = 64 << 20;
 
 impl Default for CacherOptions {
     fn default() -> Self {
         Self {
             window: 1024,
+            window_bytes: DEFAULT_WINDOW_BYTES,
             watcher_lag: 1024,
         }
     }
@@ -210,6 +220,13 @@ impl CachedEvent {
         self.object.mod_revision()
     }
 
+    /// What the event weighs in the window's byte bound: its new state and the state before,
+    /// whether or not other events or the current objects share them (a watcher's view of
+    /// the event in another version is about as large again).
+    fn weight(&self) -> usize {
+        self.object.size() + self.prev.as_ref().map_or(0, CachedObject::size)
+    }
+
     /// The bytes of the states this event keeps that are not current: the state before, and
     /// a delete's last state. (A put's new state is current or the state before of a later
     /// event.)
@@ -328,6 +345,9 @@ struct State {
     /// The bytes of the states only the window holds ([`CachedEvent::held_by_window`]).
     /// With `live_bytes`: what `arena` would hold without dead objects.
     window_bytes: usize,
+    /// What the window's events weigh ([`CachedEvent::weight`]), bounded by
+    /// [`CacherOptions::window_bytes`].
+    window_weight: usize,
     /// How many times `arena` was compacted (for tests and logs).
     compactions: u64,
     window: VecDeque<Arc<CachedEvent>>,
@@ -361,6 +381,7 @@ impl Cacher {
                 arena: Arena::new(),
                 live_bytes: 0,
                 window_bytes: 0,
+                window_weight: 0,
                 compactions: 0,
                 window: VecDeque::new(),
                 window_start: 0,
@@ -645,6 +666,7 @@ impl Shared {
         };
         state.live_bytes = objects.iter().map(|entry| entry.0.size()).sum();
         state.window_bytes = 0;
+        state.window_weight = 0;
         state.objects = objects;
         state.arena = arena;
         state.window.clear();
@@ -666,6 +688,7 @@ impl Shared {
         state.arena = Arena::new();
         state.live_bytes = 0;
         state.window_bytes = 0;
+        state.window_weight = 0;
         state.window = VecDeque::new();
         state.live = broadcast::channel(self.options.watcher_lag.max(1)).0;
         self.revision.send_replace(None);
@@ -693,13 +716,9 @@ impl Shared {
         state.revision = revision;
         let cached = Arc::new(CachedEvent::new(event.event_type, object, prev));
         state.window_bytes += cached.held_by_window();
+        state.window_weight += cached.weight();
         state.window.push_back(Arc::clone(&cached));
-        while state.window.len() > self.options.window.max(1) {
-            if let Some(old) = state.window.pop_front() {
-                state.window_start = old.revision();
-                state.window_bytes -= old.held_by_window();
-            }
-        }
+        self.evict(state);
         // No receiver is not an error: nobody watches right now.
         let _ = state.live.send(CacheItem::Event(cached));
         if state
@@ -712,6 +731,24 @@ impl Shared {
         self.metrics.record(state);
         self.revision.send_replace(Some(revision));
         Ok(())
+    }
+
+    /// Drops the oldest events while the window is over its count or its bytes; a watch
+    /// from a revision before the first one left is then `TooOld` (410 `Expired`, unless the
+    /// backend still has it). An event heavier than the whole bound is not kept either.
+    fn evict(&self, state: &mut State) {
+        let (count, bytes) = (self.options.window.max(1), self.options.window_bytes);
+        let over = |state: &State| {
+            state.window.len() > count || (bytes > 0 && state.window_weight > bytes)
+        };
+        while over(state) {
+            let Some(old) = state.window.pop_front() else {
+                break;
+            };
+            state.window_start = old.revision();
+            state.window_bytes -= old.held_by_window();
+            state.window_weight -= old.weight();
+        }
     }
 
     fn progress(&self, revision: Revision) {
@@ -958,11 +995,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_window_stays_under_its_byte_bound_with_large_objects() {
+        let backend = Arc::new(MemoryBackend::new());
+        let bound = 1 << 20;
+        let options = CacherOptions {
+            window_bytes: bound,
+            ..CacherOptions::default()
+        };
+        let cache = cacher(&backend, options);
+        ready_at(&cache, &backend).await;
+        // 200 KB objects: each update weighs its new state and the one before, ~400 KB.
+        let big = |round: usize| Bytes::from(format!("{round}:{}", "x".repeat(200_000)));
+        let mut big_rv = backend.create("/c/big", big(0)).await.unwrap().mod_revision;
+        let mut rv = big_rv;
+        for round in 1..=50 {
+            let updated = backend.update("/c/big", big(round), big_rv).await.unwrap();
+            big_rv = updated.mod_revision;
+            let small = format!("/c/small{round}");
+            rv = backend
+                .create(&small, Bytes::from("s"))
+                .await
+                .unwrap()
+                .mod_revision;
+        }
+        ready_at(&cache, &backend).await;
+        {
+            let state = cache.shared.state.read().unwrap();
+            let weight: usize = state.window.iter().map(|e| e.weight()).sum();
+            assert_eq!(weight, state.window_weight);
+            assert!(weight <= bound, "{weight} bytes in the window");
+            assert!(state.window_bytes <= bound);
+            assert!(
+                state.window.len() >= 2,
+                "{} events kept",
+                state.window.len()
+            );
+            assert!(
+                state.window.len() < 10,
+                "{} events kept",
+                state.window.len()
+            );
+        }
+        // The newest events are still replayed; a start before them is too old.
+        let recent = cache.watch("/c/", Some(rv - 2)).unwrap();
+        assert_eq!(recent.replay.len(), 2);
+        assert!(text(&recent.replay[0].object).starts_with("50:"));
+        assert_eq!(
+            cache.watch("/c/", Some(rv - 20)).err(),
+            Some(CacheMiss::TooOld)
+        );
+        // The current objects are all there.
+        let (objects, _) = cache.snapshot("/c/").unwrap();
+        assert_eq!(objects.len(), 51);
+    }
+
+    #[tokio::test]
     async fn replays_the_window_and_refuses_older_starts() {
         let backend = Arc::new(MemoryBackend::new());
         let options = CacherOptions {
             window: 3,
             watcher_lag: 16,
+            ..CacherOptions::default()
         };
         let cache = cacher(&backend, options);
         ready_at(&cache, &backend).await;
@@ -987,6 +1080,7 @@ mod tests {
         let options = CacherOptions {
             window: 8,
             watcher_lag: 4,
+            ..CacherOptions::default()
         };
         let cache = cacher(&backend, options);
         ready_at(&cache, &backend).await;

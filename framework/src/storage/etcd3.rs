@@ -419,6 +419,11 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
 
 fn map_error(error: EtcdError) -> StorageError {
     match &error {
+        EtcdError::GRpcStatus(status) if is_too_large(status) => StorageError::TooLarge {
+            key: String::new(),
+            size: 0,
+            limit: 0,
+        },
         EtcdError::GRpcStatus(status) if is_unavailable(&error) => {
             let source = std::error::Error::source(status);
             StorageError::Unavailable(describe(status.message(), source))
@@ -431,6 +436,16 @@ fn map_error(error: EtcdError) -> StorageError {
             StorageError::Unavailable(describe(&error.to_string(), source))
         }
         other => StorageError::Internal(format!("etcd: {other}")),
+    }
+}
+
+/// Whether etcd refused a request over its `--max-request-bytes`, or the client one over
+/// gRPC's message size: kube-apiserver's `isTooLargeError`.
+fn is_too_large(status: &tonic::Status) -> bool {
+    match status.code() {
+        tonic::Code::InvalidArgument => status.message() == "etcdserver: request is too large",
+        tonic::Code::ResourceExhausted => status.message().contains("message larger than max"),
+        _ => false,
     }
 }
 

@@ -14,6 +14,7 @@ mod mvcc;
 mod notify;
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 mod shared_read;
+pub mod size_limit;
 pub mod sqlite;
 
 pub use backend::{
@@ -24,4 +25,5 @@ pub use cacher::{Cacher, CacherOptions};
 #[cfg(feature = "etcd")]
 pub use etcd3::{Etcd3Backend, Etcd3Options, Etcd3Tls};
 pub use memory::MemoryBackend;
+pub use size_limit::{SizeLimited, DEFAULT_MAX_OBJECT_BYTES};
 pub use sqlite::SqliteBackend;

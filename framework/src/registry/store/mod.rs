@@ -160,6 +160,11 @@ impl Inner {
             StorageError::FutureRevision { requested, current } => Error::timeout(format!(
                 "Too large resource version: {requested}, current: {current}"
             )),
+            // What kube-apiserver answers when etcd refuses the write: etcd's error is no
+            // Status, so it is a 500 without a reason carrying etcd's words.
+            StorageError::TooLarge { .. } => {
+                Error::new(500, "", "etcdserver: request is too large")
+            }
             StorageError::Unavailable(m) => Error::service_unavailable(m),
             StorageError::Internal(m) => Error::internal(m),
         }
