@@ -1,16 +1,23 @@
 //! What one request may cost, over TLS against a real server: numbers from the query are
-//! bounds, never sizes (`limit`, `timeoutSeconds`). Each answer is the one kube-apiserver
-//! gives; every wait is bounded and nothing asserts on time.
+//! bounds, never sizes (`limit`, `timeoutSeconds`); unknown and duplicate fields are
+//! reported within kube's bounds (at most 100, warnings within 4 KiB). Each answer is the
+//! one kube-apiserver gives; every wait is bounded and nothing asserts on time but "not
+//! stalled".
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use apiserver::server::APIGroup;
 use apiserver::testing::TestServer;
+use apiserver::tls::certs::{parse_certs_pem, CertKey};
+use apiserver::tls::{crypto_provider, root_store};
 use apiserver::Resource;
+use base64::Engine;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use rustls::pki_types::ServerName;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -44,10 +51,11 @@ async fn start() -> TestServer {
     TestServer::builder().group(group).start().await
 }
 
-/// One answer: status, body.
+/// One answer: status, `Warning` headers, body.
 #[derive(Debug)]
 struct Answer {
     code: StatusCode,
+    warnings: Vec<String>,
     body: Bytes,
 }
 
@@ -55,6 +63,15 @@ impl Answer {
     fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
+}
+
+/// The `Warning` headers of an answer.
+fn warnings(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all("warning")
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect()
 }
 
 async fn send(
@@ -75,12 +92,17 @@ async fn send(
         .expect("answered")
         .unwrap();
     let code = response.status();
+    let warnings = warnings(response.headers());
     let body = timeout(WAIT, response.into_body().collect())
         .await
         .expect("whole body")
         .unwrap()
         .to_bytes();
-    Answer { code, body }
+    Answer {
+        code,
+        warnings,
+        body,
+    }
 }
 
 async fn get(client: &kube::Client, path: &str) -> Answer {
@@ -109,6 +131,93 @@ async fn names(client: &kube::Client) -> Vec<String> {
         .iter()
         .map(|item| item["metadata"]["name"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// An HTTP/2 connection to `server` as its admin (the kubeconfig's CA and certificate).
+async fn h2_connection(server: &TestServer) -> h2::client::SendRequest<Bytes> {
+    let kubeconfig: Value =
+        serde_norway::from_str(&std::fs::read_to_string(&server.kubeconfig).unwrap()).unwrap();
+    let data = |v: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap()
+    };
+    let ca = parse_certs_pem(&data(
+        &kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"],
+    ))
+    .unwrap();
+    let user = &kubeconfig["users"][0]["user"];
+    let admin = CertKey::from_pem(
+        &data(&user["client-certificate-data"]),
+        &data(&user["client-key-data"]),
+    )
+    .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(crypto_provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(root_store(&ca).unwrap())
+        .with_client_auth_cert(admin.cert_chain.clone(), admin.key.clone_key())
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    sender
+}
+
+/// Sends one request on the connection (an HTTP/2 client has no limit on the number of
+/// headers, as Go's has none: kube-apiserver may send a hundred warnings).
+async fn h2_send(
+    sender: &h2::client::SendRequest<Bytes>,
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Answer {
+    let body: Bytes = body.into();
+    let uri = format!("https://127.0.0.1:{}{path}", server.addr.port());
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(())
+        .unwrap();
+    let mut sender = sender.clone().ready().await.unwrap();
+    let (response, mut stream) = sender.send_request(request, body.is_empty()).unwrap();
+    let mut left = body;
+    while !left.is_empty() {
+        stream.reserve_capacity(left.len());
+        let capacity = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+            .await
+            .unwrap()
+            .unwrap();
+        let chunk = left.split_to(capacity.min(left.len()));
+        stream.send_data(chunk, left.is_empty()).unwrap();
+    }
+    let response = response.await.unwrap();
+    let code = response.status();
+    let warnings = warnings(response.headers());
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    Answer {
+        code,
+        warnings,
+        body: bytes.into(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -157,5 +266,84 @@ async fn huge_numbers_are_bounds_not_sizes() {
     // Still serving, nothing lost.
     assert_eq!(names(&client).await, ["a", "b", "c"]);
     assert_eq!(get(&client, "/readyz").await.code, StatusCode::OK);
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Unknown and duplicate fields
+// ---------------------------------------------------------------------------------------
+
+/// A body with `n` unknown fields under `spec`.
+fn unknown_fields(name: &str, n: usize) -> Vec<u8> {
+    let mut spec = serde_json::Map::new();
+    for i in 0..n {
+        spec.insert(format!("f{i}"), json!(i));
+    }
+    json!({"metadata": {"name": name}, "spec": spec})
+        .to_string()
+        .into_bytes()
+}
+
+/// 200,000 unknown fields took 38 s (a list searched per warning) and gave one `Warning`
+/// header each. kube-apiserver's strict decoder keeps the first 100, and its recorder keeps
+/// the warnings within 4,096 runes (+ one cut item).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_are_reported_within_kubes_bounds() {
+    let server = start().await;
+    let client = server.client();
+    let h2 = h2_connection(&server).await;
+    let send = |method: &'static str, path: String, content_type: &'static str, body: Vec<u8>| {
+        let (h2, server) = (&h2, &server);
+        async move { h2_send(h2, server, method, &path, content_type, body).await }
+    };
+    let json = "application/json";
+
+    let warned = send(
+        "POST",
+        THINGS.into(),
+        json,
+        unknown_fields("warned", 50_000),
+    )
+    .await;
+    assert_eq!(warned.code, StatusCode::CREATED, "{:?}", warned.code);
+    assert_eq!(warned.warnings.len(), 100);
+    assert_eq!(warned.warnings[0], r#"299 - "unknown field \"spec.f0\"""#);
+    let text: usize = warned.warnings.iter().map(|w| w.len()).sum();
+    assert!(
+        text <= 4096 + 256 + 100 * "299 - \"\"".len(),
+        "{text} bytes of warnings"
+    );
+
+    let path = format!("{THINGS}?fieldValidation=Strict");
+    let strict = send("POST", path, json, unknown_fields("strict", 50_000)).await;
+    assert_eq!(strict.code, StatusCode::BAD_REQUEST);
+    let message = strict.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with(r#"Thing in version "v1" cannot be handled as a Thing: strict decoding error: unknown field "spec.f"#),
+        "{message:.200}"
+    );
+    assert_eq!(message.matches("unknown field").count(), 100);
+
+    // Duplicate fields: the same bounds.
+    let mut dup = String::from(r#"{"metadata":{"name":"dup"},"spec":{"color":"a""#);
+    for i in 0..50_000 {
+        dup.push_str(&format!(r#","color":"{i}","x{i}":1,"x{i}":2"#));
+    }
+    dup.push_str("}}");
+    let answer = send("POST", THINGS.into(), json, dup.into_bytes()).await;
+    assert_eq!(answer.code, StatusCode::CREATED);
+    let duplicates = answer
+        .warnings
+        .iter()
+        .filter(|w| w.contains("duplicate field"))
+        .count();
+    assert_eq!(duplicates, 100, "{:?}", &answer.warnings[..3]);
+    assert_eq!(answer.json()["spec"]["color"], "49999", "the last one wins");
+
+    assert_eq!(
+        names(&client).await,
+        ["dup", "warned"],
+        "the strict one is not stored"
+    );
     server.stop().await;
 }

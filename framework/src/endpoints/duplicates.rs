@@ -5,8 +5,11 @@
 //!
 //! The path of a field is built only when it is a duplicate: each level keeps a reference to
 //! its parent and its own key, so a body without duplicates costs no more than a plain decode.
+//! As sigs.k8s.io/json saves strict errors, the first [`MAX_DUPLICATES`] distinct paths are
+//! kept.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -19,11 +22,33 @@ enum Step<'a> {
     Item(usize),
 }
 
-/// The seed of one value: its place, and where duplicates are reported.
+/// The most duplicate fields reported, as sigs.k8s.io/json's decoder keeps at most 100
+/// strict errors.
+pub const MAX_DUPLICATES: usize = 100;
+
+/// The duplicate fields a decode found so far.
+struct Tally {
+    duplicates: RefCell<Vec<String>>,
+    seen: RefCell<HashSet<String>>,
+}
+
+impl Tally {
+    fn duplicate(&self, place: &Place<'_>) {
+        if self.duplicates.borrow().len() >= MAX_DUPLICATES {
+            return;
+        }
+        let path = place.path();
+        if self.seen.borrow_mut().insert(path.clone()) {
+            self.duplicates.borrow_mut().push(path);
+        }
+    }
+}
+
+/// The seed of one value: its place, and the decode's tally.
 struct Place<'a> {
     parent: Option<&'a Place<'a>>,
     step: Step<'a>,
-    duplicates: &'a RefCell<Vec<String>>,
+    tally: &'a Tally,
 }
 
 impl Place<'_> {
@@ -31,7 +56,7 @@ impl Place<'_> {
         Place {
             parent: Some(self),
             step,
-            duplicates: self.duplicates,
+            tally: self.tally,
         }
     }
 
@@ -65,14 +90,17 @@ impl Place<'_> {
 pub fn decode_noting_duplicates<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<(Value, Vec<String>), D::Error> {
-    let duplicates = RefCell::new(Vec::new());
+    let tally = Tally {
+        duplicates: RefCell::new(Vec::new()),
+        seen: RefCell::new(HashSet::new()),
+    };
     let root = Place {
         parent: None,
         step: Step::Root,
-        duplicates: &duplicates,
+        tally: &tally,
     };
     let value = root.deserialize(deserializer)?;
-    Ok((value, duplicates.into_inner()))
+    Ok((value, tally.duplicates.into_inner()))
 }
 
 impl<'de> DeserializeSeed<'de> for Place<'_> {
@@ -127,7 +155,8 @@ impl<'de> Visitor<'de> for Place<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        // A hint is the decoder's guess, not a promise: never reserve more than a page.
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
         loop {
             match seq.next_element_seed(self.child(Step::Item(items.len())))? {
                 Some(value) => items.push(value),
@@ -141,8 +170,7 @@ impl<'de> Visitor<'de> for Place<'_> {
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self.child(Step::Field(&key)))?;
             if object.contains_key(&key) {
-                let path = self.child(Step::Field(&key)).path();
-                self.duplicates.borrow_mut().push(path);
+                self.tally.duplicate(&self.child(Step::Field(&key)));
             }
             object.insert(key, value);
         }
@@ -170,6 +198,17 @@ mod tests {
         );
         let (_, duplicates) = json(r#"{"a":1,"a":{"b":true},"c":[1.5,null,"s"]}"#);
         assert_eq!(duplicates, ["a"]);
+    }
+
+    /// As kube's strict decoder: each path once, and no more than 100 of them.
+    #[test]
+    fn duplicates_are_bounded() {
+        let fields: String = (0..300)
+            .map(|i| format!(r#""f{}":1,"f{}":2,"#, i % 200, i % 200))
+            .collect();
+        let (_, duplicates) = json(&format!("{{{fields}\"end\":0}}"));
+        assert_eq!(duplicates.len(), MAX_DUPLICATES);
+        assert_eq!(duplicates[..2], ["f0", "f1"]);
     }
 
     #[test]
