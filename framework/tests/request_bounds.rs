@@ -1,6 +1,8 @@
 //! What one request may cost, over TLS against a real server: numbers from the query are
-//! bounds, never sizes (`limit`, `timeoutSeconds`); unknown and duplicate fields are
-//! reported within kube's bounds (at most 100, warnings within 4 KiB). Each answer is the
+//! bounds, never sizes (`limit`, `timeoutSeconds`); a deeply nested body is refused at once
+//! with kube-apiserver's `Status` while the same HTTP/2 connection goes on being served;
+//! unknown and duplicate fields are reported within kube's bounds (at most 100, warnings
+//! within 4 KiB); and strict decoding errors of a patch are kube's 422. Each answer is the
 //! one kube-apiserver gives; every wait is bounded and nothing asserts on time but "not
 //! stalled".
 
@@ -220,6 +222,17 @@ async fn h2_send(
     }
 }
 
+/// kube's summary of a (long) body it could not decode: its first 30 bytes, in hex unless
+/// the body starts with `{`.
+fn summary(body: &[u8]) -> String {
+    let head = &body[..30];
+    if body[0] == b'{' {
+        return format!("{} ...", String::from_utf8_lossy(head));
+    }
+    let hex: String = head.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex} ...")
+}
+
 // ---------------------------------------------------------------------------------------
 // 1. Numbers from the query
 // ---------------------------------------------------------------------------------------
@@ -266,6 +279,128 @@ async fn huge_numbers_are_bounds_not_sizes() {
     // Still serving, nothing lost.
     assert_eq!(names(&client).await, ["a", "b", "c"]);
     assert_eq!(get(&client, "/readyz").await.code, StatusCode::OK);
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Deeply nested bodies
+// ---------------------------------------------------------------------------------------
+
+/// A 200 KB YAML body nested 50,000 flow levels cost tens of seconds of CPU on an async
+/// worker before the decoder's depth limit refused it (libyaml's work per token grows with
+/// the open flow levels), and `/readyz` on the same HTTP/2 connection waited behind it.
+/// kube-apiserver refuses it at once: "exceeded max depth of 10000". Two such bodies (and
+/// other deep ones) are sent while `/readyz` is asked on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_bodies_are_refused_while_the_connection_is_served() {
+    let server = start().await;
+    let sender = h2_connection(&server).await;
+    let yaml_flow = Bytes::from("{a: ".repeat(50_000) + &"}".repeat(50_000));
+    let yaml_block = Bytes::from(format!(
+        "metadata:\n  name: x\nspec:\n  {}",
+        "- ".repeat(100_000)
+    ));
+    let json = Bytes::from(r#"{"a":"#.repeat(40_000));
+    let yaml_seq = Bytes::from("[".repeat(100_000) + &"]".repeat(100_000));
+    let bodies = [
+        ("application/yaml", yaml_flow.clone()),
+        ("application/yaml", yaml_block.clone()),
+        ("application/json", json.clone()),
+        ("application/yaml", yaml_flow.clone()),
+        ("application/yaml", yaml_seq.clone()),
+    ];
+    let sends = bodies.map(|(content_type, body)| {
+        let (sender, server) = (&sender, &server);
+        async move { h2_send(sender, server, "POST", THINGS, content_type, body).await }
+    });
+    let refused = std::sync::atomic::AtomicBool::new(false);
+    let refusals = async {
+        let answers = futures::future::join_all(sends).await;
+        refused.store(true, std::sync::atomic::Ordering::SeqCst);
+        answers
+    };
+    // `/readyz`, asked again and again on the same connection until every body is refused:
+    // how long the slowest answer took.
+    let ready = async {
+        let mut slowest = Duration::ZERO;
+        loop {
+            let asked = std::time::Instant::now();
+            let answer = h2_send(&sender, &server, "GET", "/readyz", "text/plain", "").await;
+            assert_eq!(answer.code, StatusCode::OK);
+            slowest = slowest.max(asked.elapsed());
+            if refused.load(std::sync::atomic::Ordering::SeqCst) {
+                return slowest;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (refusals, slowest) = timeout(WAIT, futures::future::join(refusals, ready))
+        .await
+        .expect("every request answered");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "/readyz waited {slowest:?}"
+    );
+
+    // kube-apiserver's answers (transformDecodeError of the decoder's error).
+    let messages: Vec<String> = refusals
+        .iter()
+        .map(|answer| {
+            let status = answer.json();
+            assert_eq!(answer.code, StatusCode::BAD_REQUEST, "{status}");
+            assert_eq!(status["reason"], "BadRequest", "{status}");
+            status["message"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let unrecognized = "the object provided is unrecognized (must be of type Thing)";
+    assert_eq!(
+        messages[0],
+        format!(
+            "{unrecognized}: yaml: exceeded max depth of 10000 ({})",
+            summary(&yaml_flow)
+        )
+    );
+    assert_eq!(messages[0], messages[3]);
+    assert_eq!(
+        messages[1],
+        format!(
+            "{unrecognized}: yaml: line 4: exceeded max depth of 10000 ({})",
+            summary(&yaml_block)
+        )
+    );
+    assert_eq!(
+        messages[4],
+        format!(
+            "{unrecognized}: yaml: exceeded max depth of 10000 ({})",
+            summary(&yaml_seq)
+        )
+    );
+    assert_eq!(
+        messages[2],
+        format!("{unrecognized}: couldn't get version/kind; json parse error: invalid character '{{' exceeded max depth ({})", summary(&json))
+    );
+
+    // Deep patch and apply bodies are refused as kube's patch handler refuses them.
+    let client = server.client();
+    create(&client, "kept").await;
+    let cases = [
+        (
+            format!("{THINGS}/kept"),
+            "application/merge-patch+json",
+            "error decoding patch: invalid character '{' exceeded max depth",
+        ),
+        (
+            format!("{THINGS}/kept?fieldManager=t"),
+            "application/apply-patch+yaml",
+            "error decoding YAML: error converting YAML to JSON: yaml: exceeded max depth of 10000",
+        ),
+    ];
+    for (path, content_type, message) in cases {
+        let answer = send(&client, "PATCH", &path, content_type, json.to_vec()).await;
+        assert_eq!(answer.code, StatusCode::BAD_REQUEST, "{answer:?}");
+        assert_eq!(answer.json()["message"], message);
+    }
+    assert_eq!(names(&client).await, ["kept"], "nothing else stored");
     server.stop().await;
 }
 
@@ -344,6 +479,112 @@ async fn unknown_fields_are_reported_within_kubes_bounds() {
         names(&client).await,
         ["dup", "warned"],
         "the strict one is not stored"
+    );
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Strict decoding errors of patches
+// ---------------------------------------------------------------------------------------
+
+/// kube's patch handler answers a patched object's strict decoding errors with
+/// `NewInvalid(GroupKind{}, "", [Invalid("patch", patched, err)])`: 422, not the 400 of a
+/// create or update body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_patch_errors_are_invalid() {
+    let server = start().await;
+    let client = server.client();
+    create(&client, "p").await;
+    let one = format!("{THINGS}/p?fieldValidation=Strict");
+
+    let merge = send(
+        &client,
+        "PATCH",
+        &one,
+        "application/merge-patch+json",
+        br#"{"spec":{"nope":1}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(
+        merge.code,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{:?}",
+        merge.json()
+    );
+    let status = merge.json();
+    assert_eq!(status["reason"], "Invalid");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            r#" "" is invalid: patch: Invalid value: "{\"apiVersion\":\"bounds.example.com/v1\","#
+        ),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(r#"": strict decoding error: unknown field "spec.nope""#),
+        "{message}"
+    );
+    let cause = &status["details"]["causes"][0];
+    assert_eq!(
+        (cause["reason"].as_str(), cause["field"].as_str()),
+        (Some("FieldValueInvalid"), Some("patch"))
+    );
+    assert!(cause["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Invalid value: \"{"));
+    assert!(status["details"].get("kind").is_none(), "{status}");
+
+    // A strategic merge patch shows the patch as Go prints a map; its duplicates come first.
+    let smp = send(
+        &client,
+        "PATCH",
+        &one,
+        "application/strategic-merge-patch+json",
+        br#"{"spec":{"nope":1,"color":"a","color":"b"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(smp.code, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        smp.json()["message"],
+        r#" "" is invalid: patch: Invalid value: "map[spec:map[color:b nope:1]]": strict decoding error: duplicate field "spec.color", unknown field "spec.nope""#
+    );
+
+    // A JSON patch's unknown operation members are its own strict errors.
+    let ops = br#"[{"op":"add","path":"/spec/nope","value":1,"extra":true}]"#.to_vec();
+    let jp = send(&client, "PATCH", &one, "application/json-patch+json", ops).await;
+    assert_eq!(jp.code, StatusCode::UNPROCESSABLE_ENTITY);
+    let message = jp.json()["message"].as_str().unwrap().to_string();
+    assert!(message.ends_with(r#"strict decoding error: json patch unknown field "[0].extra", unknown field "spec.nope""#), "{message}");
+
+    // Warn (the default): the same errors as warnings, and the patch applies.
+    let path = format!("{THINGS}/p");
+    let warned = send(
+        &client,
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        br#"{"spec":{"nope":1,"color":"blue"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(warned.code, StatusCode::OK);
+    assert_eq!(warned.warnings, [r#"299 - "unknown field \"spec.nope\"""#]);
+    assert_eq!(warned.json()["spec"]["color"], "blue");
+
+    // A create with the unknown field is still the 400 of a body.
+    let body = br#"{"metadata":{"name":"q"},"spec":{"nope":1}}"#.to_vec();
+    let created = send(
+        &client,
+        "POST",
+        &format!("{THINGS}?fieldValidation=Strict"),
+        "application/json",
+        body,
+    )
+    .await;
+    assert_eq!(created.code, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        created.json()["message"],
+        r#"Thing in version "v1" cannot be handled as a Thing: strict decoding error: unknown field "spec.nope""#
     );
     server.stop().await;
 }

@@ -7,8 +7,11 @@
 //! its parent and its own key, so a body without duplicates costs no more than a plain decode.
 //! As sigs.k8s.io/json saves strict errors, the first [`MAX_DUPLICATES`] distinct paths are
 //! kept.
+//!
+//! The decoder also counts the values it makes: a YAML document's aliases replay their
+//! anchor's values, so a small body could otherwise expand to billions of them.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::fmt;
 
@@ -26,10 +29,12 @@ enum Step<'a> {
 /// strict errors.
 pub const MAX_DUPLICATES: usize = 100;
 
-/// The duplicate fields a decode found so far.
+/// What a decode found so far: the duplicate fields, and how many more values it may make.
 struct Tally {
     duplicates: RefCell<Vec<String>>,
     seen: RefCell<HashSet<String>>,
+    values_left: Cell<usize>,
+    exceeded: Cell<bool>,
 }
 
 impl Tally {
@@ -40,6 +45,20 @@ impl Tally {
         let path = place.path();
         if self.seen.borrow_mut().insert(path.clone()) {
             self.duplicates.borrow_mut().push(path);
+        }
+    }
+
+    /// Counts one value made; `false` past the budget.
+    fn take_value(&self) -> bool {
+        match self.values_left.get() {
+            0 => {
+                self.exceeded.set(true);
+                false
+            }
+            left => {
+                self.values_left.set(left - 1);
+                true
+            }
         }
     }
 }
@@ -90,23 +109,53 @@ impl Place<'_> {
 pub fn decode_noting_duplicates<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<(Value, Vec<String>), D::Error> {
+    decode_within(deserializer, usize::MAX).map_err(|e| match e {
+        Exceeded::Values => serde::de::Error::custom(TOO_MANY_VALUES),
+        Exceeded::Decoder(e) => e,
+    })
+}
+
+const TOO_MANY_VALUES: &str = "the document makes too many values";
+
+/// Why [`decode_within`] stopped.
+#[derive(Debug)]
+pub enum Exceeded<E> {
+    /// The document makes more values than its budget (YAML aliases expanding).
+    Values,
+    /// The decoder's own error.
+    Decoder(E),
+}
+
+/// [`decode_noting_duplicates`], making at most `max_values` values.
+pub fn decode_within<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    max_values: usize,
+) -> Result<(Value, Vec<String>), Exceeded<D::Error>> {
     let tally = Tally {
         duplicates: RefCell::new(Vec::new()),
         seen: RefCell::new(HashSet::new()),
+        values_left: Cell::new(max_values),
+        exceeded: Cell::new(false),
     };
     let root = Place {
         parent: None,
         step: Step::Root,
         tally: &tally,
     };
-    let value = root.deserialize(deserializer)?;
-    Ok((value, tally.duplicates.into_inner()))
+    match root.deserialize(deserializer) {
+        Ok(value) => Ok((value, tally.duplicates.into_inner())),
+        Err(_) if tally.exceeded.get() => Err(Exceeded::Values),
+        Err(e) => Err(Exceeded::Decoder(e)),
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for Place<'_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if !self.tally.take_value() {
+            return Err(serde::de::Error::custom(TOO_MANY_VALUES));
+        }
         deserializer.deserialize_any(self)
     }
 }

@@ -22,6 +22,21 @@ pub struct RequestContext {
     /// directly, in tests and by in-process readers).
     pub admission: Option<AdmissionContext>,
     warnings: Arc<WarningRecorder>,
+    patch: Option<Arc<PatchDecoding>>,
+}
+
+/// What strict field validation needs to know of a PATCH (set by its handler): kube-apiserver
+/// answers the strict decoding errors of a patched object as 422 `Invalid` at the field
+/// `patch`, where a create or update body's are 400 `BadRequest`
+/// (k8s.io/apiserver/pkg/endpoints/handlers/patch.go).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PatchDecoding {
+    /// The strict errors of the patch body itself (its duplicate fields; a JSON patch's
+    /// unknown operation fields), listed before the patched object's unknown fields.
+    pub(crate) errors: Vec<String>,
+    /// The invalid value the 422 shows: the patched object as JSON when `None`; a strategic
+    /// merge patch shows the patch as Go prints a map.
+    pub(crate) shown: Option<String>,
 }
 
 impl RequestContext {
@@ -71,5 +86,16 @@ impl RequestContext {
     /// The warnings added so far (cut as [`warn`](Self::warn) says).
     pub fn warnings(&self) -> Vec<String> {
         self.warnings.warnings()
+    }
+
+    /// The same context, for a PATCH whose strict decoding errors are `patch`'s.
+    pub(crate) fn for_patch(mut self, patch: PatchDecoding) -> Self {
+        self.patch = Some(Arc::new(patch));
+        self
+    }
+
+    /// What a PATCH's handler said of its body; `None` for other requests.
+    pub(crate) fn patch(&self) -> Option<&PatchDecoding> {
+        self.patch.as_deref()
     }
 }

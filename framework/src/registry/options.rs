@@ -29,7 +29,8 @@ pub enum FieldValidation {
     /// Dropped, with a `Warning` header (the default).
     #[default]
     Warn,
-    /// Rejected with 400.
+    /// Rejected, as kube-apiserver rejects them: 400 for a create or update body, 422
+    /// `Invalid` (at the field `patch`) for a patch.
     Strict,
 }
 
