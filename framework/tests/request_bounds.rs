@@ -293,7 +293,34 @@ async fn huge_numbers_are_bounds_not_sizes() {
 /// other deep ones) are sent while `/readyz` is asked on the same connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deeply_nested_bodies_are_refused_while_the_connection_is_served() {
-    let server = start().await;
+    refuse_deep_bodies(start().await).await;
+}
+
+/// The same with an audit policy: the audit filter reads the body of every create (to
+/// complete its object reference) before the handler does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_bodies_are_refused_when_requests_are_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: RequestResponse\n",
+    )
+    .unwrap();
+    let log = dir.path().join("audit.log").display().to_string();
+    let group = APIGroup::new("bounds.example.com").version("v1", |v| v.resource::<Thing>());
+    let server = TestServer::builder()
+        .group(group)
+        .options(move |o| {
+            o.audit.policy_file = Some(policy);
+            o.audit.log_path = Some(log);
+        })
+        .start()
+        .await;
+    refuse_deep_bodies(server).await;
+}
+
+async fn refuse_deep_bodies(server: TestServer) {
     let sender = h2_connection(&server).await;
     let yaml_flow = Bytes::from("{a: ".repeat(50_000) + &"}".repeat(50_000));
     let yaml_block = Bytes::from(format!(
