@@ -240,16 +240,27 @@ fn summary(body: &[u8]) -> String {
 /// `limit=10^12` made the watch cache reserve 48 TB (the process aborted, the memory store
 /// lost everything) and `limit=i64::MAX` panicked; `timeoutSeconds=i64::MAX` panicked the
 /// watch task. kube-apiserver answers 200 to each: a limit is "no more than", a timeout
-/// "no later than".
+/// "no later than". Pages come from the watch cache and (an exact resourceVersion) from
+/// the store, in memory and in SQLite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_numbers_are_bounds_not_sizes() {
-    let server = start().await;
+    huge_numbers(start().await).await;
+    let group = APIGroup::new("bounds.example.com").version("v1", |v| v.resource::<Thing>());
+    huge_numbers(TestServer::builder().group(group).sqlite().start().await).await;
+}
+
+async fn huge_numbers(server: TestServer) {
     let client = server.client();
     for name in ["a", "b", "c"] {
         create(&client, name).await;
     }
+    let rv = get(&client, THINGS).await.json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let exact = format!("&resourceVersion={rv}&resourceVersionMatch=Exact");
     for limit in ["1000000000000", "9223372036854775807"] {
-        for rv in ["", "&resourceVersion=0"] {
+        for rv in ["", "&resourceVersion=0", &exact] {
             let answer = get(&client, &format!("{THINGS}?limit={limit}{rv}")).await;
             assert_eq!(answer.code, StatusCode::OK, "limit={limit}{rv}: {answer:?}");
             let list = answer.json();
