@@ -9,6 +9,7 @@ use apiserver::registry::patch::{apply_patch, PatchSchema, PatchType};
 use apiserver::registry::selector::LabelSelector;
 use apiserver::registry::store::ContinueToken;
 use apiserver::runtime::jsonpath::JsonPath;
+use apiserver::runtime::nesting;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -24,6 +25,23 @@ fn json_value() -> impl Strategy<Value = Value> {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
             prop::collection::btree_map("[a-z$/]{1,6}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// A value a few levels deep whose strings and keys are made of YAML's syntax.
+fn tricky_value() -> impl Strategy<Value = Value> {
+    let text = "[a-z\\[\\]{}:,'\"#|>&*!\n -]{0,10}";
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<i64>().prop_map(Value::from),
+        text.prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(text, inner, 0..4)
                 .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
         ]
     })
@@ -101,6 +119,17 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// The depth scan run before parsing refuses nothing that YAML and JSON writers make of
+    /// a shallow value, whatever its strings hold (brackets, quotes, `#`, line breaks).
+    #[test]
+    fn written_documents_pass_the_depth_scan(object in tricky_value()) {
+        let yaml = serde_norway::to_string(&object).unwrap();
+        prop_assert_eq!(nesting::check_yaml(yaml.as_bytes()), Ok(()), "{}", yaml);
+        let json = object.to_string();
+        prop_assert_eq!(nesting::check_yaml(json.as_bytes()), Ok(()), "{}", json);
+        prop_assert_eq!(nesting::check_json(json.as_bytes()), Ok(()));
     }
 
     #[test]

@@ -893,6 +893,50 @@ async fn unknown_fields_warn(backend: Backend) {
         out.stderr.contains("Warning: unknown field \"spec.bogus\""),
         "{out:?}"
     );
+
+    // A strict patch that leaves an unknown field is kube's 422 at `patch` (not the 400 of a
+    // create body), in each served version: `kubectl apply --validate=strict` patches, and
+    // prints what kube-apiserver answers.
+    let manifests = [
+        ("v1alpha1", "reference: r"),
+        ("v1beta1", "flunderReference: r\n  referenceType: Flunder"),
+    ];
+    for (version, spec) in manifests {
+        let manifest = format!(
+            "apiVersion: wardle.example.com/{version}\nkind: Flunder\nmetadata:\n  name: k\n  namespace: default\nspec:\n  {spec}\n  nope: 1\n"
+        );
+        let file = write(dir.path(), &format!("{version}.yaml"), &manifest);
+        let out = server.kubectl(&["apply", "--validate=strict", "-f", &file]);
+        assert!(!out.success, "{out:?}");
+        assert!(
+            out.stderr
+                .contains("The request is invalid: patch: Invalid value: \"map[metadata:"),
+            "{out:?}"
+        );
+        assert!(
+            out.stderr
+                .contains("strict decoding error: unknown field \"spec.nope\""),
+            "{out:?}"
+        );
+    }
+    let patch = r#"{"spec":{"nope":1}}"#;
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{FLUNDERS}/k?fieldValidation=Strict"),
+        &[("content-type", "application/merge-patch+json")],
+        patch.as_bytes().to_vec(),
+    )
+    .await;
+    assert_eq!(
+        reply.code,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.text()
+    );
+    let status = reply.json();
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["details"]["causes"][0]["field"], "patch");
     server.stop().await;
 }
 

@@ -5,8 +5,14 @@
 //!
 //! The path of a field is built only when it is a duplicate: each level keeps a reference to
 //! its parent and its own key, so a body without duplicates costs no more than a plain decode.
+//! As sigs.k8s.io/json saves strict errors, the first [`MAX_DUPLICATES`] distinct paths are
+//! kept.
+//!
+//! The decoder also counts the values it makes: a YAML document's aliases replay their
+//! anchor's values, so a small body could otherwise expand to billions of them.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -19,11 +25,49 @@ enum Step<'a> {
     Item(usize),
 }
 
-/// The seed of one value: its place, and where duplicates are reported.
+/// The most duplicate fields reported, as sigs.k8s.io/json's decoder keeps at most 100
+/// strict errors.
+pub const MAX_DUPLICATES: usize = 100;
+
+/// What a decode found so far: the duplicate fields, and how many more values it may make.
+struct Tally {
+    duplicates: RefCell<Vec<String>>,
+    seen: RefCell<HashSet<String>>,
+    values_left: Cell<usize>,
+    exceeded: Cell<bool>,
+}
+
+impl Tally {
+    fn duplicate(&self, place: &Place<'_>) {
+        if self.duplicates.borrow().len() >= MAX_DUPLICATES {
+            return;
+        }
+        let path = place.path();
+        if self.seen.borrow_mut().insert(path.clone()) {
+            self.duplicates.borrow_mut().push(path);
+        }
+    }
+
+    /// Counts one value made; `false` past the budget.
+    fn take_value(&self) -> bool {
+        match self.values_left.get() {
+            0 => {
+                self.exceeded.set(true);
+                false
+            }
+            left => {
+                self.values_left.set(left - 1);
+                true
+            }
+        }
+    }
+}
+
+/// The seed of one value: its place, and the decode's tally.
 struct Place<'a> {
     parent: Option<&'a Place<'a>>,
     step: Step<'a>,
-    duplicates: &'a RefCell<Vec<String>>,
+    tally: &'a Tally,
 }
 
 impl Place<'_> {
@@ -31,7 +75,7 @@ impl Place<'_> {
         Place {
             parent: Some(self),
             step,
-            duplicates: self.duplicates,
+            tally: self.tally,
         }
     }
 
@@ -65,20 +109,53 @@ impl Place<'_> {
 pub fn decode_noting_duplicates<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<(Value, Vec<String>), D::Error> {
-    let duplicates = RefCell::new(Vec::new());
+    decode_within(deserializer, usize::MAX).map_err(|e| match e {
+        Exceeded::Values => serde::de::Error::custom(TOO_MANY_VALUES),
+        Exceeded::Decoder(e) => e,
+    })
+}
+
+const TOO_MANY_VALUES: &str = "the document makes too many values";
+
+/// Why [`decode_within`] stopped.
+#[derive(Debug)]
+pub enum Exceeded<E> {
+    /// The document makes more values than its budget (YAML aliases expanding).
+    Values,
+    /// The decoder's own error.
+    Decoder(E),
+}
+
+/// [`decode_noting_duplicates`], making at most `max_values` values.
+pub fn decode_within<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    max_values: usize,
+) -> Result<(Value, Vec<String>), Exceeded<D::Error>> {
+    let tally = Tally {
+        duplicates: RefCell::new(Vec::new()),
+        seen: RefCell::new(HashSet::new()),
+        values_left: Cell::new(max_values),
+        exceeded: Cell::new(false),
+    };
     let root = Place {
         parent: None,
         step: Step::Root,
-        duplicates: &duplicates,
+        tally: &tally,
     };
-    let value = root.deserialize(deserializer)?;
-    Ok((value, duplicates.into_inner()))
+    match root.deserialize(deserializer) {
+        Ok(value) => Ok((value, tally.duplicates.into_inner())),
+        Err(_) if tally.exceeded.get() => Err(Exceeded::Values),
+        Err(e) => Err(Exceeded::Decoder(e)),
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for Place<'_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if !self.tally.take_value() {
+            return Err(serde::de::Error::custom(TOO_MANY_VALUES));
+        }
         deserializer.deserialize_any(self)
     }
 }
@@ -127,7 +204,8 @@ impl<'de> Visitor<'de> for Place<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        // A hint is the decoder's guess, not a promise: never reserve more than a page.
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
         loop {
             match seq.next_element_seed(self.child(Step::Item(items.len())))? {
                 Some(value) => items.push(value),
@@ -141,8 +219,7 @@ impl<'de> Visitor<'de> for Place<'_> {
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self.child(Step::Field(&key)))?;
             if object.contains_key(&key) {
-                let path = self.child(Step::Field(&key)).path();
-                self.duplicates.borrow_mut().push(path);
+                self.tally.duplicate(&self.child(Step::Field(&key)));
             }
             object.insert(key, value);
         }
@@ -170,6 +247,17 @@ mod tests {
         );
         let (_, duplicates) = json(r#"{"a":1,"a":{"b":true},"c":[1.5,null,"s"]}"#);
         assert_eq!(duplicates, ["a"]);
+    }
+
+    /// As kube's strict decoder: each path once, and no more than 100 of them.
+    #[test]
+    fn duplicates_are_bounded() {
+        let fields: String = (0..300)
+            .map(|i| format!(r#""f{}":1,"f{}":2,"#, i % 200, i % 200))
+            .collect();
+        let (_, duplicates) = json(&format!("{{{fields}\"end\":0}}"));
+        assert_eq!(duplicates.len(), MAX_DUPLICATES);
+        assert_eq!(duplicates[..2], ["f0", "f1"]);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 use serde_json::Value;
 
 use crate::endpoints::accept::{parse_accept, MediaRange};
-use crate::endpoints::duplicates::decode_noting_duplicates;
+use crate::endpoints::duplicates::{decode_noting_duplicates, decode_within, Exceeded};
 use crate::error::{Error, Result};
+use crate::runtime::nesting;
 
 /// The wire encoding of a response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,24 +161,121 @@ pub fn decode_body(bytes: &[u8], encoding: BodyEncoding) -> Result<Value> {
 /// Decodes a body into a JSON object, with the paths of fields given more than once (the
 /// last value is kept, as Go's decoder keeps it; see `endpoints::duplicates`).
 pub fn decode_object(bytes: &[u8], encoding: BodyEncoding) -> Result<(Value, Vec<String>)> {
-    let (value, duplicates) = match encoding {
+    read_object(bytes, encoding).map_err(Error::from)
+}
+
+/// Why a body was not decoded.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// The decoder refused the body as kube-apiserver's decoders refuse it (nested too deep,
+    /// aliases expanding too far): their text, which each verb's handler wraps as kube's
+    /// handler of that verb does.
+    Unreadable(String),
+    /// The body is not well-formed: the parser's message.
+    Malformed(BodyEncoding, String),
+    /// Any other failure, answered as it is.
+    Refused(Error),
+}
+
+impl From<BodyError> for Error {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::Unreadable(text) => {
+                Error::bad_request(format!("cannot unmarshal request body: {text}"))
+            }
+            BodyError::Malformed(BodyEncoding::Json, e) => {
+                Error::bad_request(format!("json: cannot unmarshal request body: {e}"))
+            }
+            BodyError::Malformed(BodyEncoding::Yaml, e) => {
+                Error::bad_request(format!("yaml: cannot unmarshal request body: {e}"))
+            }
+            BodyError::Refused(e) => e,
+        }
+    }
+}
+
+/// Bodies larger than this are decoded on a blocking thread, so that a large body never
+/// holds an async worker (and the requests it would serve meanwhile) for its parse.
+const BLOCKING_DECODE_BYTES: usize = 64 * 1024;
+
+/// `decode(bytes)`, on a blocking thread when the body is large.
+pub(crate) async fn off_workers<T: Send + 'static>(
+    bytes: bytes::Bytes,
+    decode: impl FnOnce(&[u8]) -> T + Send + 'static,
+) -> Result<T> {
+    if bytes.len() <= BLOCKING_DECODE_BYTES {
+        return Ok(decode(&bytes));
+    }
+    match tokio::task::spawn_blocking(move || decode(&bytes)).await {
+        Ok(decoded) => Ok(decoded),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::internal(e)),
+    }
+}
+
+/// Decodes a body into a JSON object (see [`decode_object`]).
+pub(crate) fn read_object(
+    bytes: &[u8],
+    encoding: BodyEncoding,
+) -> std::result::Result<(Value, Vec<String>), BodyError> {
+    let (value, duplicates) = read_value(bytes, encoding)?;
+    if !value.is_object() {
+        return Err(BodyError::Refused(Error::bad_request(
+            "the request body must be an object",
+        )));
+    }
+    Ok((value, duplicates))
+}
+
+/// Decodes a body into JSON, with the paths of its duplicate fields. Its nesting is
+/// measured before it is parsed ([`nesting`]), and a YAML body may make at most as many
+/// values as it has bytes (or [`ALIAS_FLOOR`]), which bounds what its aliases expand to.
+pub(crate) fn read_value(
+    bytes: &[u8],
+    encoding: BodyEncoding,
+) -> std::result::Result<(Value, Vec<String>), BodyError> {
+    match encoding {
         BodyEncoding::Json => {
+            nesting::check_json(bytes).map_err(|e| BodyError::Unreadable(e.to_string()))?;
             let mut de = serde_json::Deserializer::from_slice(bytes);
             decode_noting_duplicates(&mut de)
                 .and_then(|decoded| de.end().map(|()| decoded))
-                .map_err(|e| {
-                    Error::bad_request(format!("json: cannot unmarshal request body: {e}"))
-                })?
+                .map_err(|e| BodyError::Malformed(encoding, e.to_string()))
         }
-        BodyEncoding::Yaml => decode_noting_duplicates(serde_norway::Deserializer::from_slice(
-            bytes,
-        ))
-        .map_err(|e| Error::bad_request(format!("yaml: cannot unmarshal request body: {e}")))?,
-    };
-    if !value.is_object() {
-        return Err(Error::bad_request("the request body must be an object"));
+        BodyEncoding::Yaml => {
+            nesting::check_yaml(bytes).map_err(|e| BodyError::Unreadable(e.to_string()))?;
+            let de = serde_norway::Deserializer::from_slice(bytes);
+            decode_within(de, bytes.len().max(ALIAS_FLOOR)).map_err(|e| match e {
+                // go-yaml's words for a document whose aliases expand too far.
+                Exceeded::Values => {
+                    BodyError::Unreadable("yaml: document contains excessive aliasing".into())
+                }
+                Exceeded::Decoder(e) => BodyError::Malformed(encoding, e.to_string()),
+            })
+        }
     }
-    Ok((value, duplicates))
+}
+
+/// How many values any YAML body may make, however short: go-yaml lets a small document
+/// take nearly all of its first 400,000 decoded values from aliases.
+pub const ALIAS_FLOOR: usize = 400_000;
+
+/// kube-apiserver's `summarizeData(body, 30)`, quoted in its answer to a body it could not
+/// decode: the first 30 bytes as they are when the body starts with `{`, else in hex.
+pub(crate) fn summarize_body(body: &[u8]) -> String {
+    const MAX: usize = 30;
+    let (head, more) = match body.len() > MAX {
+        true => (&body[..MAX], " ..."),
+        false => (body, ""),
+    };
+    match body.first() {
+        None => "<empty>".into(),
+        Some(b'{') => format!("{}{more}", String::from_utf8_lossy(head)),
+        Some(_) => {
+            let hex: String = head.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{hex}{more}")
+        }
+    }
 }
 
 #[cfg(test)]
@@ -273,6 +371,77 @@ mod tests {
         assert_eq!(
             e.message(),
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"
+        );
+    }
+
+    fn unreadable(body: &[u8], encoding: BodyEncoding) -> String {
+        match read_value(body, encoding) {
+            Err(BodyError::Unreadable(text)) => text,
+            other => panic!("not refused as unreadable: {other:?}"),
+        }
+    }
+
+    /// kube's decoders' words for a body nested past 10,000 levels (past this server's 127,
+    /// the same words with its limit), found before any parser runs: a 200 KB body nested
+    /// 100,000 levels is refused at once.
+    #[test]
+    fn deep_bodies_are_refused_before_parsing() {
+        let json = r#"{"a":"#.repeat(100_000);
+        assert_eq!(
+            unreadable(json.as_bytes(), BodyEncoding::Json),
+            "invalid character '{' exceeded max depth"
+        );
+        let flow = "[".repeat(100_000);
+        for encoding in [BodyEncoding::Json, BodyEncoding::Yaml] {
+            assert!(!unreadable(flow.as_bytes(), encoding).is_empty());
+        }
+        assert_eq!(
+            unreadable(flow.as_bytes(), BodyEncoding::Yaml),
+            "yaml: exceeded max depth of 10000"
+        );
+        let block = format!("metadata:\n  name: x\nspec:\n  {}", "- ".repeat(100_000));
+        assert_eq!(
+            unreadable(block.as_bytes(), BodyEncoding::Yaml),
+            "yaml: line 4: exceeded max depth of 10000"
+        );
+        let deep = format!("a: {}{}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(
+            unreadable(deep.as_bytes(), BodyEncoding::Yaml),
+            "yaml: exceeded max depth of 127"
+        );
+    }
+
+    /// Aliases that replay a large anchor many times (a "billion laughs") stop at the
+    /// value budget, with go-yaml's words.
+    #[test]
+    fn aliases_expand_within_a_budget() {
+        let anchor: Vec<String> = (0..5_000).map(|i| i.to_string()).collect();
+        let aliases = vec!["*a"; 200].join(", ");
+        let body = format!("a: &a [{}]\nb: [{aliases}]\n", anchor.join(", "));
+        assert!(body.len() < ALIAS_FLOOR);
+        assert_eq!(
+            unreadable(body.as_bytes(), BodyEncoding::Yaml),
+            "yaml: document contains excessive aliasing"
+        );
+        // A few aliases are fine.
+        let body = "a: &a {x: 1}\nb: *a\nc: [*a, *a]\n";
+        let (value, _) = read_value(body.as_bytes(), BodyEncoding::Yaml).unwrap();
+        assert_eq!(value["c"][1]["x"], 1);
+    }
+
+    #[test]
+    fn bodies_are_summarized_as_kube_does() {
+        assert_eq!(summarize_body(b""), "<empty>");
+        assert_eq!(summarize_body(br#"{"a":1}"#), r#"{"a":1}"#);
+        let long = r#"{"a":"#.repeat(10);
+        assert_eq!(
+            summarize_body(long.as_bytes()),
+            format!("{} ...", &long[..30])
+        );
+        assert_eq!(summarize_body(b"- x"), "2d2078");
+        assert_eq!(
+            summarize_body(&[b'-'; 31]),
+            format!("{} ...", "2d".repeat(30))
         );
     }
 

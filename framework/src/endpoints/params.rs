@@ -135,7 +135,7 @@ impl Query {
                 .map(str::to_string),
             resource_version: self.get("resourceVersion").map(str::to_string),
             resource_version_match,
-            timeout_seconds: self.number("timeoutSeconds")?,
+            timeout_seconds: self.number::<i64>("timeoutSeconds")?,
             allow_watch_bookmarks: self.bool("allowWatchBookmarks")?,
             send_initial_events,
             field_view: None,
@@ -441,5 +441,24 @@ mod tests {
         assert!(o.allow_watch_bookmarks);
         assert_eq!(o.timeout_seconds, Some(9));
         assert!(q.is_watch().unwrap());
+    }
+
+    /// Numbers as kube's int64 parameters: any int64 is taken (what it sizes is bounded
+    /// where it is used), a negative limit is none, a negative timeout is kept.
+    #[test]
+    fn extreme_numbers_decode() {
+        let options = |query: &str| {
+            Query::parse(Some(query), Verb::Watch)
+                .unwrap()
+                .list_options()
+                .unwrap()
+        };
+        let o = options("limit=9223372036854775807&timeoutSeconds=9223372036854775807");
+        assert_eq!(o.limit, i64::MAX as usize);
+        assert_eq!(o.timeout_seconds, Some(i64::MAX));
+        let o = options("limit=-5&timeoutSeconds=-1");
+        assert_eq!((o.limit, o.timeout_seconds), (0, Some(-1)));
+        let past = Query::parse(Some("limit=9223372036854775808"), Verb::List).unwrap();
+        assert_eq!(past.list_options().unwrap_err().code(), 400);
     }
 }

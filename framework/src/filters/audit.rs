@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::FilterConfig;
 use crate::audit::{Attributes, Level, ObjectReference, RequestAudit, ResponseStatus, Stage};
 use crate::auth::UserInfo;
+use crate::endpoints::negotiation::{off_workers, read_value, BodyEncoding};
 use crate::endpoints::{RequestInfo, Verb, MAX_REQUEST_BODY_BYTES};
 
 /// kube's bound on the `userAgent` of an event, and what marks a cut one.
@@ -172,7 +173,7 @@ pub async fn begin(request: Request) -> Request {
         Ok(bytes) => bytes,
         Err(e) => return Request::from_parts(parts, unread(e)),
     };
-    match parse_object(&parts.headers, &bytes) {
+    match parse_object(&parts.headers, bytes.clone()).await {
         // kube's `LogRequestPatch`: the patch is the request object, the reference stays.
         Some(patch) if info.verb == Verb::Patch => {
             audit.update(|e| e.request_object = Some(patch));
@@ -196,17 +197,21 @@ fn unread(error: axum::Error) -> Body {
     }))
 }
 
-/// A JSON or YAML body.
-fn parse_object(headers: &http::HeaderMap, bytes: &[u8]) -> Option<Value> {
+/// A JSON or YAML body, decoded as the handler decodes it: its depth checked before it is
+/// parsed, off the async workers when it is large (the audit filter reads the body of every
+/// create before the handler does).
+async fn parse_object(headers: &http::HeaderMap, bytes: bytes::Bytes) -> Option<Value> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if content_type.contains("yaml") {
-        serde_norway::from_slice(bytes).ok()
+    let encoding = if content_type.contains("yaml") {
+        BodyEncoding::Yaml
     } else {
-        serde_json::from_slice(bytes).ok()
-    }
+        BodyEncoding::Json
+    };
+    let decode = move |b: &[u8]| read_value(b, encoding).ok().map(|(value, _)| value);
+    off_workers(bytes, decode).await.ok().flatten()
 }
 
 /// kube's `LogRequestObject`: the object's namespace, name, uid and resourceVersion complete

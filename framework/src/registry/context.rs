@@ -2,11 +2,12 @@
 //! admission chain, and a sink for warnings (sent back as `Warning` headers, as
 //! `k8s.io/apiserver/pkg/warning` does).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 
 use crate::admission::AdmissionContext;
+use crate::registry::warning::WarningRecorder;
 
 /// What storage needs to know about the request besides its options.
 #[derive(Clone, Debug, Default)]
@@ -20,7 +21,22 @@ pub struct RequestContext {
     /// of the request (filled by `endpoints/`); `None`: nothing to admit (storage called
     /// directly, in tests and by in-process readers).
     pub admission: Option<AdmissionContext>,
-    warnings: Arc<Mutex<Vec<String>>>,
+    warnings: Arc<WarningRecorder>,
+    patch: Option<Arc<PatchDecoding>>,
+}
+
+/// What strict field validation needs to know of a PATCH (set by its handler): kube-apiserver
+/// answers the strict decoding errors of a patched object as 422 `Invalid` at the field
+/// `patch`, where a create or update body's are 400 `BadRequest`
+/// (k8s.io/apiserver/pkg/endpoints/handlers/patch.go).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PatchDecoding {
+    /// The strict errors of the patch body itself (its duplicate fields; a JSON patch's
+    /// unknown operation fields), listed before the patched object's unknown fields.
+    pub(crate) errors: Vec<String>,
+    /// The invalid value the 422 shows: the patched object as JSON when `None`; a strategic
+    /// merge patch shows the patch as Go prints a map.
+    pub(crate) shown: Option<String>,
 }
 
 impl RequestContext {
@@ -51,20 +67,35 @@ impl RequestContext {
         self
     }
 
-    /// Adds a warning for the client (duplicates are dropped).
+    /// Adds a warning for the client. As kube-apiserver's recorder, a repeated text is
+    /// dropped, and the warnings of one request stay within about 4 KiB of text: past it,
+    /// each is cut to 256 characters, and then the rest are dropped
+    /// ([`warning`](crate::registry::warning)).
+    ///
+    /// ```
+    /// use apiserver::registry::context::RequestContext;
+    /// let ctx = RequestContext::cluster();
+    /// ctx.warn("deprecated field");
+    /// ctx.warn("deprecated field");
+    /// assert_eq!(ctx.warnings(), ["deprecated field"]);
+    /// ```
     pub fn warn(&self, message: impl Into<String>) {
-        let message = message.into();
-        let mut warnings = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
-        if !warnings.contains(&message) {
-            warnings.push(message);
-        }
+        self.warnings.add(message.into());
     }
 
-    /// The warnings added so far.
+    /// The warnings added so far (cut as [`warn`](Self::warn) says).
     pub fn warnings(&self) -> Vec<String> {
-        self.warnings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.warnings.warnings()
+    }
+
+    /// The same context, for a PATCH whose strict decoding errors are `patch`'s.
+    pub(crate) fn for_patch(mut self, patch: PatchDecoding) -> Self {
+        self.patch = Some(Arc::new(patch));
+        self
+    }
+
+    /// What a PATCH's handler said of its body; `None` for other requests.
+    pub(crate) fn patch(&self) -> Option<&PatchDecoding> {
+        self.patch.as_deref()
     }
 }

@@ -14,3 +14,4 @@ pub mod served;
 pub mod store;
 pub mod strategy;
 pub mod validation;
+pub mod warning;

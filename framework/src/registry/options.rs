@@ -29,7 +29,8 @@ pub enum FieldValidation {
     /// Dropped, with a `Warning` header (the default).
     #[default]
     Warn,
-    /// Rejected with 400.
+    /// Rejected, as kube-apiserver rejects them: 400 for a create or update body, 422
+    /// `Invalid` (at the field `patch`) for a patch.
     Strict,
 }
 
@@ -55,8 +56,10 @@ pub struct ListOptions {
     pub resource_version: Option<String>,
     /// `resourceVersionMatch`.
     pub resource_version_match: ResourceVersionMatch,
-    /// `timeoutSeconds` (watch).
-    pub timeout_seconds: Option<u64>,
+    /// `timeoutSeconds` (watch), as kube-apiserver reads it: absent or 0 is the server's own
+    /// timeout and a negative one ends the watch at once; any larger one is a bound, never
+    /// an overflow (a watch of `i64::MAX` seconds runs until the client or server ends it).
+    pub timeout_seconds: Option<i64>,
     /// `allowWatchBookmarks`.
     pub allow_watch_bookmarks: bool,
     /// `sendInitialEvents` (watch).

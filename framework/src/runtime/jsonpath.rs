@@ -842,6 +842,51 @@ pub(crate) fn go_json(v: &Value) -> String {
     out
 }
 
+/// A decoded JSON value as Go's `fmt` prints it with `%v` (`map[a:1 b:[x y]]`): maps with
+/// their keys sorted, strings bare, `<nil>` for null, numbers as kube's strict decoder
+/// reads them (integers as `int64`, others as `float64`).
+pub(crate) fn go_print(v: &Value) -> String {
+    let mut out = String::new();
+    write_go_print(&mut out, v);
+    out
+}
+
+fn write_go_print(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("<nil>"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => out.push_str(&i.to_string()),
+            None => out.push_str(&go_float_text(n.as_f64().unwrap_or(0.0), 6, true)),
+        },
+        Value::String(s) => out.push_str(s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                write_go_print(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push_str("map[");
+            for (i, (k, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(k);
+                out.push(':');
+                write_go_print(out, item);
+            }
+            out.push(']');
+        }
+    }
+}
+
 fn write_go_json(out: &mut String, v: &Value) {
     match v {
         Value::Null => out.push_str("null"),

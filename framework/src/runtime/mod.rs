@@ -4,6 +4,7 @@ pub mod convert;
 pub mod duration;
 pub mod field_error;
 pub mod jsonpath;
+pub mod nesting;
 pub mod object;
 pub mod resource;
 #[cfg(test)]

@@ -11,18 +11,20 @@ use super::{require, Call};
 use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
 use crate::admission::AdmissionContext;
 use crate::endpoints::body::read_limited;
-use crate::endpoints::negotiation::BodyEncoding;
 use crate::endpoints::negotiation::{
-    body_encoding, decode_body, decode_object, negotiate, Endpoint, Shape, Target,
+    body_encoding, negotiate, off_workers, read_object, read_value, summarize_body, BodyEncoding,
+    BodyError, Endpoint, Shape, Target,
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{deleted_status, Error, Result};
+use crate::registry::context::PatchDecoding;
 use crate::registry::fieldmanager::{
     manager_from_user_agent, FieldManager, FieldOwner, FieldSet, PathElement, VersionConverter,
 };
 use crate::registry::options::{delete_dry_run, DeleteOptions, FieldValidation, WriteOptions};
-use crate::registry::patch::{apply_patch, PatchError, PatchType};
+use crate::registry::patch::{self, DecodedPatch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn, Updater};
+use crate::runtime::jsonpath::go_print;
 use crate::runtime::object;
 use crate::runtime::ResourceInfo;
 
@@ -41,13 +43,32 @@ fn content_type(call: &Call) -> Option<&str> {
 
 /// Decodes an object body and checks its `apiVersion` and `kind` against the URL, filling
 /// them in when absent as kube-apiserver does.
-async fn read_object(call: &mut Call, validation: FieldValidation) -> Result<Value> {
+async fn read_new_object(call: &mut Call, validation: FieldValidation) -> Result<Value> {
     let encoding = body_encoding(content_type(call))?;
     let bytes = read_body(call).await?;
-    let (mut object, duplicates) = decode_object(&bytes, encoding)?;
+    let (mut object, duplicates) = off_workers(bytes.clone(), move |b| read_object(b, encoding))
+        .await?
+        .map_err(|e| unrecognized(&call.resource.storage.info, encoding, &bytes, e))?;
     report_duplicates(call, &duplicates, validation)?;
     check_type(&call.resource.storage.info, &mut object)?;
     Ok(object)
+}
+
+/// A create or update body the decoder refused, as kube's `transformDecodeError` answers
+/// one whose kind it could not read: the decoder's error and the start of the body.
+fn unrecognized(info: &ResourceInfo, encoding: BodyEncoding, body: &[u8], e: BodyError) -> Error {
+    let cause = match (e, encoding) {
+        (BodyError::Unreadable(text), BodyEncoding::Json) => {
+            format!("couldn't get version/kind; json parse error: {text}")
+        }
+        (BodyError::Unreadable(text), BodyEncoding::Yaml) => text,
+        (e, _) => return e.into(),
+    };
+    Error::bad_request(format!(
+        "the object provided is unrecognized (must be of type {}): {cause} ({})",
+        info.kind,
+        summarize_body(body)
+    ))
 }
 
 /// Duplicate fields of a body, as `fieldValidation` asks: 400 with `Strict` (kube-apiserver's
@@ -197,7 +218,7 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
     if !call.info.name.is_empty() {
         return Err(Error::method_not_allowed());
     }
-    let mut object = read_object(&mut call, options.field_validation).await?;
+    let mut object = read_new_object(&mut call, options.field_validation).await?;
     let (fields, owner) = field_manager(&call, &options);
     fields.update(None, &mut object, &owner);
     admit_with(&mut call, write_options_json("CreateOptions", &options));
@@ -209,7 +230,7 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     negotiate(accept_header(&call), Endpoint::Object)?;
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     let mut options = call.query.write_options()?;
-    let object = Arc::new(read_object(&mut call, options.field_validation).await?);
+    let object = Arc::new(read_new_object(&mut call, options.field_validation).await?);
     // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
     options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
     admit_with(&mut call, write_options_json("UpdateOptions", &options));
@@ -251,14 +272,29 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     }
     let options = call.query.write_options()?;
     let body = read_body(&mut call).await?;
+    let validation = options.field_validation;
+    let body = off_workers(body, move |b| decode_patch(patch_type, validation, b)).await?;
+    if let (Ok(body), FieldValidation::Strict) = (&body, validation) {
+        let decoding = PatchDecoding {
+            errors: body.strict_errors.clone(),
+            shown: body.shown.clone(),
+        };
+        call.ctx = call.ctx.clone().for_patch(decoding);
+    }
     admit_with(&mut call, write_options_json("PatchOptions", &options));
     let info = call.resource.storage.info;
     let schema = call.resource.storage.patch_schema.clone();
     let name = call.info.name.clone();
     let (fields, owner) = field_manager(&call, &options);
+    let ctx = call.ctx.clone();
     let update: UpdateFn = Arc::new(move |current| {
+        // As kube's patcher, the object first (404), then the patch.
         let current = current.ok_or_else(|| Error::not_found(&info, &name))?;
-        let mut patched = apply_patch(patch_type, current, &body, &schema).map_err(Error::from)?;
+        let body = body.as_ref().map_err(|e| Error::from(e.clone()))?;
+        if validation == FieldValidation::Warn {
+            body.strict_errors.iter().for_each(|e| ctx.warn(e.clone()));
+        }
+        let mut patched = body.patch.apply(current, &schema).map_err(Error::from)?;
         check_type(&info, &mut patched)?;
         fields.update(Some(current), &mut patched, &owner);
         Ok(patched)
@@ -269,13 +305,53 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
     respond_object(&call, StatusCode::OK, stored)
 }
 
+/// A PATCH body decoded (on a blocking thread when large), with its strict decoding errors
+/// when `fieldValidation` asks for them.
+struct PatchBody {
+    patch: DecodedPatch,
+    strict_errors: Vec<String>,
+    /// What a strict 422 of a strategic merge patch shows: the patch as Go prints a map.
+    shown: Option<String>,
+}
+
+fn decode_patch(
+    patch_type: PatchType,
+    validation: FieldValidation,
+    bytes: &[u8],
+) -> std::result::Result<PatchBody, PatchError> {
+    let (value, duplicates) = read_value(bytes, BodyEncoding::Json).map_err(|e| match e {
+        BodyError::Unreadable(text) => patch::too_deep(patch_type, validation, text),
+        BodyError::Malformed(_, text) => patch::malformed(patch_type, text),
+        BodyError::Refused(e) => PatchError::Malformed(e.message().to_string()),
+    })?;
+    let strict_errors = match validation {
+        FieldValidation::Ignore => Vec::new(),
+        _ => patch::body_strict_errors(patch_type, &value, &duplicates),
+    };
+    let shown = (validation == FieldValidation::Strict && patch_type == PatchType::StrategicMerge)
+        .then(|| go_print(&value));
+    Ok(PatchBody {
+        patch: DecodedPatch::from_value(patch_type, value)?,
+        strict_errors,
+        shown,
+    })
+}
+
 /// Server-side apply: the body (YAML or JSON) is the manager's configuration, merged into
 /// the object by the schema, with conflicts refused unless `force`; a missing object is
 /// created (201).
 async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
     let (options, force) = call.query.apply_options()?;
     let body = read_body(&mut call).await?;
-    let (config, _) = decode_object(&body, BodyEncoding::Yaml)?;
+    // kube's apply patcher decodes with sigs.k8s.io/yaml, whose errors it wraps so.
+    let (config, _) = off_workers(body, |b| read_object(b, BodyEncoding::Yaml))
+        .await?
+        .map_err(|e| match e {
+            BodyError::Unreadable(text) => Error::bad_request(format!(
+                "error decoding YAML: error converting YAML to JSON: {text}"
+            )),
+            e => e.into(),
+        })?;
     admit_with(&mut call, apply_options_json(&options, force));
     let info = call.resource.storage.info;
     let (fields, owner) = field_manager(&call, &options);
@@ -379,7 +455,7 @@ async fn delete_options(call: &mut Call) -> Result<DeleteOptions> {
         return Ok(options);
     }
     let encoding = body_encoding(content_type(call).or(Some("application/json")))?;
-    let body = decode_body(&bytes, encoding)?;
+    let (body, _) = off_workers(bytes, move |b| read_object(b, encoding)).await??;
     let body: k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions =
         serde_json::from_value(body)
             .map_err(|e| Error::bad_request(format!("invalid DeleteOptions: {e}")))?;

@@ -5,14 +5,21 @@
 use json_patch::{Patch, PatchOperation};
 use serde_json::Value;
 
-use super::PatchError;
+use super::{PatchError, PatchType};
 
 /// The most operations one JSON patch may hold, as in kube-apiserver (more → 413).
 pub const MAX_OPERATIONS: usize = 10_000;
 
 /// Parses a JSON patch body. A body that is not a list of valid operations is 400.
 pub fn parse_json_patch(body: &[u8]) -> Result<Patch, PatchError> {
-    let patch: Patch = serde_json::from_slice(body)
+    let value = super::decode_json(PatchType::Json, body)?;
+    json_patch_from_value(value)
+}
+
+/// A decoded JSON patch body as operations (400 when it is not a list of valid ones, 413
+/// past [`MAX_OPERATIONS`]).
+pub(crate) fn json_patch_from_value(value: Value) -> Result<Patch, PatchError> {
+    let patch: Patch = serde_json::from_value(value)
         .map_err(|e| PatchError::Malformed(format!("error decoding patch: {e}")))?;
     if patch.0.len() > MAX_OPERATIONS {
         return Err(PatchError::TooManyOperations {
@@ -34,7 +41,11 @@ pub fn parse_json_patch(body: &[u8]) -> Result<Patch, PatchError> {
 /// assert_eq!(apply_json_patch(&json!({"n": 3}), body).unwrap_err().status_code(), 422);
 /// ```
 pub fn apply_json_patch(original: &Value, body: &[u8]) -> Result<Value, PatchError> {
-    let patch = parse_json_patch(body)?;
+    apply_operations(original, &parse_json_patch(body)?)
+}
+
+/// Applies parsed operations to `original` (see [`apply_json_patch`]).
+pub(crate) fn apply_operations(original: &Value, patch: &Patch) -> Result<Value, PatchError> {
     let mut patched = original.clone();
     // Working on a copy makes the crate's undo log unnecessary: on failure the copy is dropped.
     json_patch::patch_unsafe(&mut patched, &patch.0).map_err(|e| {

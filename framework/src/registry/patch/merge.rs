@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 
-use super::PatchError;
+use super::{PatchError, PatchType};
 
 /// kube-apiserver's (evanphx/json-patch's) message for a body that is not a merge patch.
-const BAD_MERGE_PATCH: &str = "Invalid JSON Patch";
+pub(crate) const BAD_MERGE_PATCH: &str = "Invalid JSON Patch";
 
 /// Merges `patch` into `target` as RFC 7386 specifies (`json_patch::merge`).
 ///
@@ -27,17 +27,21 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// `Invalid JSON Patch`; a list replaces the whole document (which [`super::apply_patch`]
 /// then refuses, as the result is no object).
 pub fn apply_merge_patch(original: &Value, body: &[u8]) -> Result<Value, PatchError> {
-    let patch: Value = serde_json::from_slice(body)
-        .map_err(|e| PatchError::Malformed(format!("{BAD_MERGE_PATCH}: {e}")))?;
+    let patch = check_merge_patch(super::decode_json(PatchType::Merge, body)?)?;
+    let mut patched = original.clone();
+    merge_patch(&mut patched, &patch);
+    Ok(patched)
+}
+
+/// A decoded body as a merge patch: an object or a list, else 400.
+pub(crate) fn check_merge_patch(patch: Value) -> Result<Value, PatchError> {
     if !(patch.is_object() || patch.is_array()) {
         return Err(PatchError::Malformed(format!(
             "{BAD_MERGE_PATCH}: a merge patch must be an object, not {}",
             super::kind_of(&patch)
         )));
     }
-    let mut patched = original.clone();
-    merge_patch(&mut patched, &patch);
-    Ok(patched)
+    Ok(patch)
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@ pub mod strategic;
 
 use serde_json::Value;
 
+use crate::registry::options::FieldValidation;
+use crate::runtime::nesting::{self, TooDeep};
+
 pub use json::apply_json_patch;
 pub use merge::{apply_merge_patch, merge_patch};
 pub use schema::PatchSchema;
@@ -158,19 +161,137 @@ pub fn apply_patch(
     patch_body: &[u8],
     schema: &PatchSchema,
 ) -> Result<Value, PatchError> {
-    let patched = match patch_type {
-        PatchType::Json => apply_json_patch(original, patch_body)?,
-        PatchType::Merge => apply_merge_patch(original, patch_body)?,
-        PatchType::StrategicMerge => apply_strategic_merge_patch(original, patch_body, schema)?,
-        PatchType::Apply => return Err(PatchError::ApplyNotSupported),
-    };
-    if !patched.is_object() {
-        return Err(PatchError::Invalid(format!(
-            "the patched object must be a JSON object, not {}",
-            kind_of(&patched)
-        )));
+    if patch_type == PatchType::Apply {
+        return Err(PatchError::ApplyNotSupported);
     }
-    Ok(patched)
+    DecodedPatch::decode(patch_type, patch_body)?.apply(original, schema)
+}
+
+/// A PATCH body decoded once, ready to apply to the object of each attempt of an update.
+///
+/// ```
+/// use apiserver::registry::patch::{DecodedPatch, PatchSchema, PatchType};
+/// use serde_json::json;
+/// let patch = DecodedPatch::decode(PatchType::Merge, br#"{"a": null, "b": 2}"#).unwrap();
+/// let patched = patch.apply(&json!({"a": 1}), &PatchSchema::empty()).unwrap();
+/// assert_eq!(patched, json!({"b": 2}));
+/// ```
+#[derive(Clone, Debug)]
+pub enum DecodedPatch {
+    /// JSON patch operations.
+    Json(json_patch::Patch),
+    /// A JSON merge patch (an object or a list).
+    Merge(Value),
+    /// A strategic merge patch.
+    StrategicMerge(Value),
+}
+
+impl DecodedPatch {
+    /// Decodes `body` as a patch of `patch_type`, with the errors [`apply_patch`] gives.
+    pub fn decode(patch_type: PatchType, body: &[u8]) -> Result<Self, PatchError> {
+        Self::from_value(patch_type, decode_json(patch_type, body)?)
+    }
+
+    /// A body already decoded into JSON as a patch of `patch_type`.
+    pub fn from_value(patch_type: PatchType, value: Value) -> Result<Self, PatchError> {
+        match patch_type {
+            PatchType::Json => json::json_patch_from_value(value).map(Self::Json),
+            PatchType::Merge => merge::check_merge_patch(value).map(Self::Merge),
+            PatchType::StrategicMerge => Ok(Self::StrategicMerge(value)),
+            PatchType::Apply => Err(PatchError::ApplyNotSupported),
+        }
+    }
+
+    /// Applies the patch to `original` (see [`apply_patch`]).
+    pub fn apply(&self, original: &Value, schema: &PatchSchema) -> Result<Value, PatchError> {
+        let patched = match self {
+            Self::Json(patch) => json::apply_operations(original, patch)?,
+            Self::Merge(patch) => {
+                let mut patched = original.clone();
+                merge_patch(&mut patched, patch);
+                patched
+            }
+            Self::StrategicMerge(patch) => strategic_merge_patch(original, patch, schema)?,
+        };
+        if !patched.is_object() {
+            return Err(PatchError::Invalid(format!(
+                "the patched object must be a JSON object, not {}",
+                kind_of(&patched)
+            )));
+        }
+        Ok(patched)
+    }
+}
+
+/// Parses a JSON body of a patch of `patch_type`, its nesting checked first.
+pub(crate) fn decode_json(patch_type: PatchType, body: &[u8]) -> Result<Value, PatchError> {
+    nesting::check_json(body)
+        .map_err(|e: TooDeep| too_deep(patch_type, FieldValidation::default(), e))?;
+    serde_json::from_slice(body).map_err(|e| malformed(patch_type, e))
+}
+
+/// A patch body that is not JSON, in the words this server has long used for each type.
+pub(crate) fn malformed(patch_type: PatchType, e: impl std::fmt::Display) -> PatchError {
+    PatchError::Malformed(match patch_type {
+        PatchType::Json => format!("error decoding patch: {e}"),
+        PatchType::Merge => format!("{}: {e}", merge::BAD_MERGE_PATCH),
+        _ => e.to_string(),
+    })
+}
+
+/// A patch body nested past the decoder's limit, answered as kube-apiserver's patch handler
+/// answers its decoder's error: for JSON and merge patches decoded strictly (`Warn` and
+/// `Strict`) `error decoding patch: …`, for a merge patch decoded by json-patch (`Ignore`)
+/// its `Invalid JSON Patch`, otherwise the bare error.
+pub(crate) fn too_deep(
+    patch_type: PatchType,
+    validation: FieldValidation,
+    e: impl std::fmt::Display,
+) -> PatchError {
+    let strict = validation != FieldValidation::Ignore;
+    PatchError::Malformed(match patch_type {
+        PatchType::Json | PatchType::Merge if strict => format!("error decoding patch: {e}"),
+        PatchType::Merge => merge::BAD_MERGE_PATCH.to_string(),
+        _ => e.to_string(),
+    })
+}
+
+/// The strict decoding errors of a patch body itself, as kube's strict decode of it
+/// (`kjson.UnmarshalStrict`) finds them: its duplicate fields, and for a JSON patch the
+/// members of an operation that are none of `op`, `path`, `from` and `value` (both then
+/// prefixed `json patch`). At most 100, as that decoder keeps.
+pub(crate) fn body_strict_errors(
+    patch_type: PatchType,
+    body: &Value,
+    duplicates: &[String],
+) -> Vec<String> {
+    const MAX: usize = 100;
+    let prefix = if patch_type == PatchType::Json {
+        "json patch "
+    } else {
+        ""
+    };
+    let mut errors: Vec<String> = duplicates
+        .iter()
+        .map(|path| format!("{prefix}duplicate field {path:?}"))
+        .collect();
+    if patch_type == PatchType::Json {
+        let ops = body.as_array().map(Vec::as_slice).unwrap_or_default();
+        for (i, op) in ops.iter().enumerate() {
+            let Some(op) = op.as_object() else { continue };
+            for key in op.keys() {
+                if !matches!(key.as_str(), "op" | "path" | "from" | "value") {
+                    let path = format!("[{i}].{key}");
+                    errors.push(format!("{prefix}unknown field {path:?}"));
+                }
+            }
+            if errors.len() >= MAX {
+                break;
+            }
+        }
+    }
+    errors.truncate(MAX);
+    errors
 }
 
 /// "an array", "a string", …: for messages about a value of the wrong kind.

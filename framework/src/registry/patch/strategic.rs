@@ -30,8 +30,7 @@ pub fn apply_strategic_merge_patch(
     body: &[u8],
     schema: &PatchSchema,
 ) -> Result<Value> {
-    let patch: Value =
-        serde_json::from_slice(body).map_err(|e| PatchError::Malformed(e.to_string()))?;
+    let patch = super::decode_json(super::PatchType::StrategicMerge, body)?;
     merge_document(original, patch, schema)
 }
 

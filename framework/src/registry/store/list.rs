@@ -219,6 +219,9 @@ fn continue_from_cache(
         .transpose()
 }
 
+/// The room a page reserves before it knows how many objects it holds.
+const PAGE_RESERVE: usize = 1024;
+
 /// One page of cached `objects` (in key order, from where the page starts) at `revision`;
 /// `prefix` is the list's, relative to the cache's ([`Cacher::relative`]). Takes from
 /// `objects` only what the page needs (and, for `remainingItemCount`, counts the rest).
@@ -231,7 +234,13 @@ fn page(
 ) -> Result<ObjectList> {
     let mut out = ObjectList {
         resource_version: revision.to_string(),
-        items: Vec::with_capacity(if limit > 0 { limit } else { 1024 }),
+        // `limit` is the client's "no more than": it sizes nothing (kube answers a limit of
+        // 10^12 with the objects there are).
+        items: Vec::with_capacity(if limit > 0 {
+            limit.min(PAGE_RESERVE)
+        } else {
+            PAGE_RESERVE
+        }),
         ..ObjectList::default()
     };
     while let Some(object) = objects.next() {
@@ -433,6 +442,22 @@ fn list_error(inner: &Inner, e: StorageError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client's limit is a bound, never a size: a page of 10^12 (or i64::MAX) objects
+    /// reserves no more than a page's room and holds the objects there are.
+    #[test]
+    fn a_huge_limit_reserves_nothing() {
+        let filter = Filter::new(
+            &crate::runtime::resource::TEST_INFO,
+            &ListOptions::default(),
+        )
+        .unwrap();
+        for limit in [1_000_000_000_000usize, i64::MAX as usize, usize::MAX] {
+            let page = page(&mut std::iter::empty(), 7, limit, &filter, "").unwrap();
+            assert!(page.items.is_empty() && page.items.capacity() <= PAGE_RESERVE);
+            assert_eq!(page.resource_version, "7");
+        }
+    }
 
     #[test]
     fn continue_token_round_trips_like_kube() {

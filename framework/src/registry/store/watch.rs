@@ -35,6 +35,17 @@ const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 /// kube-apiserver's `--min-request-timeout` does, to spread reconnects.
 const MIN_REQUEST_TIMEOUT: u64 = 1800;
 
+/// No watch deadline is set later than this from now (tokio's own "far future": later
+/// instants overflow on some systems). kube's `time.Duration(s) * time.Second` overflows
+/// past 292 years; this server's timeout saturates.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// A client's `timeoutSeconds` as a duration: a negative one is already past, as Go's
+/// timer of a negative duration; a huge one is [`FAR_FUTURE`].
+fn watch_timeout(seconds: i64) -> Duration {
+    Duration::from_secs(seconds.max(0).unsigned_abs()).min(FAR_FUTURE)
+}
+
 /// Events buffered per watcher before the watcher's task waits for the client.
 const CHANNEL_CAPACITY: usize = 256;
 
@@ -69,14 +80,13 @@ fn plan(inner: &Inner, options: &ListOptions) -> Result<(WatchPlan, Start)> {
         .as_deref()
         .filter(|s| !s.is_empty() && *s != "0");
     let send_initial = options.send_initial_events.unwrap_or(rv.is_none());
-    let timeout = options
-        .timeout_seconds
-        .map(Duration::from_secs)
-        .unwrap_or_else(|| {
-            Duration::from_secs(
-                rand::rng().random_range(MIN_REQUEST_TIMEOUT..2 * MIN_REQUEST_TIMEOUT),
-            )
-        });
+    let timeout = match options.timeout_seconds {
+        // kube's `if timeout == 0 && minRequestTimeout > 0`: no timeout given.
+        None | Some(0) => Duration::from_secs(
+            rand::rng().random_range(MIN_REQUEST_TIMEOUT..2 * MIN_REQUEST_TIMEOUT),
+        ),
+        Some(seconds) => watch_timeout(seconds),
+    };
     let plan = WatchPlan {
         filter,
         bookmarks: options.allow_watch_bookmarks,
