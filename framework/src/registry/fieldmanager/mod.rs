@@ -210,7 +210,15 @@ impl FieldManager {
             .unwrap_or(Value::Object(Map::new()));
         let root = self.schema.root();
         let (reset, version) = (&owner.reset_fields, owner.api_version.as_str());
-        let mut changes = Changes::new(&live, new, root, self.converter.as_ref(), reset, version);
+        // Unknown fields (warned about or refused by the typed decode later) are never
+        // owned: compared on a pruned copy, made only when there are any.
+        let pruned = typed::has_unknown(new, root).then(|| {
+            let mut pruned = new.clone();
+            typed::prune_unknown(&mut pruned, root);
+            pruned
+        });
+        let seen = pruned.as_ref().unwrap_or(new);
+        let mut changes = Changes::new(&live, seen, root, self.converter.as_ref(), reset, version);
         changes.take_from(&mut managed, None);
         let own = changes.own();
         let changed = own.added.union(&own.modified);

@@ -833,3 +833,27 @@ fn rust_types_declare_apply_semantics_with_schemars() {
         r#"{"f:spec":{"f:plain":{},"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{},"f:protocol":{}}},"f:selector":{},"f:tags":{"v:\"a\"":{}}}}"#
     );
 }
+
+/// Fields the type does not have are dropped by its decoding (with a warning, or refused
+/// under Strict) and never owned, as kube's decoder drops them before its field manager.
+#[test]
+fn unknown_fields_are_never_owned() {
+    let mut new = flunder(json!({"reference": "x", "nope": 1,
+                                 "ports": [{"port": 80, "protocol": "TCP", "extra": true}],
+                                 "data": {"free": "form"}}));
+    new["metadata"]["labels"] = json!({"a": "1"});
+    new["bogus"] = json!({"deep": 1});
+    fm().update(None, &mut new, &owner("kubectl-create", 1));
+    assert_eq!(
+        entries(&new),
+        [(
+            "kubectl-create".into(),
+            "Update".into(),
+            r#"{"f:metadata":{"f:labels":{".":{},"f:a":{}}},"f:spec":{".":{},"f:data":{".":{},"f:free":{}},"f:ports":{".":{},"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{},"f:protocol":{}}},"f:reference":{}}}"#
+                .into()
+        )]
+    );
+    // The object itself is left to the typed decode (its warnings name the fields).
+    assert_eq!(new["spec"]["nope"], 1);
+    assert_eq!(new["bogus"]["deep"], 1);
+}

@@ -92,6 +92,48 @@ fn walk_set(value: &Value, at: At<'_>, path: &mut Vec<PathElement>, out: &mut Fi
     }
 }
 
+/// Members of every object whatever its type's schema declares (TypeMeta and ObjectMeta).
+const OBJECT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
+/// Whether `key` is unknown at `at`; `root`: `at` is the object's top, where TypeMeta and
+/// ObjectMeta are always known.
+fn unknown_key(at: At<'_>, key: &str, root: bool) -> bool {
+    !(root && OBJECT_FIELDS.contains(&key)) && at.knows_not(key)
+}
+
+/// Whether `object` has a member its schema says cannot be there, at any depth.
+pub(crate) fn has_unknown(object: &Value, root: At<'_>) -> bool {
+    fn walk(value: &Value, at: At<'_>, root: bool) -> bool {
+        match value {
+            Value::Object(map) => map
+                .iter()
+                .any(|(k, child)| unknown_key(at, k, root) || walk(child, at.field(k), false)),
+            Value::Array(items) => items.iter().any(|item| walk(item, at.items(), false)),
+            _ => false,
+        }
+    }
+    walk(object, root, true)
+}
+
+/// `object` without the members its schema says cannot be there: the object as decoding
+/// into its type leaves it, which is what kube's field manager sees (its decoder dropped
+/// unknown fields before), so they are never owned.
+pub(crate) fn prune_unknown(object: &mut Value, root: At<'_>) {
+    fn walk(value: &mut Value, at: At<'_>, root: bool) {
+        match value {
+            Value::Object(map) => {
+                map.retain(|key, _| !unknown_key(at, key, root));
+                for (key, child) in map.iter_mut() {
+                    walk(child, at.field(key), false);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, at.items(), false)),
+            _ => {}
+        }
+    }
+    walk(object, root, true)
+}
+
 /// What changed from one value to another (SMD `Comparison`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Comparison {

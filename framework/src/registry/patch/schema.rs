@@ -41,6 +41,9 @@ struct Node {
     map_atomic: Option<bool>,
     /// The schema's `default`: apply fills a list-map key an item omits with it.
     default: Option<Value>,
+    /// The schema declares this object's fields (`properties`): another member is an
+    /// unknown field, unless `values` or `free_form` admits it.
+    declares_fields: bool,
 }
 
 /// How server-side apply merges and tracks a list.
@@ -237,6 +240,14 @@ impl<'s> At<'s> {
             .is_some()
     }
 
+    /// Whether the schema knows this object's fields and says `key` is not one of them: an
+    /// unknown field, which decoding into the type drops. Where the schema declares no
+    /// fields, nothing is unknown.
+    pub(crate) fn knows_not(self, key: &str) -> bool {
+        let declares_fields = self.find(|n| n.declares_fields.then_some(()));
+        declares_fields.is_some() && !self.allows_key(key)
+    }
+
     /// Whether `key` may be a member here, for telling a `$`-key that is data (a field named
     /// `$ref`, a map key) from an unknown patch directive.
     pub(crate) fn allows_key(self, key: &str) -> bool {
@@ -276,6 +287,7 @@ impl<'a> Compiler<'a> {
             list_map_keys: list_map_keys_of(obj),
             map_atomic: map_atomic_of(obj),
             default: obj.get("default").cloned(),
+            declares_fields: obj.contains_key("properties"),
             ..Node::default()
         };
         if let Some(target) = obj.get("$ref").and_then(Value::as_str) {
