@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| apiserver::fuzzing::field_selector(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| extension_apiserver::fuzzing::field_selector(data));

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| apiserver::fuzzing::stored_object(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| extension_apiserver::fuzzing::stored_object(data));

@@ -1,6 +1,6 @@
-//! Generation: `apiserver::Resource` and `kube_core::Resource` impls from a checked model.
+//! Generation: `extension_apiserver::Resource` and `kube_core::Resource` impls from a checked model.
 //!
-//! Every runtime item is named through one path (`::apiserver` or `crate = "..."`), so the
+//! Every runtime item is named through one path (`::extension_apiserver` or `crate = "..."`), so the
 //! output compiles wherever the runtime is re-exported from.
 
 use proc_macro2::TokenStream;
@@ -28,7 +28,7 @@ fn expand(cont: &Container) -> TokenStream {
         .attrs
         .crate_path
         .clone()
-        .unwrap_or_else(|| parse_quote!(::apiserver));
+        .unwrap_or_else(|| parse_quote!(::extension_apiserver));
     let names = Names::new(&cont.attrs);
     let resource = impl_resource(cont, &names, &krate);
     let kube_resource = impl_kube_resource(cont, &names, &krate);

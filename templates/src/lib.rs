@@ -4,7 +4,7 @@
 //! kubebuilder forms it), discovery, OpenAPI, `kubectl get` columns, the `status`
 //! subresource and storage all come from the `#[resource(...)]` attribute.
 
-use apiserver::prelude::*;
+use extension_apiserver::prelude::*;
 
 /// The API group.
 pub const GROUP: &str = "{{group}}";

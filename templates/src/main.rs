@@ -1,10 +1,10 @@
 //! `{{project-name}}`: serves `{{group}}/{{version}}`.
 
-use apiserver::prelude::*;
+use extension_apiserver::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {
-    apiserver::server::init_logging();
+    extension_apiserver::server::init_logging();
     APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("{{kind}}", env!("CARGO_PKG_VERSION"))
         .group({{crate_name}}::api_group())

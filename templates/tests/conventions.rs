@@ -15,7 +15,7 @@ fn sample(name: &str) -> {{kind}} {
     }
 }
 
-apiserver::testing::conformance!(
+extension_apiserver_testing::conformance!(
     conventions,
     group: {{crate_name}}::api_group(),
     resource: {{kind}},

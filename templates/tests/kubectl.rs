@@ -1,10 +1,10 @@
 //! End to end: the server over real TLS with its SQLite store, started by the test kit
-//! (`apiserver::testing`), driven with kubectl as a user would.
+//! (`extension_apiserver_testing`), driven with kubectl as a user would.
 
 use std::path::Path;
 
-use apiserver::prelude::*;
-use apiserver::testing::{KubectlOutput, TestServer};
+use extension_apiserver::prelude::*;
+use extension_apiserver_testing::{KubectlOutput, TestServer};
 use {{crate_name}}::{api_group, {{kind}}, GROUP};
 
 /// The standard output of a kubectl run that must succeed.

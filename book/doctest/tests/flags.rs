@@ -7,8 +7,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use apiserver::APIServer;
 use clap::{Arg, Command};
+use extension_apiserver::APIServer;
 
 /// Flags that exist only when `apiserver` is built with its `etcd` feature.
 const ETCD_FEATURE_FLAGS: [&str; 4] = [

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use apiserver::prelude::*;
+use extension_apiserver::prelude::*;
 
 /// The API group.
 pub const GROUP: &str = "catalog.example.com";
@@ -137,7 +137,7 @@ pub struct Authors {
 impl Provider for Authors {
     type Object = Author;
 
-    async fn list(&self, namespace: Option<&str>) -> apiserver::Result<Vec<Author>> {
+    async fn list(&self, namespace: Option<&str>) -> extension_apiserver::Result<Vec<Author>> {
         Ok(authors_of(&self.books.list(namespace).await?))
     }
 }

@@ -1,10 +1,10 @@
 //! `catalog`: books, stored, and authors, computed from the books.
 
-use apiserver::prelude::*;
+use extension_apiserver::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {
-    apiserver::server::init_logging();
+    extension_apiserver::server::init_logging();
     APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("Catalog", env!("CARGO_PKG_VERSION"))
         .group(catalog::api_group())

@@ -4,8 +4,8 @@
 //! its reads are checked in `kubectl.rs` and `kube_client.rs`; a resource or version added
 //! without its suite fails `every_served_version_has_the_suite`.
 
-use apiserver::testing::conformance::served_resources;
 use catalog::{Book, BookSpec};
+use extension_apiserver_testing::conformance::served_resources;
 
 /// A valid book; its author differs per name.
 fn book(name: &str) -> Book {
@@ -19,7 +19,7 @@ fn book(name: &str) -> Book {
     }
 }
 
-apiserver::testing::conformance!(
+extension_apiserver_testing::conformance!(
     book_conventions,
     group: catalog::api_group(),
     resource: Book,

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use apiserver::prelude::ComputedOptions;
-use apiserver::testing::TestServer;
 use catalog::{Author, Book, BookSpec};
+use extension_apiserver::prelude::ComputedOptions;
+use extension_apiserver_testing::TestServer;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use apiserver::testing::{KubectlOutput, KubectlWatch, TestServer};
+use extension_apiserver_testing::{KubectlOutput, KubectlWatch, TestServer};
 
 /// Seven books by six authors in `default`.
 const SHELF: [(&str, &str, &str, i64); 7] = [

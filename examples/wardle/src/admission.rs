@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use apiserver::prelude::*;
-use apiserver::server::PluginContext;
+use extension_apiserver::prelude::*;
+use extension_apiserver::server::PluginContext;
 
 use crate::{Fischer, Flunder};
 
@@ -46,7 +46,7 @@ impl AdmissionPlugin for BanFlunder {
     /// Runs as the object will be stored, so a name made from `generateName` is judged too.
     /// The fischers are read from their watch cache as they are now, as sample-apiserver
     /// reads them from an informer (a consistent list when the server runs without one).
-    async fn validate(&self, attributes: &Attributes) -> apiserver::Result<()> {
+    async fn validate(&self, attributes: &Attributes) -> extension_apiserver::Result<()> {
         if !attributes.is::<Flunder>() {
             return Ok(());
         }

@@ -7,7 +7,7 @@
 //!
 //! Clients written for the Go sample-apiserver work with this server unchanged.
 
-use apiserver::prelude::*;
+use extension_apiserver::prelude::*;
 
 pub mod admission;
 pub mod v1beta1;

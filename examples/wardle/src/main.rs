@@ -1,10 +1,10 @@
 //! `wardle`: the sample-apiserver's API served by `apiserver`.
 
-use apiserver::prelude::*;
+use extension_apiserver::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {
-    apiserver::server::init_logging();
+    extension_apiserver::server::init_logging();
     let server = APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("Wardle", env!("CARGO_PKG_VERSION"));
     wardle::configure(server).run().await

@@ -2,8 +2,8 @@
 //! fischer in fields of their own. It converts to and from the storage version (the hub),
 //! `v1alpha1`, with sample-apiserver's rules, and validates as sample-apiserver does.
 
-use apiserver::prelude::*;
-use apiserver::runtime::convert::{stash, unstash, ConversionError, Convertible};
+use extension_apiserver::prelude::*;
+use extension_apiserver::runtime::convert::{stash, unstash, ConversionError, Convertible};
 
 pub use crate::FlunderStatus;
 
@@ -185,7 +185,7 @@ impl Convertible<crate::Flunder> for Flunder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apiserver::runtime::convert::{hub_round_trip, spoke_round_trip};
+    use extension_apiserver::runtime::convert::{hub_round_trip, spoke_round_trip};
 
     fn values() -> [Option<String>; 3] {
         [None, Some("a".into()), Some(String::new())]

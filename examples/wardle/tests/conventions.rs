@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use apiserver::registry::context::RequestContext;
-use apiserver::registry::options::ListOptions;
-use apiserver::registry::options::WriteOptions;
-use apiserver::registry::rest::{Lister, ObjectList, UpdateFn, Updater};
-use apiserver::registry::store::Store;
-use apiserver::storage::MemoryBackend;
-use apiserver::testing::conformance::{served_resources, Convention, Suite};
-use apiserver::APIGroup;
+use extension_apiserver::registry::context::RequestContext;
+use extension_apiserver::registry::options::ListOptions;
+use extension_apiserver::registry::options::WriteOptions;
+use extension_apiserver::registry::rest::{Lister, ObjectList, UpdateFn, Updater};
+use extension_apiserver::registry::store::Store;
+use extension_apiserver::storage::MemoryBackend;
+use extension_apiserver::APIGroup;
+use extension_apiserver_testing::conformance::{served_resources, Convention, Suite};
 use wardle::{v1beta1, Fischer, Flunder, FlunderSpec};
 
 /// The resources of each version that a `conformance!` above checks.
@@ -35,7 +35,7 @@ fn flunder(name: &str) -> Flunder {
     }
 }
 
-apiserver::testing::conformance!(
+extension_apiserver_testing::conformance!(
     flunder_conventions,
     group: wardle::api_group(),
     resource: Flunder,
@@ -65,7 +65,7 @@ fn flunder_v1beta1(name: &str) -> v1beta1::Flunder {
 
 // v1beta1 is served converted from v1alpha1's store: every object, list item, watch event
 // and bookmark goes through the conversion.
-apiserver::testing::conformance!(
+extension_apiserver_testing::conformance!(
     flunder_v1beta1_conventions,
     group: wardle::api_group(),
     resource: v1beta1::Flunder,
@@ -78,7 +78,7 @@ apiserver::testing::conformance!(
     },
 );
 
-apiserver::testing::conformance!(
+extension_apiserver_testing::conformance!(
     fischer_conventions,
     groups: [wardle::api_group()],
     resource: Fischer,
@@ -92,9 +92,9 @@ apiserver::testing::conformance!(
 /// Flunders served by the generic store with one verb replaced by a broken one.
 fn broken_group(
     break_it: fn(
-        apiserver::registry::rest::RestStorage,
+        extension_apiserver::registry::rest::RestStorage,
         Store<Flunder>,
-    ) -> apiserver::registry::rest::RestStorage,
+    ) -> extension_apiserver::registry::rest::RestStorage,
 ) -> APIGroup {
     let store = Store::<Flunder>::new(Arc::new(MemoryBackend::new()), "/registry");
     let storage = break_it(store.rest_storage(), store);
@@ -110,7 +110,7 @@ impl Lister for IgnoresLimit {
         &self,
         ctx: &RequestContext,
         options: &ListOptions,
-    ) -> apiserver::Result<ObjectList> {
+    ) -> extension_apiserver::Result<ObjectList> {
         let options = ListOptions {
             limit: 0,
             ..options.clone()
@@ -130,7 +130,7 @@ impl Updater for LastWriteWins {
         name: &str,
         update: UpdateFn,
         options: &WriteOptions,
-    ) -> apiserver::Result<(serde_json::Value, bool)> {
+    ) -> extension_apiserver::Result<(serde_json::Value, bool)> {
         let blind: UpdateFn = Arc::new(move |current| {
             let mut new = update(current)?;
             if let Some(current) = current {

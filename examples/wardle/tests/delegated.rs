@@ -1,16 +1,16 @@
 //! Delegated mode end to end with kubectl: the wardle server authenticates a bearer token
 //! through TokenReview and authorizes through SubjectAccessReview on a fake core
-//! kube-apiserver (`apiserver::testing::fake_core`), as it would in a cluster.
+//! kube-apiserver (`extension_apiserver_testing::fake_core`), as it would in a cluster.
 
 mod common;
 
 use std::path::Path;
 
-use apiserver::testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
-use apiserver::testing::pki::TestCa;
-use apiserver::testing::{kubectl, KubectlOutput};
-use apiserver::tls::certs::SelfSignedCerts;
 use common::*;
+use extension_apiserver::tls::certs::SelfSignedCerts;
+use extension_apiserver_testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
+use extension_apiserver_testing::pki::TestCa;
+use extension_apiserver_testing::{kubectl, KubectlOutput};
 
 const CALLER: &str = "system:serviceaccount:wardle:apiserver";
 

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use apiserver::server::{APIServer, ServerOptions, StorageBackendKind};
-use apiserver::testing::TestServer;
+use extension_apiserver::server::{APIServer, ServerOptions, StorageBackendKind};
+use extension_apiserver_testing::TestServer;
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Client;

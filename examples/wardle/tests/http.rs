@@ -25,7 +25,7 @@ backend_tests! {
 
 use std::time::Duration;
 
-use apiserver::testing::{kubectl, TestServer};
+use extension_apiserver_testing::{kubectl, TestServer};
 use futures::{AsyncBufReadExt, StreamExt};
 use http::{HeaderMap, StatusCode};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};

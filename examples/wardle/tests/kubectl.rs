@@ -375,7 +375,7 @@ async fn survives_restart_and_watch_resumes(backend: Backend) {
     server.stop().await;
 
     // The same storage (file or etcd prefix) and port: kubectl's kubeconfig still holds.
-    let server = serve(apiserver::server::ServerOptions {
+    let server = serve(extension_apiserver::server::ServerOptions {
         secure_port: port,
         ..options
     })

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use apiserver::testing::TestServer;
+use extension_apiserver_testing::TestServer;
 
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new("timeout")
@@ -122,7 +122,7 @@ fn binary_serves_kubectl_and_stops_on_sigterm() {
 #[test]
 fn json_logs_carry_the_request_span_and_its_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let rust_log = "info,apiserver::filters=debug";
+    let rust_log = "info,extension_apiserver::filters=debug";
     let (mut child, logs) = spawn_wardle_logging(dir.path(), &["--logging-format=json"], rust_log);
     let certs = dir.path().join(".apiserver-local");
     let kubeconfig = std::fs::read_to_string(certs.join("kubeconfig")).unwrap();
@@ -296,7 +296,7 @@ async fn compacted_history_is_410_expired() {
     let dir = tempfile::tempdir().unwrap();
     // Storage's history is what is compacted; the watch cache keeps a window of events of its
     // own (as kube-apiserver's does) and would serve this watch from it.
-    let options = apiserver::server::ServerOptions {
+    let options = extension_apiserver::server::ServerOptions {
         compaction_interval_seconds: 1,
         watch_cache: false,
         ..TestServer::options(dir.path())
@@ -364,7 +364,7 @@ async fn serves_a_given_certificate() {
     first.stop().await;
     let certs = given.path().join("certs");
     let dir = tempfile::tempdir().unwrap();
-    let options = apiserver::server::ServerOptions {
+    let options = extension_apiserver::server::ServerOptions {
         tls_cert_file: Some(certs.join("apiserver.crt")),
         tls_private_key_file: Some(certs.join("apiserver.key")),
         ..TestServer::options(dir.path())

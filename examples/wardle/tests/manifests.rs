@@ -2,16 +2,16 @@
 //! says what the aggregator needs, and `kubectl apply --dry-run=client` accepts it.
 //!
 //! kubectl maps kinds through discovery even for a client-side dry run, so it runs against the
-//! fake core kube-apiserver (`apiserver::testing::fake_core`), which serves the discovery of
+//! fake core kube-apiserver (`extension_apiserver_testing::fake_core`), which serves the discovery of
 //! these kinds, with `--validate=false` (the fake has no OpenAPI schema to validate with; the
 //! typed parsing below is the schema check).
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
-use apiserver::aggregator::{manifest_objects, ManifestOptions};
-use apiserver::testing::fake_core::FakeCore;
-use apiserver::APIGroup;
+use extension_apiserver::aggregator::{manifest_objects, ManifestOptions};
+use extension_apiserver::APIGroup;
+use extension_apiserver_testing::fake_core::FakeCore;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
@@ -341,7 +341,7 @@ fn the_strict_parse_sees_unknown_fields() {
 /// the server starts and registers its APIService with `ca.crt` as caBundle.
 #[tokio::test]
 async fn the_deployment_arguments_start_a_server_that_registers_itself() {
-    use apiserver::testing::pki::TestCa;
+    use extension_apiserver_testing::pki::TestCa;
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
     let yaml = wardle_manifests(&["--namespace", "wardle-system", "--image", "img"]);

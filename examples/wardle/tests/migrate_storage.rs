@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use apiserver::storage::{Backend, ListRequest, SqliteBackend};
+use extension_apiserver::storage::{Backend, ListRequest, SqliteBackend};
 use serde_json::{json, Value};
 
 const FLUNDERS: &str = "/registry/wardle.example.com/flunders/";
@@ -142,7 +142,7 @@ async fn migrate_storage_through_the_running_servers_api() {
     let old = json!({"flunderReference": "other", "referenceType": "Flunder"});
     put(&db, &[("old", flunder("v1beta1", "old", old))]).await;
     let path = db.clone();
-    let server = apiserver::testing::TestServer::builder()
+    let server = extension_apiserver_testing::TestServer::builder()
         .group(wardle::api_group())
         .sqlite()
         .dir(dir.path().join("server"))
@@ -207,7 +207,7 @@ mod common;
 /// rewrite as a MODIFIED event, and its reads follow.
 #[cfg(feature = "etcd")]
 mod etcd3 {
-    use apiserver::storage::{Etcd3Backend, Etcd3Options};
+    use extension_apiserver::storage::{Etcd3Backend, Etcd3Options};
 
     use super::*;
 

@@ -7,14 +7,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use apiserver::server::tls::server_config;
-use apiserver::tls::certs::{parse_certs_pem, CertKey};
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
+use extension_apiserver::server::tls::server_config;
+use extension_apiserver::tls::certs::{parse_certs_pem, CertKey};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::tls::certs::{parse_certs_pem, CertKey};
-use apiserver::tls::{crypto_provider, root_store};
 use bytes::Bytes;
+use extension_apiserver::tls::certs::{parse_certs_pem, CertKey};
+use extension_apiserver::tls::{crypto_provider, root_store};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;

@@ -107,7 +107,7 @@ fn settings() -> Result<Settings, Error> {
 }
 
 fn main() {
-    apiserver::tls::install_crypto_provider();
+    extension_apiserver::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

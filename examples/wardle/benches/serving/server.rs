@@ -81,7 +81,7 @@ impl Wardle {
             command.args(extra.split_whitespace());
         }
         // Only the line that says where it serves; no per-request logging in the way.
-        command.env("RUST_LOG", "warn,apiserver::server::builder=info");
+        command.env("RUST_LOG", "warn,extension_apiserver::server::builder=info");
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use apiserver::server::{ServerOptions, StorageBackendKind};
-use apiserver::testing::{KubectlOutput, TestServer};
+use extension_apiserver::server::{ServerOptions, StorageBackendKind};
+use extension_apiserver_testing::{KubectlOutput, TestServer};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use wardle::{Flunder, FlunderSpec};
@@ -82,7 +82,7 @@ pub async fn serve(options: ServerOptions) -> TestServer {
 /// Panics with a clear message unless the etcd at `endpoints` answers.
 #[cfg(feature = "etcd")]
 pub async fn etcd_ready(endpoints: &[String]) {
-    use apiserver::storage::{Backend as _, Etcd3Backend, Etcd3Options};
+    use extension_apiserver::storage::{Backend as _, Etcd3Backend, Etcd3Options};
     let backend = Etcd3Backend::connect(endpoints, Etcd3Options::default())
         .await
         .unwrap_or_else(|e| panic!("no etcd client for {endpoints:?}: {e}"));

@@ -1,0 +1,141 @@
+//! Resource handlers: one per verb. Each decodes its parameters and body, calls the storage
+//! and encodes the answer; none touches storage directly.
+
+mod read;
+mod watch;
+mod write;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+
+use crate::auth::UserInfo;
+use crate::endpoints::installer::{InstalledResource, InstalledResources};
+use crate::endpoints::params::Query;
+use crate::endpoints::request_info::{RequestInfo, Verb};
+use crate::endpoints::response::add_warnings;
+use crate::error::{Error, Result};
+use crate::lifecycle::ShutdownSignal;
+use crate::registry::context::RequestContext;
+
+/// Shared state of the resource handlers.
+#[derive(Debug)]
+pub struct APIState {
+    /// Installed resources.
+    pub resources: InstalledResources,
+    /// Largest accepted request body, in bytes (kube-apiserver: 3 MiB).
+    pub max_body_bytes: usize,
+    /// Ends watches when the server shuts down.
+    pub shutdown: ShutdownSignal,
+    /// Admission checks of writes (NamespaceLifecycle with a core API).
+    pub admission: crate::admission::Admission,
+    /// The server's stores, kept as long as it serves: each store only links to them, so
+    /// that its strategies read the others.
+    pub stores: crate::registry::store::StoreSet,
+}
+
+/// Everything a verb handler needs.
+pub(crate) struct Call {
+    pub(crate) parts: Parts,
+    pub(crate) body: Body,
+    pub(crate) info: RequestInfo,
+    pub(crate) resource: Arc<InstalledResource>,
+    pub(crate) ctx: RequestContext,
+    pub(crate) query: Query,
+    pub(crate) state: Arc<APIState>,
+}
+
+/// The axum handler of every `/apis/{group}/{version}/...` resource path.
+pub async fn handle(State(state): State<Arc<APIState>>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    // Taken, not cloned: nothing after the handler reads it.
+    let info = parts
+        .extensions
+        .remove::<RequestInfo>()
+        .unwrap_or_else(|| RequestInfo::parse(&parts.method, parts.uri.path(), parts.uri.query()));
+    let call = match prepare(state, parts, body, info) {
+        Ok(call) => call,
+        Err(e) => return e.into_response(),
+    };
+    let ctx = call.ctx.clone();
+    let mut response = dispatch(call)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    add_warnings(&mut response, &ctx.warnings());
+    response
+}
+
+fn prepare(state: Arc<APIState>, parts: Parts, body: Body, info: RequestInfo) -> Result<Call> {
+    if !info.is_resource_request {
+        return Err(Error::path_not_found());
+    }
+    let path = if info.subresource.is_empty() {
+        info.resource.clone()
+    } else {
+        format!("{}/{}", info.resource, info.subresource)
+    };
+    let resource = state
+        .resources
+        .get(&info.api_group, &info.api_version, &path)
+        .ok_or_else(Error::path_not_found)?;
+    check_scope(&resource, &info)?;
+    let query = Query::parse(parts.uri.query(), info.verb)?;
+    let mut ctx = match info.namespace.as_str() {
+        "" => RequestContext::cluster(),
+        ns => RequestContext::namespaced(ns),
+    };
+    ctx.user = parts.extensions.get::<UserInfo>().cloned();
+    Ok(Call {
+        parts,
+        body,
+        info,
+        resource,
+        ctx,
+        query,
+        state,
+    })
+}
+
+/// A namespaced kind is reachable without a namespace only to list and watch across all
+/// namespaces; a cluster-scoped kind never under a namespace.
+fn check_scope(resource: &InstalledResource, info: &RequestInfo) -> Result<()> {
+    let namespaced = resource.storage.info.namespaced();
+    let collection_read = info.verb.reads_collection();
+    match (namespaced, info.namespace.is_empty()) {
+        (true, true) if !collection_read => Err(Error::path_not_found()),
+        (false, false) => Err(Error::path_not_found()),
+        _ => Ok(()),
+    }
+}
+
+async fn dispatch(call: Call) -> Result<Response> {
+    // kube-apiserver routes PUT and PATCH only to objects: on a collection they are 405.
+    let on_collection = call.info.name.is_empty();
+    if on_collection && matches!(call.info.verb, Verb::Update | Verb::Patch) {
+        return Err(Error::method_not_allowed());
+    }
+    match call.info.verb {
+        Verb::Get => read::get(call).await,
+        Verb::List => read::list(call).await,
+        Verb::Watch => watch::watch(call).await,
+        Verb::Create => write::create(call).await,
+        Verb::Update => write::update(call).await,
+        Verb::Patch => write::patch(call).await,
+        Verb::Delete => write::delete(call).await,
+        Verb::DeleteCollection => write::delete_collection(call).await,
+        _ => Err(Error::method_not_allowed()),
+    }
+}
+
+/// The storage capability a verb needs, or 405.
+pub(crate) fn require<'a, T: ?Sized>(
+    capability: &'a Option<Arc<T>>,
+    call: &Call,
+) -> Result<&'a Arc<T>> {
+    capability.as_ref().ok_or_else(|| {
+        Error::method_not_supported(&call.resource.storage.info, call.info.verb.as_str())
+    })
+}

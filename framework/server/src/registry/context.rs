@@ -1,0 +1,111 @@
+//! The per-request context handed to storage: who asked, the namespace of the URL, the
+//! admission chain, and a sink for warnings (sent back as `Warning` headers, as
+//! `k8s.io/apiserver/pkg/warning` does).
+
+use std::sync::Arc;
+
+use crate::admission::attributes::Requester;
+use crate::admission::AdmissionContext;
+use crate::auth::UserInfo;
+use crate::registry::warning::WarningRecorder;
+
+/// What storage needs to know about the request besides its options.
+#[derive(Clone, Debug, Default)]
+pub struct RequestContext {
+    /// The namespace from the URL; `None` for cluster-scoped requests and all-namespace lists.
+    pub namespace: Option<String>,
+    /// The user authentication found (kube's `request.UserFrom(ctx)`); `None` when the
+    /// request did not go through authentication (storage called directly, in tests).
+    pub user: Option<UserInfo>,
+    /// The admission chain writes of this request go through, with what the endpoint knows
+    /// of the request (filled by `endpoints/`); `None`: nothing to admit (storage called
+    /// directly, in tests and by in-process readers).
+    pub admission: Option<AdmissionContext>,
+    warnings: Arc<WarningRecorder>,
+    patch: Option<Arc<PatchDecoding>>,
+}
+
+/// What strict field validation needs to know of a PATCH (set by its handler): kube-apiserver
+/// answers the strict decoding errors of a patched object as 422 `Invalid` at the field
+/// `patch`, where a create or update body's are 400 `BadRequest`
+/// (k8s.io/apiserver/pkg/endpoints/handlers/patch.go).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PatchDecoding {
+    /// The strict errors of the patch body itself (its duplicate fields; a JSON patch's
+    /// unknown operation fields), listed before the patched object's unknown fields.
+    pub(crate) errors: Vec<String>,
+    /// The invalid value the 422 shows: the patched object as JSON when `None`; a strategic
+    /// merge patch shows the patch as Go prints a map.
+    pub(crate) shown: Option<String>,
+}
+
+impl RequestContext {
+    /// A context for `namespace`.
+    pub fn namespaced(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: Some(namespace.into()),
+            ..Self::default()
+        }
+    }
+
+    /// A context for a cluster-scoped request or an all-namespaces list.
+    pub fn cluster() -> Self {
+        Self::default()
+    }
+
+    /// The same context, made by `user`.
+    ///
+    /// ```
+    /// use extension_apiserver::auth::UserInfo;
+    /// use extension_apiserver::registry::context::RequestContext;
+    /// let user = UserInfo::new("alice", []);
+    /// let ctx = RequestContext::namespaced("ns").with_user(user);
+    /// assert_eq!(ctx.user.unwrap().name, "alice");
+    /// ```
+    pub fn with_user(mut self, user: UserInfo) -> Self {
+        self.user = Some(user);
+        self
+    }
+
+    /// Adds a warning for the client. As kube-apiserver's recorder, a repeated text is
+    /// dropped, and the warnings of one request stay within about 4 KiB of text: past it,
+    /// each is cut to 256 characters, and then the rest are dropped
+    /// ([`warning`](crate::registry::warning)).
+    ///
+    /// ```
+    /// use extension_apiserver::registry::context::RequestContext;
+    /// let ctx = RequestContext::cluster();
+    /// ctx.warn("deprecated field");
+    /// ctx.warn("deprecated field");
+    /// assert_eq!(ctx.warnings(), ["deprecated field"]);
+    /// ```
+    pub fn warn(&self, message: impl Into<String>) {
+        self.warnings.add(message.into());
+    }
+
+    /// The warnings added so far (cut as [`warn`](Self::warn) says).
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.warnings()
+    }
+
+    /// The same context, for a PATCH whose strict decoding errors are `patch`'s.
+    pub(crate) fn for_patch(mut self, patch: PatchDecoding) -> Self {
+        self.patch = Some(Arc::new(patch));
+        self
+    }
+
+    /// The request's admission, and who asked and where, for the chain.
+    pub(crate) fn admission_request(&self) -> (Option<&AdmissionContext>, Requester<'_>) {
+        let requester = Requester {
+            namespace: self.namespace.as_deref(),
+            user: self.user.as_ref(),
+            warnings: &self.warnings,
+        };
+        (self.admission.as_ref(), requester)
+    }
+
+    /// What a PATCH's handler said of its body; `None` for other requests.
+    pub(crate) fn patch(&self) -> Option<&PatchDecoding> {
+        self.patch.as_deref()
+    }
+}

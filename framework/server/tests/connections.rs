@@ -1,0 +1,406 @@
+//! What the secure port allows one connection, over real TLS on 127.0.0.1 with a server of the
+//! test kit: idle connections are closed as Go's server closes them (kube-apiserver's
+//! `IdleTimeout` and `ReadHeaderTimeout`, configured short here), a quiet watch never is, and
+//! request headers up to Go's 1 MiB are accepted over HTTP/1.1 and HTTP/2.
+//! Every wait is bounded; nothing asserts on time but generous bounds.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use extension_apiserver::server::APIGroup;
+use extension_apiserver::tls::certs::{CertKey, SelfSignedCerts};
+use extension_apiserver::tls::{crypto_provider, root_store};
+use extension_apiserver::Resource;
+use extension_apiserver_testing::TestServer;
+use rustls::pki_types::ServerName;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+use tokio_rustls::client::TlsStream;
+
+/// Bound on anything that must happen; far above the timeouts configured.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The short timeout the servers here are given.
+const SHORT: Duration = Duration::from_secs(1);
+
+/// Bound on a close the short timeout asks for: well above it, and below the 30 s after
+/// which hyper closed an idle HTTP/1.1 connection on its own.
+const CLOSE_WAIT: Duration = Duration::from_secs(15);
+
+/// A timeout that never fires during a test.
+const LONG: Duration = Duration::from_secs(3600);
+
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "conn.example.com",
+    version = "v1",
+    kind = "Widget",
+    namespaced
+)]
+pub struct Widget {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: WidgetSpec,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct WidgetSpec {
+    #[serde(default)]
+    pub size: i64,
+}
+
+const WIDGETS: &str = "/apis/conn.example.com/v1/namespaces/default/widgets";
+
+/// A server with these idle and read-header timeouts, and a TLS client for it.
+async fn start(idle: Duration, read_header: Duration) -> (TestServer, Client) {
+    let group = APIGroup::new("conn.example.com").version("v1", |v| v.resource::<Widget>());
+    let server = TestServer::builder()
+        .group(group)
+        .options(move |o| {
+            o.http_idle_timeout = idle;
+            o.http_read_header_timeout = read_header;
+        })
+        .start()
+        .await;
+    let client = Client::of(&server.kubeconfig);
+    (server, client)
+}
+
+/// A TLS client trusting the server's CA, with its admin certificate.
+struct Client {
+    addr: std::net::SocketAddr,
+    roots: rustls::RootCertStore,
+    admin: CertKey,
+}
+
+impl Client {
+    /// The client of the server whose admin kubeconfig is `kubeconfig` (its certificates
+    /// are beside it, and are reused, not made again, by `load_or_create`).
+    fn of(kubeconfig: &Path) -> Self {
+        let dir = kubeconfig.parent().unwrap();
+        let certs = SelfSignedCerts::load_or_create(dir, &[]).unwrap();
+        let text = std::fs::read_to_string(kubeconfig).unwrap();
+        let port = text
+            .split("https://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|port| port.parse::<u16>().ok())
+            .expect("the server's port in its kubeconfig");
+        let admin = CertKey::from_pem(
+            certs.admin_cert_pem.as_bytes(),
+            certs.admin_key_pem.as_bytes(),
+        )
+        .unwrap();
+        Self {
+            addr: ([127, 0, 0, 1], port).into(),
+            roots: root_store(&certs.serving_ca()).unwrap(),
+            admin,
+        }
+    }
+
+    async fn connect(&self, alpn: &[u8]) -> TlsStream<TcpStream> {
+        let mut config = rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.admin.cert_chain.clone(), self.admin.key.clone_key())
+            .unwrap();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let tls = timeout(WAIT, connector.connect(name, tcp)).await;
+        tls.expect("handshake in time").expect("handshake")
+    }
+
+    /// An HTTP/2 connection: the request sender, and the connection's task, which ends when
+    /// the server closes the connection.
+    async fn h2(
+        &self,
+    ) -> (
+        h2::client::SendRequest<Bytes>,
+        tokio::task::JoinHandle<Result<(), h2::Error>>,
+    ) {
+        let tls = self.connect(b"h2").await;
+        let (sender, connection) = h2::client::handshake(tls).await.unwrap();
+        (sender, tokio::spawn(connection))
+    }
+
+    fn uri(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.addr.port())
+    }
+}
+
+/// Reads one HTTP/1.1 response with a `Content-Length` (the status and the whole text), the
+/// connection kept open for the next.
+async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> (u16, String) {
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_string)
+                })
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| body.len() >= n) {
+                let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+                return (status, text);
+            }
+        }
+        let n = timeout(WAIT, stream.read(&mut chunk))
+            .await
+            .expect("response in time")
+            .expect("read");
+        assert!(n > 0, "closed before a whole response: {text:?}");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether the server closes `stream` within `CLOSE_WAIT` (end of stream or reset), with
+/// nothing more sent.
+async fn closed_by_server<S: AsyncRead + Unpin>(stream: &mut S) -> bool {
+    let mut buf = [0u8; 1024];
+    matches!(
+        timeout(CLOSE_WAIT, stream.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Idle connections
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connection_idle_between_requests_is_closed() {
+    let (server, client) = start(SHORT, LONG).await;
+    let mut tls = client.connect(b"http/1.1").await;
+    for _ in 0..2 {
+        let request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let (status, text) = read_response(&mut tls).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    assert!(
+        closed_by_server(&mut tls).await,
+        "an idle keep-alive connection stays open"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_sends_no_request_or_half_a_header_is_closed() {
+    let (server, client) = start(LONG, SHORT).await;
+    // TLS, then nothing at all.
+    let mut silent = client.connect(b"http/1.1").await;
+    // A header that never ends (slow loris).
+    let mut slow = client.connect(b"http/1.1").await;
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1\r\n")
+        .await
+        .unwrap();
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a silent connection stays open"
+    );
+    assert!(
+        closed_by_server(&mut slow).await,
+        "a header that never ends keeps the connection"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_without_streams_is_closed() {
+    let (server, client) = start(SHORT, LONG).await;
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    let request = http::Request::get(client.uri("/healthz")).body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+    let ended = timeout(CLOSE_WAIT, connection).await;
+    assert!(
+        ended.is_ok(),
+        "an HTTP/2 connection without streams stays open"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_is_not_idle() {
+    let (server, client) = start(SHORT, SHORT).await;
+
+    let mut h1 = client.connect(b"http/1.1").await;
+    let request = format!("GET {WIDGETS}?watch=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    h1.write_all(request.as_bytes()).await.unwrap();
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    let request = http::Request::get(client.uri(&format!("{WIDGETS}?watch=1")))
+        .body(())
+        .unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let response = timeout(WAIT, response).await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let mut h2_body = response.into_body();
+
+    // Several idle and header timeouts pass without an event.
+    tokio::time::sleep(4 * SHORT).await;
+    assert!(
+        !connection.is_finished(),
+        "the watch's HTTP/2 connection was closed"
+    );
+
+    let widget = serde_json::json!({
+        "apiVersion": "conn.example.com/v1", "kind": "Widget",
+        "metadata": {"name": "late", "namespace": "default"},
+    })
+    .to_string();
+    let mut create = client.connect(b"http/1.1").await;
+    let request = format!(
+        "POST {WIDGETS} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{widget}",
+        widget.len()
+    );
+    create.write_all(request.as_bytes()).await.unwrap();
+    let (status, text) = read_response(&mut create).await;
+    assert_eq!(status, 201, "{text}");
+
+    let mut h1_seen = Vec::new();
+    let h1_event = timeout(WAIT, async {
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&h1_seen).contains("\"late\"") {
+            let n = h1
+                .read(&mut chunk)
+                .await
+                .expect("HTTP/1.1 watch still open");
+            assert!(
+                n > 0,
+                "HTTP/1.1 watch closed: {}",
+                String::from_utf8_lossy(&h1_seen)
+            );
+            h1_seen.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(h1_event.is_ok(), "no event on the HTTP/1.1 watch");
+    let mut h2_seen = Vec::new();
+    let h2_event = timeout(WAIT, async {
+        while !String::from_utf8_lossy(&h2_seen).contains("\"late\"") {
+            let chunk = h2_body.data().await.expect("HTTP/2 watch still open");
+            h2_seen.extend_from_slice(&chunk.expect("HTTP/2 watch body"));
+        }
+    })
+    .await;
+    assert!(h2_event.is_ok(), "no event on the HTTP/2 watch");
+    connection.abort();
+    server.stop().await;
+}
+
+#[test]
+fn idle_timeouts_are_flags_with_go_defaults() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: extension_apiserver::server::ServerOptions,
+    }
+    let defaults = Cli::try_parse_from(["server"]).unwrap().options;
+    assert_eq!(defaults.http_idle_timeout, Duration::from_secs(90));
+    assert_eq!(defaults.http_read_header_timeout, Duration::from_secs(32));
+    let set = Cli::try_parse_from([
+        "server",
+        "--http-idle-timeout=2m",
+        "--http-read-header-timeout=0s",
+    ])
+    .unwrap()
+    .options;
+    assert_eq!(set.http_idle_timeout, Duration::from_secs(120));
+    assert_eq!(set.http_read_header_timeout, Duration::ZERO);
+    assert!(Cli::try_parse_from(["server", "--http-idle-timeout=-1s"]).is_err());
+}
+
+// ---------------------------------------------------------------------------------------
+// Header limits
+// ---------------------------------------------------------------------------------------
+
+/// `count` header fields of about `size` bytes each, as a front proxy sends a user's groups.
+fn group_headers(count: usize, size: usize) -> Vec<(String, String)> {
+    (0..count)
+        .map(|i| {
+            let value = format!("group-{i:05}-{}", "g".repeat(size.saturating_sub(12)));
+            (format!("x-test-group-{i}"), value)
+        })
+        .collect()
+}
+
+/// One HTTP/1.1 GET of `path` with `headers`, on its own connection; the status.
+async fn http1_get(client: &Client, path: &str, headers: &[(String, String)]) -> u16 {
+    let tls = client.connect(b"http/1.1").await;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    let (mut read, mut write) = tokio::io::split(tls);
+    // The server may answer (431) and close before it has read everything.
+    let sending = tokio::spawn(async move {
+        let _ = write.write_all(request.as_bytes()).await;
+        write
+    });
+    let mut response = Vec::new();
+    let _ = timeout(WAIT, read.read_to_end(&mut response))
+        .await
+        .expect("a response in time");
+    drop(sending);
+    let text = String::from_utf8_lossy(&response);
+    text.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_accepts_headers_and_query_up_to_go_limits() {
+    let (server, client) = start(LONG, LONG).await;
+    // 300 fields, about 200 KB, and a query of 60 KB (an unknown parameter, ignored), on an
+    // API path that authenticates and authorizes the request.
+    let headers = group_headers(300, 660);
+    let query = format!("{WIDGETS}?padding={}", "q".repeat(60 * 1024));
+    assert_eq!(http1_get(&client, &query, &headers).await, 200);
+    // Beyond Go's 1 MiB (and its 4 KiB of slop): 431, as Go answers.
+    let too_many = group_headers(1100, 1000);
+    assert_eq!(http1_get(&client, WIDGETS, &too_many).await, 431);
+    // The server still serves.
+    assert_eq!(http1_get(&client, WIDGETS, &[]).await, 200);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_accepts_a_header_list_of_hundreds_of_kilobytes() {
+    let (server, client) = start(LONG, LONG).await;
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    let mut request = http::Request::get(client.uri(WIDGETS));
+    for (name, value) in group_headers(400, 500) {
+        request = request.header(name, value);
+    }
+    let (response, _) = sender
+        .send_request(request.body(()).unwrap(), true)
+        .unwrap();
+    let response = timeout(WAIT, response)
+        .await
+        .expect("a response in time")
+        .expect("the request is sent and answered");
+    assert_eq!(response.status(), 200);
+    connection.abort();
+    server.stop().await;
+}

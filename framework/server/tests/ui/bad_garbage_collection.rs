@@ -1,0 +1,10 @@
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use extension_apiserver::Resource;
+
+#[derive(Resource)]
+#[resource(group = "wardle.example.com", version = "v1", kind = "Flunder",
+           garbage_collection = "Orphan", allow_unconditional_update = true)]
+pub struct Flunder {
+    pub metadata: ObjectMeta,
+}
+fn main() {}

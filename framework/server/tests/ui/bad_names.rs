@@ -1,0 +1,11 @@
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use extension_apiserver::Resource;
+
+#[derive(Resource)]
+#[resource(group = "wardle.example.com", version = "v1", kind = "Flunder",
+           plural = "Flunders", singular = "flun_der", shortnames = ["fl", "-f"],
+           categories = ["All"])]
+pub struct Flunder {
+    pub metadata: ObjectMeta,
+}
+fn main() {}

@@ -1,0 +1,13 @@
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use extension_apiserver::Resource;
+
+#[derive(Resource)]
+#[resource(group = "wardle.example.com", version = "v1", kind = "Flunder")]
+pub enum Flunder {
+    A(ObjectMeta),
+}
+
+#[derive(Resource)]
+#[resource(group = "wardle.example.com", version = "v1", kind = "Fischer")]
+pub struct Fischer(pub ObjectMeta);
+fn main() {}

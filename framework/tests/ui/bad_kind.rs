@@ -1,9 +1,0 @@
-use apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use apiserver::Resource;
-
-#[derive(Resource)]
-#[resource(group = "wardle.example.com", version = "v1", kind = "flunder_thing")]
-pub struct Flunder {
-    pub metadata: ObjectMeta,
-}
-fn main() {}
