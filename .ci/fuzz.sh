@@ -24,7 +24,7 @@ else
 fi
 # Its own target directory: the instrumented build shares nothing with the normal one.
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-target/fuzz}
-targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^apiserver-fuzz$')
+targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^extension-apiserver-fuzz$')
 profile=()
 [ "${FUZZ_DEV:-}" = 1 ] && profile=(--dev)
 "${fuzz[@]}" build "${profile[@]}" --sanitizer "$sanitizer"

@@ -2,11 +2,9 @@
 //! through TokenReview and authorizes through SubjectAccessReview on a fake core
 //! kube-apiserver (`extension_apiserver_testing::fake_core`), as it would in a cluster.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use extension_apiserver::tls::certs::SelfSignedCerts;
 use extension_apiserver_testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use extension_apiserver_testing::pki::TestCa;

@@ -7,9 +7,7 @@
 //! `etcd` feature: `cargo test -p wardle --features etcd --test etcd`.
 #![cfg(feature = "etcd")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 use std::fs::File;
 use std::net::TcpListener;

@@ -4,9 +4,7 @@
 //! discovery and OpenAPI, and `Warning` headers — checked against kube-apiserver's behaviour,
 //! on each storage backend.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 backend_tests! {
     all: [

@@ -2,9 +2,7 @@
 //! requests with bad input that must get kube-apiserver's `Status` and change nothing; on each
 //! storage backend.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 backend_tests! {
     all: [

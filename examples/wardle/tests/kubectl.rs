@@ -1,9 +1,7 @@
 //! End to end with kubectl: the wardle server over real TLS on each storage backend, driven the
 //! way a user drives kube-apiserver.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 backend_tests! {
     all: [

@@ -200,9 +200,6 @@ async fn migrate_storage_through_the_running_servers_api() {
     server.stop().await;
 }
 
-#[cfg(feature = "etcd")]
-mod common;
-
 /// On etcd, beside a running server (another process): the server's watch sees each
 /// rewrite as a MODIFIED event, and its reads follow.
 #[cfg(feature = "etcd")]
@@ -214,9 +211,9 @@ mod etcd3 {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_running_server_sees_the_rewrites_of_migrate_storage() {
         let dir = tempfile::tempdir().unwrap();
-        let options = common::Backend::Etcd3.options(dir.path());
+        let options = crate::common::Backend::Etcd3.options(dir.path());
         let prefix = options.storage_prefix.clone();
-        common::etcd_ready(&options.etcd_servers).await;
+        crate::common::etcd_ready(&options.etcd_servers).await;
         let etcd = Etcd3Backend::connect(&options.etcd_servers, Etcd3Options::default())
             .await
             .unwrap();
@@ -229,7 +226,7 @@ mod etcd3 {
         let bytes = serde_json::to_vec(&old).unwrap();
         etcd.create(&key, bytes.into()).await.unwrap();
 
-        let server = common::serve(options.clone()).await;
+        let server = crate::common::serve(options.clone()).await;
         let watch = server.kubectl_watch(&[
             "get",
             "flunders",
@@ -258,7 +255,7 @@ mod etcd3 {
             stored["spec"],
             json!({"reference": "fish", "referenceType": "Fischer"})
         );
-        let got = common::ok(server.kubectl(&[
+        let got = crate::common::ok(server.kubectl(&[
             "get",
             "flunders.v1beta1.wardle.example.com",
             "old",

@@ -11,9 +11,7 @@
 //! asserts what happened, never how fast. A restart must find the objects again, so these
 //! cases run on SQLite and etcd3 only: the memory backend forgets everything by design.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader};

@@ -7,7 +7,8 @@
 //! - [`runtime`]: the [`Resource`](runtime::Resource) trait and its static
 //!   [`ResourceInfo`](runtime::ResourceInfo), conversion between versions, field errors,
 //!   JSONPath, object helpers;
-//! - [`error`]: errors as kube-apiserver's `Status`;
+//! - [`error`]: errors as kube-apiserver's `Status`; [`codec`]: typed objects to and from
+//!   JSON, and between a served version and the storage version;
 //! - [`selector`] (label and field selectors), [`validation`] (names, labels, annotations),
 //!   [`patch`] (JSON, merge and strategic merge patches, apply), [`fieldmanager`]
 //!   (managedFields and server-side apply), [`warning`] (the client's warnings);
@@ -19,6 +20,7 @@
 //! [`Error`] an axum response, for the server crate).
 #![warn(missing_docs)]
 
+pub mod codec;
 pub mod error;
 pub mod fieldmanager;
 pub mod lifecycle;

@@ -73,7 +73,7 @@ mod test_kinds;
 
 // The layers below, under the names a server's code uses (book: Architecture).
 pub(crate) use extension_apiserver_machinery::spans;
-pub use extension_apiserver_machinery::{error, lifecycle, metrics, runtime, tls};
+pub use extension_apiserver_machinery::{codec, error, lifecycle, metrics, runtime, tls};
 /// Storage: the [`Backend`](storage::Backend) trait, its backends and the watch cache (the
 /// crate `extension-apiserver-storage`).
 pub use extension_apiserver_storage as storage;

@@ -200,7 +200,7 @@ impl TestServer {
         configure: impl FnOnce(APIServer) -> APIServer,
     ) -> TestServer {
         // The kit opens the backend itself to keep a handle on it (`compact`).
-        let backend = extension_apiserver::server::builder::open_backend(&options)
+        let backend = extension_apiserver::server::open_backend(&options)
             .await
             .expect("the storage backend opens");
         let server = configure(APIServer::new(options).backend(backend.clone()));

@@ -175,16 +175,6 @@ pub fn unstash<V: DeserializeOwned>(
         .map_err(|e| ConversionError::new(format!("annotation {key}: {e}")))
 }
 
-/// The conversions of one served version to and from its storage version, as JSON: what
-/// admission webhooks need to see an object in the version their rules matched (kube's
-/// `ObjectConvertor`). Pure conversions: no defaulting, no strategy.
-pub trait VersionConvertor: Send + Sync {
-    /// A stored object as this version, with its `apiVersion` and `kind`.
-    fn to_served(&self, stored: &serde_json::Value) -> crate::error::Result<serde_json::Value>;
-    /// An object of this version as the storage version, with its `apiVersion` and `kind`.
-    fn to_storage(&self, served: &serde_json::Value) -> crate::error::Result<serde_json::Value>;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,31 +99,6 @@ pub fn now_timestamp() -> String {
     seconds.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// `T` back to JSON, with `apiVersion` and `kind`.
-pub fn encode_typed<T: super::Resource>(typed: &T) -> crate::error::Result<Value> {
-    let mut value = serde_json::to_value(typed).map_err(crate::error::Error::internal)?;
-    set_type_meta(&T::INFO, &mut value);
-    Ok(value)
-}
-
-/// An object as `T`. `apiVersion` and `kind` are not fields of `T`: taken out first, so a
-/// type that denies unknown fields decodes too.
-pub fn from_object<T: super::Resource>(mut object: Value) -> serde_json::Result<T> {
-    if let Some(map) = object.as_object_mut() {
-        map.remove("apiVersion");
-        map.remove("kind");
-    }
-    serde_json::from_value(object)
-}
-
-/// Sets `apiVersion` and `kind`.
-pub fn set_type_meta(info: &super::ResourceInfo, object: &mut Value) {
-    if let Some(map) = object.as_object_mut() {
-        map.insert("apiVersion".into(), serde_json::json!(info.api_version()));
-        map.insert("kind".into(), serde_json::json!(info.kind));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

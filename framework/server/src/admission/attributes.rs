@@ -9,9 +9,9 @@ use serde_json::Value;
 use super::Admission;
 use crate::audit::AuditAnnotations;
 use crate::auth::UserInfo;
+use crate::codec::VersionConvertor;
+use crate::codec::{encode_typed, from_object};
 use crate::error::{Error, Result};
-use crate::runtime::convert::VersionConvertor;
-use crate::runtime::object::{encode_typed, from_object};
 use crate::runtime::{Resource, ResourceInfo};
 use extension_apiserver_machinery::warning::WarningRecorder;
 

@@ -59,7 +59,7 @@ where
     storage
 }
 
-pub use crate::runtime::convert::VersionConvertor;
+pub use crate::codec::VersionConvertor;
 
 impl<S: Convertible<H> + Strategy, H: Resource> VersionConvertor for Converter<S, H> {
     fn to_served(&self, stored: &Value) -> Result<Value> {

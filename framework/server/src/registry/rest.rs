@@ -319,7 +319,7 @@ pub struct RestStorage {
     pub watcher: Option<Arc<dyn Watcher>>,
     /// Its objects to and from the storage version, when it is served converted (`None`:
     /// stored as served).
-    pub convertor: Option<Arc<dyn crate::registry::converted::VersionConvertor>>,
+    pub convertor: Option<Arc<dyn crate::codec::VersionConvertor>>,
 }
 
 impl std::fmt::Debug for RestStorage {

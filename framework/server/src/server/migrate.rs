@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::Args;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 
-use super::builder::ServerError;
+use super::error::ServerError;
 use super::options::ServerOptions;
 use crate::registry::store::{MigrationReport, StorageMigrator};
 

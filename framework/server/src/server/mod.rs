@@ -3,7 +3,9 @@
 //! request enters through.
 
 pub mod builder;
+pub mod error;
 pub mod extensions;
+pub mod group;
 pub mod health;
 mod idle;
 pub mod malloc;
@@ -14,18 +16,19 @@ mod otel;
 pub mod plugins;
 pub mod serve;
 pub mod serving_cert;
+pub mod storage_config;
 pub mod tls;
 pub mod tracing_export;
 pub mod version;
 
-pub use builder::{
-    APIGroup, APIServer, BuiltServer, Command, RunningServer, ServerError, StorageConfig,
-    VersionBuilder,
-};
+pub use builder::{APIServer, BuiltServer, Command, RunningServer};
+pub use error::ServerError;
 pub use extensions::{HookError, PostStartContext};
+pub use group::{APIGroup, VersionBuilder};
 pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use plugins::{AdmissionPluginFactory, PluginContext};
+pub use storage_config::{open_backend, StorageConfig};
 pub use version::VersionInfo;
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text until the server's

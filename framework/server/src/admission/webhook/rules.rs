@@ -8,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use super::hook::Hook;
 use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
 use crate::admission::{Attributes, Operation};
-use crate::runtime::convert::VersionConvertor;
+use crate::codec::VersionConvertor;
 
 /// What a matched webhook is sent: the resource and kind of the version its rules matched,
 /// and how to convert the object (in the storage version) to it.

@@ -418,7 +418,7 @@ fn cannot_handle(info: &ResourceInfo, e: impl std::fmt::Display) -> Error {
     ))
 }
 
-pub(crate) use crate::runtime::object::{encode_typed, from_object, set_type_meta};
+pub(crate) use crate::codec::{encode_typed, from_object, set_type_meta};
 
 #[cfg(test)]
 mod tests {

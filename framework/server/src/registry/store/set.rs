@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::{Reader, Store};
+use crate::registry::strategy::StrategyContext;
 use crate::runtime::Resource;
 
 /// Something per type: a `Store<T>`, or a `Reader<T>`.
@@ -36,6 +37,23 @@ impl std::fmt::Debug for StoreSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let count = self.lock().len();
         f.debug_struct("StoreSet").field("stores", &count).finish()
+    }
+}
+
+impl<'a> StrategyContext<'a> {
+    /// The same context with the server's stores, which [`reader`](Self::reader) reads.
+    pub fn with_stores(mut self, stores: Option<&'a StoreSet>) -> Self {
+        self.stores = stores.map(|s| s as &(dyn Any + Send + Sync));
+        self
+    }
+
+    /// A reader of another resource `U` the server stores or computes (`None` when it has
+    /// none, or the store runs outside a server): strategies are synchronous, so they read
+    /// with [`Reader::list_cached`] and [`Reader::get_cached`], from the watch cache, as
+    /// kube's strategies read listers.
+    pub fn reader<U: Resource>(&self) -> Option<Reader<U>> {
+        // Only `with_stores` sets it, always to a `StoreSet`.
+        self.stores?.downcast_ref::<StoreSet>()?.reader::<U>()
     }
 }
 

@@ -11,7 +11,6 @@ use crate::auth::UserInfo;
 
 use crate::registry::context::RequestContext;
 use crate::registry::options::WriteOptions;
-use crate::registry::store::{Reader, StoreSet};
 use crate::runtime::{FieldError, Resource};
 
 pub use generic::{
@@ -148,7 +147,10 @@ pub struct StrategyContext<'a> {
     request: &'a RequestContext,
     options: &'a WriteOptions,
     subresource: Option<&'static str>,
-    stores: Option<&'a StoreSet>,
+    /// The server's stores (the store module's `StoreSet`, which sets and reads it: see
+    /// `with_stores` and `reader` there), so that this module, below the store, does not
+    /// name it.
+    pub(crate) stores: Option<&'a (dyn std::any::Any + Send + Sync)>,
 }
 
 impl<'a> StrategyContext<'a> {
@@ -172,20 +174,6 @@ impl<'a> StrategyContext<'a> {
             subresource: None,
             stores: None,
         }
-    }
-
-    /// The same context with the server's stores, which [`reader`](Self::reader) reads.
-    pub fn with_stores(mut self, stores: Option<&'a StoreSet>) -> Self {
-        self.stores = stores;
-        self
-    }
-
-    /// A reader of another resource `U` the server stores or computes (`None` when it has
-    /// none, or the store runs outside a server): strategies are synchronous, so they read
-    /// with [`Reader::list_cached`] and [`Reader::get_cached`], from the watch cache, as
-    /// kube's strategies read listers.
-    pub fn reader<U: Resource>(&self) -> Option<Reader<U>> {
-        self.stores?.reader::<U>()
     }
 
     /// The same context for a write through `subresource` (`status`, `scale`).

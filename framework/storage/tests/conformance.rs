@@ -1,14 +1,14 @@
 //! Runs the storage conformance suite on every embedded backend.
 
 mod memory {
-    use extension_apiserver::storage::MemoryBackend;
+    use extension_apiserver_storage::MemoryBackend;
 
     extension_apiserver_storage::backend_conformance_tests!(|| async { MemoryBackend::new() });
 }
 
 mod sqlite {
-    use extension_apiserver::storage::SqliteBackend;
     use extension_apiserver_storage::conformance::Subject;
+    use extension_apiserver_storage::SqliteBackend;
 
     /// A backend on a new file in a temporary directory that lives as long as the case.
     async fn temporary() -> Subject {
@@ -26,8 +26,8 @@ mod sqlite {
 mod etcd3 {
     use std::sync::{Arc, OnceLock};
 
-    use extension_apiserver::storage::{Backend, Etcd3Backend, Etcd3Options};
     use extension_apiserver_storage::conformance::Subject;
+    use extension_apiserver_storage::{Backend, Etcd3Backend, Etcd3Options};
     use tokio::sync::Mutex;
 
     /// Cases share one etcd and so one revision counter and one compaction; they count

@@ -1,0 +1,31 @@
+//! The server crate's integration tests, one binary: each file is a module.
+
+mod admission;
+mod admission_webhooks;
+mod aggregator;
+mod aggregator_compat;
+mod audit;
+mod computed_reader;
+mod connections;
+mod delegated_auth;
+mod derive;
+mod extensions;
+mod fake_core;
+mod metrics;
+mod object_size;
+mod overload;
+mod per_version;
+mod request_bounds;
+mod scale;
+mod server_side_apply;
+mod serving_options;
+mod storage_version;
+mod store_semantics;
+mod store_semantics_cached;
+mod strategy;
+mod tls_serving;
+mod tracing_export;
+mod trybuild;
+mod versions;
+mod watch_cache;
+mod x509_chains;
