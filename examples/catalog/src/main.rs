@@ -4,7 +4,6 @@ use extension_apiserver::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {
-    extension_apiserver::server::init_logging();
     APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("Catalog", env!("CARGO_PKG_VERSION"))
         .group(catalog::api_group())

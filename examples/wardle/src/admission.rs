@@ -1,8 +1,6 @@
 //! `BanFlunder`, sample-apiserver's admission plugin: a flunder may not be created under a
 //! name any fischer lists in `disallowedFlunders`.
 
-use std::sync::Arc;
-
 use extension_apiserver::prelude::*;
 use extension_apiserver::server::PluginContext;
 
@@ -24,8 +22,8 @@ impl BanFlunder {
     }
 
     /// Makes the plugin for [`APIServer::admission_plugin`].
-    pub fn make(context: &PluginContext<'_>) -> Arc<dyn AdmissionPlugin> {
-        Arc::new(Self::new(context.storage.reader::<Fischer>()))
+    pub fn make(context: &PluginContext<'_>) -> Plugin {
+        Plugin::validating(Self::new(context.storage.reader::<Fischer>()))
     }
 }
 
@@ -38,11 +36,6 @@ impl AdmissionPlugin for BanFlunder {
     fn handles(&self, operation: Operation) -> bool {
         operation == Operation::Create
     }
-
-    fn mutates(&self) -> bool {
-        false
-    }
-
     /// Runs as the object will be stored, so a name made from `generateName` is judged too.
     /// The fischers are read from their watch cache as they are now, as sample-apiserver
     /// reads them from an informer (a consistent list when the server runs without one).

@@ -1,10 +1,9 @@
-//! `wardle`: the sample-apiserver's API served by `apiserver`.
+//! `wardle`: the sample-apiserver's API served by extension-apiserver.
 
 use extension_apiserver::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {
-    extension_apiserver::server::init_logging();
     let server = APIServer::from_args_about(env!("CARGO_PKG_DESCRIPTION"))
         .openapi_info("Wardle", env!("CARGO_PKG_VERSION"));
     wardle::configure(server).run().await

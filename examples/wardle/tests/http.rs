@@ -1281,7 +1281,8 @@ async fn bodies_without_content_type_version_and_help() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    let description = "The sample-apiserver's wardle.example.com API, built with apiserver";
+    let description =
+        "The sample-apiserver's wardle.example.com API, built with extension-apiserver";
     assert!(help.starts_with(&format!("{description}\n")), "{help}");
     server.stop().await;
 }

@@ -26,10 +26,7 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), ServerError> {
-//!     APIServer::from_args()
-//!         .group(APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
-//!         .run()
-//!         .await
+//!     APIServer::from_args().resource::<Widget>().run().await
 //! }
 //! ```
 //!
@@ -44,8 +41,8 @@
 //!
 //! This crate is the top of four (book: Architecture), and the one a server depends on: it
 //! re-exports the layers below it. `extension-apiserver-machinery` is the object model
-//! ([`runtime`], [`error`], the selectors, patches and field management under [`registry`])
-//! with [`tls`], [`metrics`] and [`lifecycle`]; `extension-apiserver-storage` is [`storage`];
+//! ([`runtime`], [`error`], [`codec`], the selectors, patches and field management under
+//! [`registry`]) with [`tls`], [`metrics`], [`lifecycle`] and [`user`]; `extension-apiserver-storage` is [`storage`];
 //! `extension-apiserver-macros` is the derive. `extension-apiserver-testing`, a
 //! `[dev-dependencies]` crate, starts a real server in your own tests.
 #![warn(missing_docs)]
@@ -73,7 +70,7 @@ mod test_kinds;
 
 // The layers below, under the names a server's code uses (book: Architecture).
 pub(crate) use extension_apiserver_machinery::spans;
-pub use extension_apiserver_machinery::{codec, error, lifecycle, metrics, runtime, tls};
+pub use extension_apiserver_machinery::{codec, error, lifecycle, metrics, runtime, tls, user};
 /// Storage: the [`Backend`](storage::Backend) trait, its backends and the watch cache (the
 /// crate `extension-apiserver-storage`).
 pub use extension_apiserver_storage as storage;

@@ -22,10 +22,7 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), ServerError> {
-//!     APIServer::from_args()
-//!         .group(APIGroup::new("example.com").version("v1", |v| v.resource::<Widget>()))
-//!         .run()
-//!         .await
+//!     APIServer::from_args().resource::<Widget>().run().await
 //! }
 //! ```
 
@@ -33,7 +30,9 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use schemars::JsonSchema;
 pub use serde::{Deserialize, Serialize};
 
-pub use crate::admission::{AdmissionPlugin, Attributes, Operation};
+pub use crate::admission::{
+    AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation, Plugin,
+};
 pub use crate::error::{Error, StatusReason};
 pub use crate::lifecycle::NotReady;
 pub use crate::registry::computed::{Change, ComputedOptions, Provider};

@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use extension_apiserver::admission::{AdmissionPlugin, Attributes, Operation};
+use extension_apiserver::admission::{
+    AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation, Plugin,
+};
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::{APIGroup, APIServer, ServerOptions};
 use extension_apiserver::{async_trait, Resource};
@@ -100,23 +102,6 @@ impl AdmissionPlugin for Recorder {
         "Recorder"
     }
 
-    async fn admit(&self, a: &mut Attributes) -> extension_apiserver::Result<()> {
-        self.record("admit", a);
-        if a.subresource == "scale" {
-            let object = a.object.as_mut().expect("a scale write has a Scale");
-            if object["spec"]["replicas"].as_i64().unwrap_or(0) > 5 {
-                object["spec"]["replicas"] = json!(5);
-            }
-        } else if a.is::<Gizmo>() {
-            if let Some(mut gizmo) = a.object_as::<Gizmo>()? {
-                let labels = gizmo.metadata.labels.get_or_insert_with(Default::default);
-                labels.insert("admitted".into(), "yes".into());
-                a.set_object(&gizmo)?;
-            }
-        }
-        Ok(())
-    }
-
     async fn validate(&self, a: &Attributes) -> extension_apiserver::Result<()> {
         self.record("validate", a);
         let name = a
@@ -148,6 +133,26 @@ impl AdmissionPlugin for Recorder {
     }
 }
 
+#[async_trait]
+impl MutatingAdmissionPlugin for Recorder {
+    async fn admit(&self, a: &mut Attributes) -> extension_apiserver::Result<()> {
+        self.record("admit", a);
+        if a.subresource == "scale" {
+            let object = a.object.as_mut().expect("a scale write has a Scale");
+            if object["spec"]["replicas"].as_i64().unwrap_or(0) > 5 {
+                object["spec"]["replicas"] = json!(5);
+            }
+        } else if a.is::<Gizmo>() {
+            if let Some(mut gizmo) = a.object_as::<Gizmo>()? {
+                let labels = gizmo.metadata.labels.get_or_insert_with(Default::default);
+                labels.insert("admitted".into(), "yes".into());
+                a.set_object(&gizmo)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 fn group() -> APIGroup {
     APIGroup::new("admission.example.com").version("v1", |v| v.resource::<Gizmo>())
 }
@@ -164,7 +169,7 @@ async fn start(
     let server = TestServer::start_configured(options, move |server: APIServer| {
         server
             .group(group())
-            .admission_plugin(move |_| Arc::new(plugin.clone()))
+            .admission_plugin(move |_| Plugin::mutating(plugin.clone()))
     })
     .await;
     (server, dir)
@@ -432,8 +437,8 @@ async fn plugins_are_named_by_the_admission_flags() {
     let twice = recorder.clone();
     let started = APIServer::new(options)
         .group(group())
-        .admission_plugin(move |_| Arc::new(twice.clone()))
-        .admission_plugin(move |_| Arc::new(Recorder::default()))
+        .admission_plugin(move |_| Plugin::mutating(twice.clone()))
+        .admission_plugin(move |_| Plugin::mutating(Recorder::default()))
         .start()
         .await;
     let message = started.err().expect("refused").to_string();

@@ -674,7 +674,7 @@ async fn impersonation_and_admission_annotations_are_in_the_events() {
     let server = TestServer::start_configured(options, |server| {
         server
             .group(group())
-            .admission_plugin(|_| Arc::new(Annotator))
+            .admission_plugin(|_| extension_apiserver::admission::Plugin::validating(Annotator))
     })
     .await;
     let body = json!({

@@ -130,11 +130,6 @@ impl AdmissionPlugin for QuotaExists {
     fn handles(&self, operation: Operation) -> bool {
         operation == Operation::Create
     }
-
-    fn mutates(&self) -> bool {
-        false
-    }
-
     async fn validate(&self, attributes: &Attributes) -> extension_apiserver::Result<()> {
         let Some(order) = attributes
             .object_as::<Order>()?
@@ -204,7 +199,7 @@ async fn a_plugin_a_strategy_and_a_hook_read_the_providers_objects() {
         .extend(move |server| {
             server
                 .admission_plugin(|ctx: &PluginContext<'_>| {
-                    Arc::new(QuotaExists {
+                    Plugin::validating(QuotaExists {
                         quotas: ctx.storage.reader::<Quota>(),
                     })
                 })

@@ -786,10 +786,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "storage::sqlite::tests::acknowledged_writes_survive_kill",
-            ])
+            .args(["--exact", "sqlite::tests::acknowledged_writes_survive_kill"])
             .args(["--nocapture", "--test-threads=1"])
             .env(CRASH_CHILD, &path)
             .stdout(std::process::Stdio::piped())

@@ -123,7 +123,7 @@ fn decode_entry(i: usize, entry: &Value) -> Result<(ManagerId, Entry), String> {
     }
     let set = match entry.get("fieldsV1") {
         None | Some(Value::Null) => FieldSet::new(),
-        Some(fields) => FieldSet::from_fields_v1(fields)?,
+        Some(fields) => FieldSet::from_fields_v1(fields).map_err(|e| e.to_string())?,
     };
     let subresource = entry.get("subresource").and_then(Value::as_str);
     let id = ManagerId::new(text("manager"), operation, text("apiVersion"), subresource);

@@ -57,7 +57,7 @@ use crate::patch::PatchSchema;
 pub use conflict::{ApplyConflicts, Conflict};
 pub use path::{Path, PathElement};
 pub use scale::ScaleHandler;
-pub use set::FieldSet;
+pub use set::{FieldSet, FieldsV1Error};
 pub use versions::VersionConverter;
 
 use managed::{Entry, Managed, ManagerId, Operation};

@@ -207,16 +207,16 @@ impl FieldSet {
     }
 
     /// Reads a `FieldsV1` object; an error names the first key that is not a path element.
-    pub fn from_fields_v1(fields: &Value) -> Result<FieldSet, String> {
+    pub fn from_fields_v1(fields: &Value) -> Result<FieldSet, FieldsV1Error> {
         let Value::Object(map) = fields else {
-            return Err("FieldsV1 must be an object".into());
+            return Err(FieldsV1Error("FieldsV1 must be an object".into()));
         };
-        Self::read_fields_v1(map)
+        Self::read_fields_v1(map).map_err(FieldsV1Error)
     }
 
     /// Reads `FieldsV1` JSON text.
-    pub fn from_fields_v1_str(text: &str) -> Result<FieldSet, String> {
-        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_fields_v1_str(text: &str) -> Result<FieldSet, FieldsV1Error> {
+        let value: Value = serde_json::from_str(text).map_err(|e| FieldsV1Error(e.to_string()))?;
         Self::from_fields_v1(&value)
     }
 
@@ -243,6 +243,12 @@ impl FieldSet {
         Ok(set)
     }
 }
+
+/// Why a `FieldsV1` value is not a set of fields: not an object, or a key that is no path
+/// element (kube's `fieldpath` decoding error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FieldsV1Error(String);
 
 #[cfg(test)]
 mod tests {

@@ -152,6 +152,16 @@ impl ResourceInfo {
         }
     }
 
+    /// Its kind, in kube-core's vocabulary: `wardle.example.com/v1alpha1` `Flunder`.
+    pub fn gvk(&self) -> kube_core::GroupVersionKind {
+        kube_core::GroupVersionKind::gvk(self.group, self.version, self.kind)
+    }
+
+    /// Its resource, in kube-core's vocabulary: `wardle.example.com/v1alpha1` `flunders`.
+    pub fn gvr(&self) -> kube_core::GroupVersionResource {
+        kube_core::GroupVersionResource::gvr(self.group, self.version, self.plural)
+    }
+
     /// `{Kind}List`.
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)

@@ -8,11 +8,11 @@ use serde_json::Value;
 
 use super::Admission;
 use crate::audit::AuditAnnotations;
-use crate::auth::UserInfo;
 use crate::codec::VersionConvertor;
 use crate::codec::{encode_typed, from_object};
 use crate::error::{Error, Result};
 use crate::runtime::{Resource, ResourceInfo};
+use crate::user::UserInfo;
 use extension_apiserver_machinery::warning::WarningRecorder;
 
 /// The operation being admitted.
@@ -40,49 +40,9 @@ impl Operation {
     }
 }
 
-/// A kind: `wardle.example.com/v1alpha1` `Flunder`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct GroupVersionKind {
-    /// The group, empty for the core group.
-    pub group: String,
-    /// The version.
-    pub version: String,
-    /// The kind.
-    pub kind: String,
-}
-
-impl GroupVersionKind {
-    /// The kind of `info`.
-    pub fn of(info: &ResourceInfo) -> Self {
-        Self {
-            group: info.group.into(),
-            version: info.version.into(),
-            kind: info.kind.into(),
-        }
-    }
-}
-
-/// A resource: `wardle.example.com/v1alpha1` `flunders`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct GroupVersionResource {
-    /// The group, empty for the core group.
-    pub group: String,
-    /// The version.
-    pub version: String,
-    /// The resource (plural).
-    pub resource: String,
-}
-
-impl GroupVersionResource {
-    /// The resource of `info`.
-    pub fn of(info: &ResourceInfo) -> Self {
-        Self {
-            group: info.group.into(),
-            version: info.version.into(),
-            resource: info.plural.into(),
-        }
-    }
-}
+/// Kinds and resources in kube-core's vocabulary (`ResourceInfo::gvk` and `gvr` make them of a
+/// resource's static information).
+pub use kube_core::{GroupVersionKind, GroupVersionResource};
 
 /// The resource under admission as one served version shows it (kube's equivalent
 /// resources): what a webhook whose rules match this version rather than the request's sees.
@@ -202,8 +162,8 @@ impl Attributes {
         }
         let attributes = Self {
             operation,
-            kind: GroupVersionKind::of(kind),
-            resource: GroupVersionResource::of(resource),
+            kind: kind.gvk(),
+            resource: resource.gvr(),
             request_kind: admission.request_kind.clone(),
             request_resource: admission.request_resource.clone(),
             subresource: admission.subresource.clone(),
@@ -226,10 +186,10 @@ impl Attributes {
     pub fn new(operation: Operation, info: &ResourceInfo, namespace: &str, name: &str) -> Self {
         Self {
             operation,
-            kind: GroupVersionKind::of(info),
-            resource: GroupVersionResource::of(info),
-            request_kind: GroupVersionKind::of(info),
-            request_resource: GroupVersionResource::of(info),
+            kind: info.gvk(),
+            resource: info.gvr(),
+            request_kind: info.gvk(),
+            request_resource: info.gvr(),
             subresource: String::new(),
             namespace: namespace.into(),
             name: name.into(),

@@ -1,8 +1,9 @@
 //! Admission: what a write must pass after it is decoded and before it is stored, as the
 //! admission chain of `k8s.io/apiserver`.
 //!
-//! A plugin ([`AdmissionPlugin`]) may mutate ([`admit`](AdmissionPlugin::admit)) and may
-//! validate ([`validate`](AdmissionPlugin::validate)). The [`Admission`] chain runs every
+//! A plugin ([`AdmissionPlugin`]) validates ([`validate`](AdmissionPlugin::validate)); one
+//! whose type is a [`MutatingAdmissionPlugin`] mutates too
+//! ([`admit`](MutatingAdmissionPlugin::admit)). The [`Admission`] chain runs every
 //! plugin's `admit` in order, then every plugin's `validate`; the first refusal is the answer
 //! (a `Status`). The generic store runs the chain on every write verb — create, update, patch
 //! (on the patched object), delete, deletecollection (per object), status and scale writes —
@@ -46,12 +47,14 @@ pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 /// The plugins built into the framework, as the admission flags name them.
 pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
 
-/// One admission plugin, as kube's `admission.Interface` with its optional
-/// `MutationInterface` and `ValidationInterface`: every method but [`name`](Self::name) has a
-/// default that does nothing.
+/// One admission plugin, as kube's `admission.Interface` with its `ValidationInterface`: it
+/// looks at the requests it [`handles`](Self::handles) and may refuse them in
+/// [`validate`](Self::validate). A plugin that also changes the object implements
+/// [`MutatingAdmissionPlugin`] as well: whether a plugin mutates is stated by its type, and
+/// the chain knows it from the [`Plugin`] it was added as.
 ///
 /// ```
-/// use extension_apiserver::admission::{AdmissionPlugin, Attributes, Operation};
+/// use extension_apiserver::admission::{AdmissionPlugin, Attributes, Operation, Plugin};
 /// use extension_apiserver::async_trait;
 ///
 /// /// Refuses names that start with "tmp-".
@@ -65,9 +68,6 @@ pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webh
 ///     fn handles(&self, operation: Operation) -> bool {
 ///         operation == Operation::Create
 ///     }
-///     fn mutates(&self) -> bool {
-///         false
-///     }
 ///     async fn validate(&self, attributes: &Attributes) -> extension_apiserver::Result<()> {
 ///         if attributes.name.starts_with("tmp-") {
 ///             return Err(attributes.forbidden("temporary names are not allowed"));
@@ -75,6 +75,9 @@ pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webh
 ///         Ok(())
 ///     }
 /// }
+///
+/// let plugin = Plugin::validating(NoTemporaryNames);
+/// assert!(!plugin.mutates());
 /// ```
 #[async_trait]
 pub trait AdmissionPlugin: Send + Sync {
@@ -87,19 +90,6 @@ pub trait AdmissionPlugin: Send + Sync {
         true
     }
 
-    /// Whether it mutates: `false` for a plugin that only validates (kube's plugins that
-    /// implement no `MutationInterface`), so that the store skips the mutating step's work
-    /// (the object encoded for the plugins) when no plugin mutates.
-    fn mutates(&self) -> bool {
-        true
-    }
-
-    /// Mutates the request's object (kube's `Admit`); `Err` refuses the request.
-    async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
-        let _ = attributes;
-        Ok(())
-    }
-
     /// Judges the request, object as it will be stored (kube's `Validate`); `Err` refuses it.
     async fn validate(&self, attributes: &Attributes) -> Result<()> {
         let _ = attributes;
@@ -107,10 +97,76 @@ pub trait AdmissionPlugin: Send + Sync {
     }
 }
 
+/// A plugin that changes the object under admission (kube's `MutationInterface`), added to
+/// the chain with [`Plugin::mutating`]: the chain runs [`admit`](Self::admit) of these
+/// plugins, in order, before any plugin's [`validate`](AdmissionPlugin::validate), and skips
+/// the mutating step's work (the object encoded for the plugins) when none handles the
+/// request.
+#[async_trait]
+pub trait MutatingAdmissionPlugin: AdmissionPlugin {
+    /// Mutates the request's object (kube's `Admit`); `Err` refuses the request.
+    async fn admit(&self, attributes: &mut Attributes) -> Result<()>;
+}
+
+/// A plugin as the chain holds it: what its type implements, validating only
+/// ([`Plugin::validating`]) or mutating too ([`Plugin::mutating`]).
+#[derive(Clone)]
+pub struct Plugin {
+    plugin: Arc<dyn AdmissionPlugin>,
+    mutating: Option<Arc<dyn MutatingAdmissionPlugin>>,
+}
+
+impl Plugin {
+    /// A plugin that only validates.
+    pub fn validating(plugin: impl AdmissionPlugin + 'static) -> Self {
+        Self::shared_validating(Arc::new(plugin))
+    }
+
+    /// A plugin that mutates, and validates as its [`AdmissionPlugin`] says.
+    pub fn mutating(plugin: impl MutatingAdmissionPlugin + 'static) -> Self {
+        Self::shared_mutating(Arc::new(plugin))
+    }
+
+    /// [`validating`](Self::validating), of a plugin already shared.
+    pub fn shared_validating<P: AdmissionPlugin + 'static>(plugin: Arc<P>) -> Self {
+        Self {
+            plugin,
+            mutating: None,
+        }
+    }
+
+    /// [`mutating`](Self::mutating), of a plugin already shared.
+    pub fn shared_mutating<P: MutatingAdmissionPlugin + 'static>(plugin: Arc<P>) -> Self {
+        Self {
+            plugin: plugin.clone(),
+            mutating: Some(plugin),
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        self.plugin.name()
+    }
+
+    /// Whether it was added as a mutating plugin.
+    pub fn mutates(&self) -> bool {
+        self.mutating.is_some()
+    }
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name())
+            .field("mutates", &self.mutates())
+            .finish()
+    }
+}
+
 /// The admission chain of a server: its plugins, in order.
 #[derive(Clone, Default)]
 pub struct Admission {
-    plugins: Arc<[Arc<dyn AdmissionPlugin>]>,
+    plugins: Arc<[Plugin]>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -128,7 +184,7 @@ impl Admission {
     }
 
     /// Adds a plugin at the end of the chain.
-    pub fn with(self, plugin: Arc<dyn AdmissionPlugin>) -> Self {
+    pub fn with(self, plugin: Plugin) -> Self {
         let mut plugins = self.plugins.to_vec();
         plugins.push(plugin);
         Self {
@@ -143,27 +199,28 @@ impl Admission {
 
     /// The plugins' names, in order.
     pub fn names(&self) -> Vec<&str> {
-        self.plugins.iter().map(|p| p.name()).collect()
+        self.plugins.iter().map(Plugin::name).collect()
     }
 
     /// Whether a plugin looks at `operation`.
     pub fn handles(&self, operation: Operation) -> bool {
-        self.plugins.iter().any(|p| p.handles(operation))
+        self.plugins.iter().any(|p| p.plugin.handles(operation))
     }
 
     /// Whether a plugin that mutates looks at `operation`.
     pub fn mutates(&self, operation: Operation) -> bool {
         self.plugins
             .iter()
-            .any(|p| p.mutates() && p.handles(operation))
+            .any(|p| p.mutates() && p.plugin.handles(operation))
     }
 
-    /// Runs every plugin's [`admit`](AdmissionPlugin::admit) in order; the first refusal wins.
+    /// Runs every mutating plugin's [`admit`](MutatingAdmissionPlugin::admit) in order; the
+    /// first refusal wins.
     pub async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
         let operation = attributes.operation;
         let started = std::time::Instant::now();
         let verdict = async {
-            let mutating = self.plugins.iter().filter(|p| p.mutates());
+            let mutating = self.plugins.iter().filter_map(|p| p.mutating.as_ref());
             for plugin in mutating.filter(|p| p.handles(operation)) {
                 plugin.admit(attributes).await?;
             }
@@ -180,8 +237,8 @@ impl Admission {
         let operation = attributes.operation;
         let started = std::time::Instant::now();
         let verdict = async {
-            for plugin in self.plugins.iter().filter(|p| p.handles(operation)) {
-                plugin.validate(attributes).await?;
+            for plugin in self.plugins.iter().filter(|p| p.plugin.handles(operation)) {
+                plugin.plugin.validate(attributes).await?;
             }
             Ok(())
         }
@@ -210,7 +267,7 @@ pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
     shutdown: &crate::lifecycle::ShutdownSignal,
-    own: Vec<Arc<dyn AdmissionPlugin>>,
+    own: Vec<Plugin>,
 ) -> std::result::Result<Admission, AdmissionOptionsError> {
     let mut known: Vec<&str> = BUILT_IN_PLUGINS.to_vec();
     for plugin in &own {
@@ -228,7 +285,8 @@ pub fn build(
         .map(|client| CoreNamespaces::follow(client.clone(), shutdown.clone()));
     if let Some(namespaces) = &namespaces {
         if options.enabled(namespace::NAME, true) {
-            admission = admission.with(NamespaceLifecycle::new(namespaces.clone()));
+            let plugin = NamespaceLifecycle::new(namespaces.clone());
+            admission = admission.with(Plugin::shared_validating(plugin));
         }
     }
     for plugin in own {
@@ -259,11 +317,11 @@ fn with_webhooks(
     if mutating {
         let plugin =
             MutatingAdmissionWebhook::start(client.clone(), context.clone(), shutdown.clone());
-        admission = admission.with(plugin);
+        admission = admission.with(Plugin::shared_mutating(plugin));
     }
     if validating {
         let plugin = ValidatingAdmissionWebhook::start(client.clone(), context, shutdown.clone());
-        admission = admission.with(plugin);
+        admission = admission.with(Plugin::shared_validating(plugin));
     }
     admission
 }

@@ -111,10 +111,6 @@ impl AdmissionPlugin for NamespaceLifecycle {
         operation == Operation::Create
     }
 
-    fn mutates(&self) -> bool {
-        false
-    }
-
     async fn validate(&self, request: &Attributes) -> Result<()> {
         if request.namespace.is_empty() {
             return Ok(());

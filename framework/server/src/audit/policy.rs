@@ -51,13 +51,17 @@ impl Policy {
         };
         let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
         let policy: Policy = serde_norway::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        policy.validate().map_err(invalid)?;
+        policy.validate().map_err(|e| invalid(e.to_string()))?;
         Ok(policy)
     }
 
     /// kube's checks: `audit.k8s.io/v1` `Policy`, at least one rule, rules naming either
     /// resources or non-resource URLs.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        self.check().map_err(PolicyError)
+    }
+
+    fn check(&self) -> Result<(), String> {
         if self.api_version != API_VERSION || self.kind != "Policy" {
             return Err(format!(
                 "expected apiVersion {API_VERSION} and kind Policy, got {:?} {:?}",
@@ -176,6 +180,11 @@ fn matches_resource(rule: &PolicyRule, a: &Attributes<'_>) -> bool {
             })
         })
 }
+
+/// Why an audit policy was refused (kube's validation of `audit.k8s.io/v1` `Policy`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(String);
 
 #[cfg(test)]
 mod tests {

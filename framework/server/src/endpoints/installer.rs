@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
+use crate::admission::attributes::GroupVersionResource;
 use crate::admission::EquivalentResource;
 use crate::endpoints::table::TableConvertor;
 use crate::registry::group::APIGroupInfo;
@@ -74,12 +74,8 @@ fn equivalents(group: &APIGroupInfo, version: &str, path: &str) -> Arc<[Equivale
         .filter_map(|v| {
             let storage = group.storage.get(v)?.get(path)?;
             Some(EquivalentResource {
-                resource: GroupVersionResource {
-                    group: group.name.clone(),
-                    version: v.clone(),
-                    resource: resource.to_string(),
-                },
-                kind: GroupVersionKind::of(&storage.info),
+                resource: GroupVersionResource::gvr(&group.name, v, resource),
+                kind: storage.info.gvk(),
                 convertor: storage.convertor.clone(),
             })
         })

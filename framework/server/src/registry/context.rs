@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::admission::attributes::Requester;
 use crate::admission::AdmissionContext;
-use crate::auth::UserInfo;
 use crate::registry::warning::WarningRecorder;
+use crate::user::UserInfo;
 
 /// What storage needs to know about the request besides its options.
 #[derive(Clone, Debug, Default)]
@@ -56,7 +56,7 @@ impl RequestContext {
     /// The same context, made by `user`.
     ///
     /// ```
-    /// use extension_apiserver::auth::UserInfo;
+    /// use extension_apiserver::user::UserInfo;
     /// use extension_apiserver::registry::context::RequestContext;
     /// let user = UserInfo::new("alice", []);
     /// let ctx = RequestContext::namespaced("ns").with_user(user);

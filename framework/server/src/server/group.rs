@@ -226,6 +226,30 @@ impl APIGroup {
         &self.name
     }
 
+    /// Serves `T` in its own version (`T::INFO.version`), after the versions the group has:
+    /// for [`APIServer::resource`](crate::server::APIServer::resource), which puts `T` in its
+    /// own group, so that the group and version come from the type.
+    pub(super) fn serve<T: Strategy>(&mut self) {
+        let version = T::INFO.version;
+        match self.versions.iter().position(|v| v.version == version) {
+            Some(i) => {
+                let builder = std::mem::take(&mut self.versions[i]);
+                self.versions[i] = VersionBuilder {
+                    version: version.to_string(),
+                    ..builder
+                }
+                .resource::<T>();
+            }
+            None => {
+                let builder = VersionBuilder {
+                    version: version.to_string(),
+                    ..VersionBuilder::default()
+                };
+                self.versions.push(builder.resource::<T>());
+            }
+        }
+    }
+
     /// One APIService entry per version, in order of preference.
     pub fn apiservice_versions(&self) -> Vec<APIServiceVersion> {
         self.versions

@@ -1,16 +1,13 @@
 //! Admission plugins of the server's own, made once its storage and core API are known
 //! ([`APIServer::admission_plugin`](super::APIServer::admission_plugin)).
 
-use std::sync::Arc;
-
-use crate::admission::AdmissionPlugin;
+use crate::admission::Plugin;
 use crate::lifecycle::ShutdownSignal;
 use crate::server::StorageConfig;
 
 /// Makes an admission plugin at start (see
 /// [`APIServer::admission_plugin`](super::APIServer::admission_plugin)).
-pub type AdmissionPluginFactory =
-    Box<dyn Fn(&PluginContext<'_>) -> Arc<dyn AdmissionPlugin> + Send + Sync>;
+pub type AdmissionPluginFactory = Box<dyn Fn(&PluginContext<'_>) -> Plugin + Send + Sync>;
 
 /// What an admission plugin is made with: how it reads the server's own resources (kube
 /// gives plugins informers through initializers), the core API, the shutdown signal.

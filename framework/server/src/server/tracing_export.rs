@@ -57,7 +57,11 @@ impl TracingConfiguration {
     }
 
     /// Parses and checks a configuration (YAML or JSON).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, TracingConfigError> {
+        Self::parse_text(text).map_err(TracingConfigError)
+    }
+
+    fn parse_text(text: &str) -> Result<Self, String> {
         let config: Self = serde_norway::from_str(text).map_err(|e| e.to_string())?;
         if !API_VERSIONS.contains(&config.api_version.as_str())
             || config.kind != "TracingConfiguration"
@@ -154,6 +158,12 @@ impl TracingExport {
     }
 }
 
+/// Why a tracing configuration was refused: it does not parse, is of another kind, or a value is
+/// out of range (kube's validation message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TracingConfigError(String);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +182,7 @@ mod tests {
         assert!(TracingConfiguration::parse(wrong_kind).is_err());
         let too_many = "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: TracingConfiguration\nsamplingRatePerMillion: 1000001\n";
         let message = TracingConfiguration::parse(too_many).unwrap_err();
+        let message = message.to_string();
         assert!(
             message.starts_with("samplingRatePerMillion: Invalid value: 1000001"),
             "{message}"

@@ -45,7 +45,7 @@ use self::hook::Hook;
 use self::review::Answer;
 use self::rules::Invocation;
 use crate::admission::namespace::CoreNamespaces;
-use crate::admission::{AdmissionPlugin, Attributes, Operation};
+use crate::admission::{AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation};
 use crate::core_api::{self, Followed};
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
@@ -191,7 +191,10 @@ impl AdmissionPlugin for MutatingAdmissionWebhook {
     fn handles(&self, _: Operation) -> bool {
         may_call(&self.hooks)
     }
+}
 
+#[async_trait]
+impl MutatingAdmissionPlugin for MutatingAdmissionWebhook {
     async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
         let hooks = wait_for_hooks(&self.hooks, attributes).await?;
         // kube's reinvocation: a change by a webhook makes the reinvocable webhooks called
@@ -231,10 +234,6 @@ impl AdmissionPlugin for MutatingAdmissionWebhook {
 impl AdmissionPlugin for ValidatingAdmissionWebhook {
     fn name(&self) -> &str {
         VALIDATING
-    }
-
-    fn mutates(&self) -> bool {
-        false
     }
 
     fn handles(&self, _: Operation) -> bool {

@@ -127,11 +127,7 @@ mod tests {
     }
 
     fn flunders(version: &str) -> GroupVersionResource {
-        GroupVersionResource {
-            group: "wardle.example.com".into(),
-            version: version.into(),
-            resource: "flunders".into(),
-        }
+        GroupVersionResource::gvr("wardle.example.com", version, "flunders")
     }
 
     fn request<'a>(resource: &'a GroupVersionResource, subresource: &'a str) -> Request<'a> {
@@ -223,11 +219,7 @@ mod tests {
         use crate::admission::EquivalentResource;
         let equivalent = |version: &str| EquivalentResource {
             resource: flunders(version),
-            kind: GroupVersionKind {
-                group: "wardle.example.com".into(),
-                version: version.into(),
-                kind: "Flunder".into(),
-            },
+            kind: GroupVersionKind::gvk("wardle.example.com", version, "Flunder"),
             convertor: None,
         };
         Attributes::new(

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::read::accept_header;
 use super::{require, Call};
-use crate::admission::attributes::{GroupVersionKind, GroupVersionResource};
+use crate::admission::attributes::GroupVersionResource;
 use crate::admission::AdmissionContext;
 use crate::endpoints::body::read_limited;
 use crate::endpoints::negotiation::{
@@ -139,14 +139,14 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
 /// the kind and resource as the client named them, the subresource, the options.
 fn admit_with(call: &mut Call, options: Value) {
     let info = &call.resource.storage.info;
-    let request_resource = GroupVersionResource {
-        group: call.info.api_group.clone(),
-        version: call.info.api_version.clone(),
-        resource: call.info.resource.clone(),
-    };
+    let request_resource = GroupVersionResource::gvr(
+        &call.info.api_group,
+        &call.info.api_version,
+        &call.info.resource,
+    );
     call.ctx.admission = Some(AdmissionContext {
         chain: call.state.admission.clone(),
-        request_kind: GroupVersionKind::of(info),
+        request_kind: info.gvk(),
         request_resource,
         subresource: call.info.subresource.clone(),
         options,

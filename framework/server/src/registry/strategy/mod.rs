@@ -7,7 +7,7 @@
 
 pub mod generic;
 
-use crate::auth::UserInfo;
+use crate::user::UserInfo;
 
 use crate::registry::context::RequestContext;
 use crate::registry::options::WriteOptions;

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 
 use super::plugins::{AdmissionPluginFactory, PluginContext};
 use super::tracing_export::{TracingConfiguration, TracingExport};
-use crate::admission::{Admission, AdmissionPlugin};
+use crate::admission::{Admission, Plugin};
 use crate::aggregator::{
     APIServiceRegistrar, APIServiceVersion, AggregatorHandle, AggregatorOptions, ManifestOptions,
 };
@@ -31,6 +31,7 @@ use crate::lifecycle::ShutdownSignal;
 use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
 use crate::registry::group::APIGroupInfo;
 use crate::registry::store::{MigrationReport, StorageMigrator};
+use crate::registry::strategy::Strategy;
 use crate::server::error::ServerError;
 use crate::server::extensions::{self, Extensions, HookFailure, PostStartHooks};
 use crate::server::group::*;
@@ -104,7 +105,7 @@ struct Bound {
 }
 
 /// What `--help` says a server is when its builder names nothing else.
-pub const DEFAULT_ABOUT: &str = "A Kubernetes extension API server, built with apiserver";
+pub const DEFAULT_ABOUT: &str = "A Kubernetes extension API server, built with extension-apiserver";
 
 #[derive(Parser)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -156,6 +157,8 @@ pub struct APIServer {
     malloc_arena_max: Option<u32>,
     version: VersionInfo,
     admission_plugins: Vec<AdmissionPluginFactory>,
+    /// Whether [`run`](Self::run) installs the log subscriber ([`without_logging`](Self::without_logging)).
+    logging: bool,
     /// Authenticators, authorizers, layers, routes, checks and hooks the user added.
     pub(super) extensions: Extensions,
 }
@@ -450,8 +453,18 @@ impl APIServer {
             malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
             version: VersionInfo::default(),
             admission_plugins: Vec::new(),
+            logging: true,
             extensions: Extensions::default(),
         }
+    }
+
+    /// Leaves logging to the program: [`run`](Self::run) then installs no log subscriber.
+    /// Without it, `run` installs the server's own (stderr, filtered by `RUST_LOG`, default
+    /// `info`, in the `--logging-format` of the options), unless the program installed one
+    /// first ([`init_logging`](crate::server::init_logging) or its own).
+    pub fn without_logging(mut self) -> Self {
+        self.logging = false;
+        self
     }
 
     /// The core API and APIService registration options (`--kubeconfig`,
@@ -477,9 +490,41 @@ impl APIServer {
         self
     }
 
-    /// Adds an API group.
+    /// Adds an API group: for what a type does not say (several versions of a resource
+    /// converted to one another, computed resources, storage of your own, priorities).
     pub fn group(mut self, group: APIGroup) -> Self {
         self.groups.push(group);
+        self
+    }
+
+    /// Serves `T` with the generic store in the group and version its type names
+    /// (`T::INFO`, from `#[resource(group = …, version = …)]`): the group is added, or the one
+    /// of that name extended, so neither is repeated as a string. Versions come in the order
+    /// their first resource was added, the first preferred.
+    ///
+    /// ```no_run
+    /// use extension_apiserver::prelude::*;
+    ///
+    /// #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+    /// struct Widget {
+    ///     #[serde(default)]
+    ///     metadata: ObjectMeta,
+    /// }
+    ///
+    /// # async fn run() -> Result<(), ServerError> {
+    /// APIServer::from_args().resource::<Widget>().run().await
+    /// # }
+    /// ```
+    pub fn resource<T: Strategy>(mut self) -> Self {
+        match self.groups.iter_mut().find(|g| g.name() == T::INFO.group) {
+            Some(group) => group.serve::<T>(),
+            None => {
+                let mut group = APIGroup::new(T::INFO.group);
+                group.serve::<T>();
+                self.groups.push(group);
+            }
+        }
         self
     }
 
@@ -513,9 +558,8 @@ impl APIServer {
     /// in-process reader of the server's resources, the way kube hands plugins informers:
     ///
     /// ```no_run
-    /// # use std::sync::Arc;
     /// # use extension_apiserver::prelude::*;
-    /// # use extension_apiserver::admission::{AdmissionPlugin, Attributes};
+    /// # use extension_apiserver::admission::{AdmissionPlugin, Attributes, Plugin};
     /// # use extension_apiserver::registry::store::Reader;
     /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
     /// # #[resource(group = "example.com", version = "v1", kind = "Policy")]
@@ -534,11 +578,11 @@ impl APIServer {
     /// }
     ///
     /// let server = APIServer::new(ServerOptions::default())
-    ///     .admission_plugin(|ctx| Arc::new(NeedsPolicy(ctx.storage.reader::<Policy>())));
+    ///     .admission_plugin(|ctx| Plugin::validating(NeedsPolicy(ctx.storage.reader::<Policy>())));
     /// ```
     pub fn admission_plugin<F>(mut self, make: F) -> Self
     where
-        F: Fn(&PluginContext<'_>) -> Arc<dyn AdmissionPlugin> + Send + Sync + 'static,
+        F: Fn(&PluginContext<'_>) -> Plugin + Send + Sync + 'static,
     {
         self.admission_plugins.push(Box::new(make));
         self
@@ -559,8 +603,12 @@ impl APIServer {
         self
     }
 
-    /// Runs until SIGTERM or SIGINT.
+    /// Runs until SIGTERM or SIGINT, with logs to stderr unless
+    /// [`without_logging`](Self::without_logging) said otherwise.
     pub async fn run(self) -> Result<(), ServerError> {
+        if self.logging {
+            super::init_logging();
+        }
         super::set_logging_format(self.options.logging_format);
         if let Some(Command::Manifests(options)) = &self.command {
             print!(
