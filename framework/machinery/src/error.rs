@@ -13,7 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// An API error: a `Status` with an HTTP code, and optionally a `Retry-After`.
 ///
 /// ```
-/// use extension_apiserver::Error;
+/// use extension_apiserver_machinery::Error;
 /// let e = Error::bad_request("name must not be empty");
 /// assert_eq!(e.code(), 400);
 /// assert_eq!(e.reason(), "BadRequest");

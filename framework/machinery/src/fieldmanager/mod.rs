@@ -10,8 +10,8 @@
 //! to other values unless forced.
 //!
 //! ```
-//! use extension_apiserver::registry::fieldmanager::{FieldManager, FieldOwner};
-//! use extension_apiserver::registry::patch::PatchSchema;
+//! use extension_apiserver_machinery::fieldmanager::{FieldManager, FieldOwner};
+//! use extension_apiserver_machinery::patch::PatchSchema;
 //! use serde_json::json;
 //!
 //! let fm = FieldManager::new(PatchSchema::empty());
@@ -544,7 +544,7 @@ fn set_managed_fields(object: &mut Value, managed: &Managed) {
 /// `prefixFromUserAgent`).
 ///
 /// ```
-/// use extension_apiserver::registry::fieldmanager::manager_from_user_agent;
+/// use extension_apiserver_machinery::fieldmanager::manager_from_user_agent;
 /// assert_eq!(manager_from_user_agent("kubectl/v1.33.0 (linux/amd64) kubernetes/abc"), "kubectl");
 /// ```
 pub fn manager_from_user_agent(user_agent: &str) -> String {

@@ -15,7 +15,7 @@ const SCALE_API_VERSION: &str = "autoscaling/v1";
 /// Translates `managedFields` between a resource and its `scale` subresource.
 ///
 /// ```
-/// use extension_apiserver::registry::fieldmanager::ScaleHandler;
+/// use extension_apiserver_machinery::fieldmanager::ScaleHandler;
 /// use serde_json::json;
 /// let parent = json!([{"manager": "kubectl", "operation": "Apply", "apiVersion": "example.com/v1",
 ///     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:image": {}}}}]);

@@ -12,7 +12,7 @@ use super::path::{Path, PathElement};
 /// member with children as `".": {}` inside the child's object.
 ///
 /// ```
-/// use extension_apiserver::registry::fieldmanager::FieldSet;
+/// use extension_apiserver_machinery::fieldmanager::FieldSet;
 /// let fields = r#"{"f:metadata":{"f:labels":{".":{},"f:app":{}}},"f:spec":{"f:replicas":{}}}"#;
 /// let set = FieldSet::from_fields_v1_str(fields).unwrap();
 /// assert_eq!(set.to_fields_v1_string(), fields);

@@ -34,7 +34,7 @@ pub(crate) fn json_patch_from_value(value: Value) -> Result<Patch, PatchError> {
 /// all; an operation that fails (a missing path, a `test` that does not match) is 422.
 ///
 /// ```
-/// use extension_apiserver::registry::patch::apply_json_patch;
+/// use extension_apiserver_machinery::patch::apply_json_patch;
 /// use serde_json::json;
 /// let body = br#"[{"op": "test", "path": "/n", "value": 1}, {"op": "replace", "path": "/n", "value": 2}]"#;
 /// assert_eq!(apply_json_patch(&json!({"n": 1}), body).unwrap(), json!({"n": 2}));

@@ -11,7 +11,7 @@ pub(crate) const BAD_MERGE_PATCH: &str = "Invalid JSON Patch";
 /// Merges `patch` into `target` as RFC 7386 specifies (`json_patch::merge`).
 ///
 /// ```
-/// use extension_apiserver::registry::patch::merge_patch;
+/// use extension_apiserver_machinery::patch::merge_patch;
 /// use serde_json::json;
 /// let mut doc = json!({"a": "b", "c": {"d": "e", "f": "g"}});
 /// merge_patch(&mut doc, &json!({"a": "z", "c": {"f": null}}));

@@ -20,7 +20,7 @@ pub use strategic::{apply_strategic_merge_patch, strategic_merge_patch};
 /// The four patch formats kube-apiserver accepts, told apart by the request's `Content-Type`.
 ///
 /// ```
-/// use extension_apiserver::registry::patch::PatchType;
+/// use extension_apiserver_machinery::patch::PatchType;
 /// let t = PatchType::from_content_type("application/merge-patch+json; charset=utf-8");
 /// assert_eq!(t, Some(PatchType::Merge));
 /// assert_eq!(PatchType::StrategicMerge.content_type(), "application/strategic-merge-patch+json");
@@ -148,7 +148,7 @@ impl From<PatchError> for crate::Error {
 /// refused with 422.
 ///
 /// ```
-/// use extension_apiserver::registry::patch::{apply_patch, PatchSchema, PatchType};
+/// use extension_apiserver_machinery::patch::{apply_patch, PatchSchema, PatchType};
 /// use serde_json::json;
 /// let original = json!({"metadata": {"name": "a", "finalizers": ["x"]}});
 /// let body = br#"{"metadata": {"finalizers": ["x", "y"]}}"#;
@@ -170,7 +170,7 @@ pub fn apply_patch(
 /// A PATCH body decoded once, ready to apply to the object of each attempt of an update.
 ///
 /// ```
-/// use extension_apiserver::registry::patch::{DecodedPatch, PatchSchema, PatchType};
+/// use extension_apiserver_machinery::patch::{DecodedPatch, PatchSchema, PatchType};
 /// use serde_json::json;
 /// let patch = DecodedPatch::decode(PatchType::Merge, br#"{"a": null, "b": 2}"#).unwrap();
 /// let patched = patch.apply(&json!({"a": 1}), &PatchSchema::empty()).unwrap();

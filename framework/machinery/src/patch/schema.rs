@@ -73,7 +73,7 @@ const FREE_FORM: NodeId = 0;
 /// `metadata.finalizers` (a set) and `metadata.ownerReferences` (by `uid`) are built in.
 ///
 /// ```
-/// use extension_apiserver::registry::patch::{strategic_merge_patch, PatchSchema};
+/// use extension_apiserver_machinery::patch::{strategic_merge_patch, PatchSchema};
 /// use serde_json::json;
 /// let schema = PatchSchema::from_json_schema(&json!({
 ///     "type": "object",

@@ -16,7 +16,7 @@ const YEAR: i64 = 365 * DAY;
 ///
 /// ```
 /// use std::time::Duration;
-/// use extension_apiserver::runtime::duration::human_duration;
+/// use extension_apiserver_machinery::runtime::duration::human_duration;
 /// assert_eq!(human_duration(Duration::from_secs(200)), "3m20s");
 /// assert_eq!(human_duration(Duration::from_secs(51 * 3600)), "2d3h");
 /// ```

@@ -60,7 +60,7 @@ impl FieldErrorType {
 /// One validation failure.
 ///
 /// ```
-/// use extension_apiserver::FieldError;
+/// use extension_apiserver_machinery::FieldError;
 /// let e = FieldError::invalid("spec.referenceType", "Bogus", "must be Flunder or Fischer");
 /// assert_eq!(e.to_string(), r#"spec.referenceType: Invalid value: "Bogus": must be Flunder or Fischer"#);
 /// ```

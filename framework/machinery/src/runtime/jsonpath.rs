@@ -20,7 +20,7 @@ use super::resource::ColumnType;
 /// several `{}` actions with text between them, and `range` / `end`.
 ///
 /// ```
-/// use extension_apiserver::runtime::jsonpath::JsonPath;
+/// use extension_apiserver_machinery::runtime::jsonpath::JsonPath;
 /// let path = JsonPath::parse(r#"{.status.conditions[?(@.type=="Ready")].status}"#).unwrap();
 /// let obj = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
 /// assert_eq!(path.evaluate(&obj)[0].as_str(), Some("True"));

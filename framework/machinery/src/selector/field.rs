@@ -53,7 +53,7 @@ impl fmt::Display for FieldRequirement {
 /// A parsed field selector: the AND of its terms.
 ///
 /// ```
-/// use extension_apiserver::registry::selector::FieldSelector;
+/// use extension_apiserver_machinery::selector::FieldSelector;
 /// let s = FieldSelector::parse("spec.reference==a\\,b,metadata.name!=x").unwrap();
 /// assert_eq!(s.to_string(), "metadata.name!=x,spec.reference=a\\,b");
 /// assert!(s.validate_fields(&["metadata.name"]).is_err());

@@ -221,7 +221,7 @@ impl fmt::Display for Requirement {
 /// A parsed label selector: the AND of its requirements, sorted by key.
 ///
 /// ```
-/// use extension_apiserver::registry::selector::LabelSelector;
+/// use extension_apiserver_machinery::selector::LabelSelector;
 /// let s = LabelSelector::parse("tier notin (cache), app in (web,api),!legacy").unwrap();
 /// assert_eq!(s.to_string(), "app in (api,web),!legacy,tier notin (cache)");
 /// let labels = [("app".to_string(), "web".to_string())].into();

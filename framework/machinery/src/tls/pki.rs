@@ -3,7 +3,7 @@
 //! cluster would issue them.
 //!
 //! ```
-//! use extension_apiserver_testing::pki::TestCa;
+//! use extension_apiserver_machinery::tls::pki::TestCa;
 //! let front_proxy = TestCa::new("front-proxy-ca");
 //! let aggregator = front_proxy.client("front-proxy-client", &[]);
 //! assert!(aggregator.cert_pem.contains("BEGIN CERTIFICATE"));
