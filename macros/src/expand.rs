@@ -6,7 +6,7 @@
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{parse_quote, DeriveInput, LitStr, Path};
+use syn::{DeriveInput, LitStr, Path, parse_quote};
 
 use crate::ast::Container;
 use crate::attrs::{PrintColumn, ResourceAttrs};

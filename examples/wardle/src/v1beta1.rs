@@ -3,7 +3,7 @@
 //! `v1alpha1`, with sample-apiserver's rules, and validates as sample-apiserver does.
 
 use extension_apiserver::prelude::*;
-use extension_apiserver::runtime::convert::{stash, unstash, ConversionError, Convertible};
+use extension_apiserver::runtime::convert::{ConversionError, Convertible, stash, unstash};
 
 pub use crate::FlunderStatus;
 
@@ -260,11 +260,12 @@ mod tests {
         .unwrap();
         assert_eq!(hub.spec.reference.as_deref(), Some("fish"));
         assert_eq!(hub.spec.reference_type.as_deref(), Some("Fischer"));
-        assert!(!hub
-            .metadata
-            .annotations
-            .unwrap()
-            .contains_key(UNMAPPED_REFERENCES));
+        assert!(
+            !hub.metadata
+                .annotations
+                .unwrap()
+                .contains_key(UNMAPPED_REFERENCES)
+        );
     }
 
     #[test]

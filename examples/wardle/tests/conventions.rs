@@ -7,15 +7,15 @@
 
 use std::sync::Arc;
 
+use extension_apiserver::APIGroup;
 use extension_apiserver::registry::context::RequestContext;
 use extension_apiserver::registry::options::ListOptions;
 use extension_apiserver::registry::options::WriteOptions;
 use extension_apiserver::registry::rest::{Lister, ObjectList, UpdateFn, Updater};
 use extension_apiserver::registry::store::Store;
 use extension_apiserver::storage::MemoryBackend;
-use extension_apiserver::APIGroup;
-use extension_apiserver_testing::conformance::{served_resources, Convention, Suite};
-use wardle::{v1beta1, Fischer, Flunder, FlunderSpec};
+use extension_apiserver_testing::conformance::{Convention, Suite, served_resources};
+use wardle::{Fischer, Flunder, FlunderSpec, v1beta1};
 
 /// The resources of each version that a `conformance!` above checks.
 const CHECKED: [(&str, &str); 3] = [

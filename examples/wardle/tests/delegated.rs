@@ -8,7 +8,7 @@ use crate::common::*;
 use extension_apiserver::tls::certs::SelfSignedCerts;
 use extension_apiserver_testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use extension_apiserver_testing::pki::TestCa;
-use extension_apiserver_testing::{kubectl, KubectlOutput};
+use extension_apiserver_testing::{KubectlOutput, kubectl};
 
 const CALLER: &str = "system:serviceaccount:wardle:apiserver";
 

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use extension_apiserver::server::{APIServer, ServerOptions, StorageBackendKind};
 use extension_apiserver_testing::TestServer;
 use futures::StreamExt;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -139,11 +139,11 @@ impl Etcd {
 
     /// Panics with the log if the process has exited.
     fn assert_running(&mut self) {
-        if let Some(child) = &mut self.child {
-            if let Some(status) = child.try_wait().unwrap() {
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                panic!("etcd exited ({status}); its log:\n{log}");
-            }
+        if let Some(child) = &mut self.child
+            && let Some(status) = child.try_wait().unwrap()
+        {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            panic!("etcd exited ({status}); its log:\n{log}");
         }
     }
 }

@@ -23,13 +23,13 @@ backend_tests! {
 
 use std::time::Duration;
 
-use extension_apiserver_testing::{kubectl, TestServer};
+use extension_apiserver_testing::{TestServer, kubectl};
 use futures::{AsyncBufReadExt, StreamExt};
 use http::{HeaderMap, StatusCode};
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::AuthInfo;
-use kube::Client;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use wardle::{Flunder, FlunderStatus};
 
 const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
@@ -454,18 +454,18 @@ async fn kubectl_verbs(backend: Backend) {
     );
 
     // generateName.
-    let gen = write(
+    let generated = write(
         dir.path(),
         "gen.yaml",
         "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  generateName: gen-\n  namespace: default\nspec:\n  reference: x\n",
     );
-    let out = ok(server.kubectl(&["create", "-f", &gen, "-o", "name"]));
+    let out = ok(server.kubectl(&["create", "-f", &generated, "-o", "name"]));
     let name = out
         .trim()
         .strip_prefix("flunder.wardle.example.com/")
         .unwrap();
     assert!(name.starts_with("gen-") && name.len() > 4, "{out}");
-    let out = ok(server.kubectl(&["create", "-f", &gen, "-o", "name"]));
+    let out = ok(server.kubectl(&["create", "-f", &generated, "-o", "name"]));
     assert_ne!(out.trim(), format!("flunder.wardle.example.com/{name}"));
 
     // Server-side dry run stores nothing, on create and on change.
@@ -962,7 +962,9 @@ async fn deletes_and_updates_answer_as_kube(backend: Backend) {
     let uid = held.metadata.uid.clone().unwrap();
     assert_eq!(
         body["message"],
-        format!("Operation cannot be fulfilled on Flunder.wardle.example.com \"held\": the UID in the precondition (not-it) does not match the UID in record ({uid}). The object might have been deleted and then recreated")
+        format!(
+            "Operation cannot be fulfilled on Flunder.wardle.example.com \"held\": the UID in the precondition (not-it) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+        )
     );
 
     // A dryRun value kube does not know: 422 on DeleteOptions, the list as Go prints it.
@@ -1017,13 +1019,14 @@ async fn deletes_and_updates_answer_as_kube(backend: Backend) {
         reply.json()["metadata"]["finalizers"],
         json!(["foregroundDeletion"])
     );
-    assert!(api
-        .get("fg")
-        .await
-        .unwrap()
-        .metadata
-        .deletion_timestamp
-        .is_some());
+    assert!(
+        api.get("fg")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
 
     // A PUT without resourceVersion: 422, as custom resources and sample-apiserver answer.
     let mut blind = serde_json::to_value(api.get("fg").await.unwrap()).unwrap();
@@ -1094,12 +1097,13 @@ async fn bodies_that_do_not_fit_are_invalid(backend: Backend) {
         "{out:?}"
     );
     let api: Api<Flunder> = Api::namespaced(client, "default");
-    assert!(api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     server.stop().await;
 }
 
@@ -1345,10 +1349,12 @@ async fn headers_yaml_errors_and_discovery_hashes() {
     )
     .await;
     assert_eq!(asked.text(), by_curl.text());
-    assert!(!get(&client, FLUNDERS, "application/json")
-        .await
-        .text()
-        .contains('\n'));
+    assert!(
+        !get(&client, FLUNDERS, "application/json")
+            .await
+            .text()
+            .contains('\n')
+    );
     assert_eq!(
         asked.json(),
         get(&client, FLUNDERS, "application/json").await.json()

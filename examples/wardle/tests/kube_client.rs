@@ -16,10 +16,10 @@ backend_tests! {
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use kube::Client;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::Client;
 use wardle::{Fischer, Flunder};
 
 async fn typed_client_round_trip(backend: Backend) {

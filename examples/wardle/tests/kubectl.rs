@@ -157,9 +157,11 @@ async fn server_side_apply_through_both_versions(backend: Backend) {
             .clone()
     };
     assert_eq!(entry("beta")["apiVersion"], "wardle.example.com/v1beta1");
-    assert!(entry("beta")["fieldsV1"]["f:spec"]
-        .get("f:flunderReference")
-        .is_some());
+    assert!(
+        entry("beta")["fieldsV1"]["f:spec"]
+            .get("f:flunderReference")
+            .is_some()
+    );
     assert_eq!(
         entry("kubectl")["apiVersion"],
         "wardle.example.com/v1alpha1"
@@ -214,8 +216,10 @@ async fn apply_get_patch_edit_delete(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let server = start(backend, dir.path()).await;
     let file = write(dir.path(), "a.yaml", &flunder_yaml("a", "one", "app: x"));
-    assert!(ok(server.kubectl(&["apply", "-f", &file]))
-        .contains("flunder.wardle.example.com/a created"));
+    assert!(
+        ok(server.kubectl(&["apply", "-f", &file]))
+            .contains("flunder.wardle.example.com/a created")
+    );
     assert!(ok(server.kubectl(&["apply", "-f", &file])).contains("unchanged"));
     write(dir.path(), "a.yaml", &flunder_yaml("a", "two", "app: x"));
     assert!(ok(server.kubectl(&["apply", "-f", &file])).contains("configured"));
@@ -386,7 +390,9 @@ async fn survives_restart_and_watch_resumes(backend: Backend) {
             "flunder.wardle.example.com/q"
         ]
     );
-    let path = format!("/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?watch=1&resourceVersion={rv}&timeoutSeconds=1");
+    let path = format!(
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+    );
     let events = ok(server.kubectl(&["get", "--raw", &path]));
     let first: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();
     assert_eq!(first["type"], "ADDED");

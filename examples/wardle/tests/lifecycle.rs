@@ -81,11 +81,13 @@ fn spawn_wardle_logging(
 /// Sends SIGTERM to the server.
 fn terminate(child: &KillOnDrop) {
     let pid = child.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
 }
 
 /// Waits (at most `limit`) for the server to exit, and asserts it exited cleanly.
@@ -303,7 +305,9 @@ async fn compacted_history_is_410_expired() {
     };
     let server = TestServer::start_with_options(options, vec![wardle::api_group()]).await;
     let make = |name: &str| {
-        let yaml = format!("apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata: {{name: {name}, namespace: default}}\n");
+        let yaml = format!(
+            "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata: {{name: {name}, namespace: default}}\n"
+        );
         let path = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&path, yaml).unwrap();
         let out = server.kubectl(&["create", "-f", path.to_str().unwrap()]);
@@ -325,7 +329,9 @@ async fn compacted_history_is_410_expired() {
     make("newest");
     // The compactor runs every second and compacts to what it saw one tick before; wait (a
     // bounded time) until the history after `old_rv` is gone.
-    let path = format!("/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?watch=1&resourceVersion={old_rv}&timeoutSeconds=1");
+    let path = format!(
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?watch=1&resourceVersion={old_rv}&timeoutSeconds=1"
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let event = loop {
         let out = server.kubectl(&["get", "--raw", &path]);
@@ -340,7 +346,9 @@ async fn compacted_history_is_410_expired() {
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");
 
-    let list = format!("/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?resourceVersion={old_rv}&resourceVersionMatch=Exact");
+    let list = format!(
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?resourceVersion={old_rv}&resourceVersionMatch=Exact"
+    );
     let out = server.kubectl(&["get", "--raw", &list]);
     assert!(!out.success);
     assert!(

@@ -9,8 +9,8 @@
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
-use extension_apiserver::aggregator::{manifest_objects, ManifestOptions};
 use extension_apiserver::APIGroup;
+use extension_apiserver::aggregator::{ManifestOptions, manifest_objects};
 use extension_apiserver_testing::fake_core::FakeCore;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
@@ -317,7 +317,10 @@ async fn kubectl_accepts_the_manifests_in_a_client_side_dry_run() {
         "service/wardle created (dry run)",
         "apiservice.apiregistration.k8s.io/v1alpha1.wardle.example.com created (dry run)",
     ] {
-        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(line),
+            "{line:?} missing from:\n{stdout}\n{stderr}"
+        );
     }
 }
 

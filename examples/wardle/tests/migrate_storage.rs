@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use extension_apiserver::storage::{Backend, ListRequest, SqliteBackend};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const FLUNDERS: &str = "/registry/wardle.example.com/flunders/";
 

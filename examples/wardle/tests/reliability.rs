@@ -18,13 +18,13 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use futures::{AsyncBufReadExt, StreamExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 backend_tests! {
     persistent: [
@@ -441,7 +441,7 @@ async fn watch_until(
             {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(kube::Error::Api(status))) if status.code == 410 => {
-                    return Resumed::Gone(seen, connects)
+                    return Resumed::Gone(seen, connects);
                 }
                 // The server is down or not up yet: try again shortly.
                 Ok(Err(_)) | Err(_) => {

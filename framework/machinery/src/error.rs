@@ -605,7 +605,7 @@ pub fn status_json(status: &Status) -> serde_json::Value {
 #[cfg(feature = "axum")]
 impl axum::response::IntoResponse for Error {
     fn into_response(self) -> axum::response::Response {
-        use http::{header, HeaderValue, StatusCode};
+        use http::{HeaderValue, StatusCode, header};
         let code =
             StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.to_json()).unwrap_or_default();

@@ -947,7 +947,10 @@ mod tests {
                 {"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "1", "controller": true},
                 {"apiVersion": "", "kind": "", "name": "", "uid": "", "controller": true}]});
         let errs = texts(&validate_object_meta(&meta, false, validate_object_name));
-        assert_eq!(errs[0], "metadata.ownerReferences: Invalid value: &OwnerReference{APIVersion:v1,Kind:Event,Name:e,UID:1,Controller:*true,BlockOwnerDeletion:nil,}: /v1, Kind=Event is disallowed from being an owner");
+        assert_eq!(
+            errs[0],
+            "metadata.ownerReferences: Invalid value: &OwnerReference{APIVersion:v1,Kind:Event,Name:e,UID:1,Controller:*true,BlockOwnerDeletion:nil,}: /v1, Kind=Event is disallowed from being an owner"
+        );
         assert_eq!(
             errs[1],
             "metadata.ownerReferences.apiVersion: Invalid value: \"\": version must not be empty"
@@ -957,9 +960,14 @@ mod tests {
             "metadata.ownerReferences.kind: Invalid value: \"\": must not be empty"
         );
         assert!(errs[5].contains("Only one reference can have Controller set to true. Found \"true\" in references for Event/e and /"));
-        assert!(errs[6]
-            .starts_with("metadata.finalizers: Invalid value: \"bad/x/y\": a qualified name"));
-        assert_eq!(errs[7], "metadata.finalizers: Invalid value: []string{\"orphan\", \"foregroundDeletion\", \"bad/x/y\"}: finalizer orphan and foregroundDeletion cannot be both set");
+        assert!(
+            errs[6]
+                .starts_with("metadata.finalizers: Invalid value: \"bad/x/y\": a qualified name")
+        );
+        assert_eq!(
+            errs[7],
+            "metadata.finalizers: Invalid value: []string{\"orphan\", \"foregroundDeletion\", \"bad/x/y\"}: finalizer orphan and foregroundDeletion cannot be both set"
+        );
         assert_eq!(errs.len(), 8);
     }
 
@@ -983,15 +991,18 @@ mod tests {
                          "creationTimestamp": "2025-01-02T03:04:05.25Z", "deletionTimestamp": "2025-01-02T03:04:05Z",
                          "deletionGracePeriodSeconds": 30});
         let errs = texts(&validate_object_meta_update(&new, &old_meta()));
-        assert_eq!(errs, vec![
-            "metadata.generation: Invalid value: 1: must not be decremented",
-            "metadata.name: Invalid value: \"b\": field is immutable",
-            "metadata.namespace: Invalid value: \"other\": field is immutable",
-            "metadata.uid: Invalid value: \"u2\": field is immutable",
-            "metadata.creationTimestamp: Invalid value: 2025-01-02 03:04:05.25 +0000 UTC: field is immutable",
-            "metadata.deletionTimestamp: Invalid value: 2025-01-02 03:04:05 +0000 UTC: field is immutable",
-            "metadata.deletionGracePeriodSeconds: Invalid value: 30: field is immutable",
-        ]);
+        assert_eq!(
+            errs,
+            vec![
+                "metadata.generation: Invalid value: 1: must not be decremented",
+                "metadata.name: Invalid value: \"b\": field is immutable",
+                "metadata.namespace: Invalid value: \"other\": field is immutable",
+                "metadata.uid: Invalid value: \"u2\": field is immutable",
+                "metadata.creationTimestamp: Invalid value: 2025-01-02 03:04:05.25 +0000 UTC: field is immutable",
+                "metadata.deletionTimestamp: Invalid value: 2025-01-02 03:04:05 +0000 UTC: field is immutable",
+                "metadata.deletionGracePeriodSeconds: Invalid value: 30: field is immutable",
+            ]
+        );
     }
 
     #[test]
@@ -1003,10 +1014,13 @@ mod tests {
         new["resourceVersion"] = json!("");
         new["finalizers"] = json!(["a.io/x", "b.io/y", "a.io/z"]);
         let errs = texts(&validate_object_meta_update(&new, &old));
-        assert_eq!(errs, vec![
-            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"a.io/z\", \"b.io/y\"}",
-            "metadata.resourceVersion: Invalid value: \"\": must be specified for an update",
-        ]);
+        assert_eq!(
+            errs,
+            vec![
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"a.io/z\", \"b.io/y\"}",
+                "metadata.resourceVersion: Invalid value: \"\": must be specified for an update",
+            ]
+        );
     }
 
     #[test]
@@ -1014,6 +1028,11 @@ mod tests {
         let mut new = old_meta();
         new.as_object_mut().unwrap().remove("creationTimestamp");
         let errs = texts(&validate_object_meta_update(&new, &old_meta()));
-        assert_eq!(errs, vec!["metadata.creationTimestamp: Invalid value: 0001-01-01 00:00:00 +0000 UTC: field is immutable"]);
+        assert_eq!(
+            errs,
+            vec![
+                "metadata.creationTimestamp: Invalid value: 0001-01-01 00:00:00 +0000 UTC: field is immutable"
+            ]
+        );
     }
 }

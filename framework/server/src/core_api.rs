@@ -12,14 +12,14 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use serde::de::DeserializeOwned;
 
 use crate::lifecycle::ShutdownSignal;

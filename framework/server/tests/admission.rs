@@ -9,12 +9,12 @@ use extension_apiserver::admission::{
 };
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::{APIGroup, APIServer, ServerOptions};
-use extension_apiserver::{async_trait, Resource};
+use extension_apiserver::{Resource, async_trait};
 use extension_apiserver_testing::TestServer;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[resource(
@@ -211,12 +211,14 @@ async fn plugins_run_on_every_write_verb() {
     );
     assert!(seen[0].object.as_ref().unwrap()["metadata"]["uid"].is_null());
     assert!(seen[1].object.as_ref().unwrap()["metadata"]["uid"].is_string());
-    assert!(seen
-        .iter()
-        .all(|s| s.old_object.is_none() && s.kind == "Gizmo"));
-    assert!(seen
-        .iter()
-        .all(|s| s.options_kind == "CreateOptions" && !s.dry_run));
+    assert!(
+        seen.iter()
+            .all(|s| s.old_object.is_none() && s.kind == "Gizmo")
+    );
+    assert!(
+        seen.iter()
+            .all(|s| s.options_kind == "CreateOptions" && !s.dry_run)
+    );
     assert!(
         seen.iter().all(|s| !s.user.is_empty()),
         "the user reaches plugins"
@@ -233,9 +235,10 @@ async fn plugins_run_on_every_write_verb() {
     assert_eq!(labels(&updated), json!({"admitted": "yes"}));
     let seen = recorder.take();
     assert_eq!(seen.len(), 2);
-    assert!(seen
-        .iter()
-        .all(|s| s.operation == Operation::Update && s.options_kind == "UpdateOptions"));
+    assert!(
+        seen.iter()
+            .all(|s| s.operation == Operation::Update && s.options_kind == "UpdateOptions")
+    );
     assert_eq!(seen[0].object.as_ref().unwrap()["spec"]["color"], "blue");
     assert_eq!(seen[0].old_object.as_ref().unwrap()["spec"]["color"], "red");
 
@@ -255,9 +258,10 @@ async fn plugins_run_on_every_write_verb() {
         .await
         .unwrap();
     let seen = recorder.take();
-    assert!(seen
-        .iter()
-        .all(|s| s.subresource == "status" && s.kind == "Gizmo"));
+    assert!(
+        seen.iter()
+            .all(|s| s.subresource == "status" && s.kind == "Gizmo")
+    );
 
     // scale: plugins see Scales; the mutating plugin's cap reaches the object.
     let scale = Patch::Merge(json!({"spec": {"replicas": 9}}));

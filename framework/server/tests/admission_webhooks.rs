@@ -12,15 +12,15 @@ use base64::Engine as _;
 use extension_apiserver::aggregator::AggregatorOptions;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::runtime::convert::{ConversionError, Convertible};
-use extension_apiserver::server::serve::{serve_tls_with, ServeOptions};
+use extension_apiserver::server::serve::{ServeOptions, serve_tls_with};
 use extension_apiserver::tls::certs::CertKey;
 use extension_apiserver::{APIGroup, Resource};
+use extension_apiserver_testing::TestServer;
 use extension_apiserver_testing::fake_core::FakeCore;
 use extension_apiserver_testing::pki::TestCa;
-use extension_apiserver_testing::TestServer;
 use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// The storage version: `spec.reference`.
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -815,10 +815,12 @@ async fn object_and_namespace_selectors() {
     let (code, status, _) =
         request(&server, "POST", &in_namespace("prod"), Some(flunder("a"))).await;
     assert_eq!(code, 403, "{status}");
-    assert!(status["message"]
-        .as_str()
-        .unwrap()
-        .contains("\"ns.example.com\""));
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"ns.example.com\"")
+    );
     let (code, status, _) =
         request(&server, "POST", &in_namespace("dev"), Some(flunder("a"))).await;
     assert_eq!(code, 201, "{status}");
@@ -837,10 +839,12 @@ async fn object_and_namespace_selectors() {
     guarded["metadata"]["labels"] = json!({"guarded": "true"});
     let (code, status, _) = request(&server, "POST", V1ALPHA1, Some(guarded)).await;
     assert_eq!(code, 403, "{status}");
-    assert!(status["message"]
-        .as_str()
-        .unwrap()
-        .contains("\"object.example.com\""));
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"object.example.com\"")
+    );
     let (code, _, _) = create(&server, "h").await;
     assert_eq!(code, 201);
     // The old object's labels count too: removing the label is still judged.

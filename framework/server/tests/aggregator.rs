@@ -15,10 +15,10 @@ use extension_apiserver::tls::certs::SelfSignedCerts;
 use extension_apiserver::{APIGroup, APIServer, Resource};
 use extension_apiserver_testing::fake_core::FakeCore;
 use extension_apiserver_testing::pki::TestCa;
-use extension_apiserver_testing::{eventually, TestServer};
+use extension_apiserver_testing::{TestServer, eventually};
 use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[resource(

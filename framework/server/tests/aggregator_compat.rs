@@ -28,7 +28,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
 const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
@@ -57,9 +57,11 @@ struct Gadget {
 }
 
 fn groups() -> Vec<APIGroup> {
-    vec![APIGroup::new(GROUP)
-        .version("v1", |v| v.resource::<Thing>())
-        .version("v1beta1", |v| v.resource::<Gadget>())]
+    vec![
+        APIGroup::new(GROUP)
+            .version("v1", |v| v.resource::<Thing>())
+            .version("v1beta1", |v| v.resource::<Gadget>()),
+    ]
 }
 
 /// An HTTP/2 connection to `server` with the admin client certificate.
@@ -310,11 +312,13 @@ async fn openapi_downloads_revalidate_and_hashed_documents_are_immutable() {
     )
     .await;
     assert_eq!(v2.status, 200);
-    assert!(v2.json()["definitions"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .any(|k| k.ends_with(".Thing")));
+    assert!(
+        v2.json()["definitions"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.ends_with(".Thing"))
+    );
     let etag = v2.header("etag").to_string();
     assert!(!etag.is_empty());
     let again = send(

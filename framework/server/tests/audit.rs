@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::{APIGroup, ServerOptions};
-use extension_apiserver::Resource;
-use extension_apiserver_testing::{eventually, pki::TestCa, KubectlOutput, TestServer};
+use extension_apiserver_testing::{KubectlOutput, TestServer, eventually, pki::TestCa};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[resource(
@@ -145,10 +145,12 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
         let groups = event["user"]["groups"].as_array().unwrap();
         assert!(groups.contains(&json!("system:masters")), "{event}");
         assert_eq!(event["sourceIPs"], json!(["127.0.0.1"]));
-        assert!(event["requestReceivedTimestamp"]
-            .as_str()
-            .unwrap()
-            .ends_with('Z'));
+        assert!(
+            event["requestReceivedTimestamp"]
+                .as_str()
+                .unwrap()
+                .ends_with('Z')
+        );
     }
     // As kube-apiserver: the name is known once the body is read; bodies and status only at
     // the end.
@@ -168,9 +170,11 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
     assert_eq!(complete["requestObject"]["spec"]["color"], "blue");
     assert_eq!(complete["responseObject"]["metadata"]["name"], "w1");
     assert!(complete["responseObject"]["metadata"]["uid"].is_string());
-    assert!(complete["responseObject"]["metadata"]
-        .get("managedFields")
-        .is_none());
+    assert!(
+        complete["responseObject"]["metadata"]
+            .get("managedFields")
+            .is_none()
+    );
     assert_eq!(
         complete["annotations"]["authorization.k8s.io/decision"],
         "allow"
@@ -279,9 +283,11 @@ async fn events_of_a_create_a_refused_and_a_missing_request_match_kube_apiserver
     std::fs::write(&file, yaml).unwrap();
     ok(server.kubectl(&["create", "-f", &file.display().to_string()]));
     ok(server.kubectl(&["get", "quiets.audit.example.com", "q"]));
-    assert!(events(&log)
-        .iter()
-        .all(|e| e["objectRef"]["resource"] != "quiets"));
+    assert!(
+        events(&log)
+            .iter()
+            .all(|e| e["objectRef"]["resource"] != "quiets")
+    );
 
     // omitStages: /version has no RequestReceived.
     ok(server.kubectl(&["get", "--raw", "/version"]));

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const GROUP: &str = "quotas.example.com";
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::APIGroup;
 use extension_apiserver::tls::certs::{CertKey, SelfSignedCerts};
 use extension_apiserver::tls::{crypto_provider, root_store};
-use extension_apiserver::Resource;
 use extension_apiserver_testing::TestServer;
 use rustls::pki_types::ServerName;
 use schemars::JsonSchema;

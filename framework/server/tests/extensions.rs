@@ -4,14 +4,15 @@
 //! through kube-rs, the others through curl with or without a bearer token.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
+use extension_apiserver::Resource;
 use extension_apiserver::async_trait;
 use extension_apiserver::auth::delegating::Mode;
 use extension_apiserver::auth::{
@@ -21,8 +22,7 @@ use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
 use extension_apiserver::lifecycle::NotReady;
 use extension_apiserver::server::{APIGroup, APIServer, ServerError};
 use extension_apiserver::tls::certs::SelfSignedCerts;
-use extension_apiserver::Resource;
-use extension_apiserver_testing::{eventually, KubectlOutput, TestServer};
+use extension_apiserver_testing::{KubectlOutput, TestServer, eventually};
 use http::HeaderValue;
 use http_body_util::BodyExt;
 use schemars::JsonSchema;
@@ -406,13 +406,15 @@ async fn build_inspect_then_start() {
     );
     assert_eq!(built.livez_checks(), ["ping", "poststarthook/seeded"]);
     assert_eq!(built.post_start_hooks(), ["seeded"]);
-    assert!(built
-        .storage()
-        .reader::<Widget>()
-        .list(None)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        built
+            .storage()
+            .reader::<Widget>()
+            .list(None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Dropped unstarted, it lets its port go.
     let addr = built.addr();
     drop(built);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use extension_apiserver::core_api::{core_client, CoreAPISource};
+use extension_apiserver::core_api::{CoreAPISource, core_client};
 use extension_apiserver_testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};

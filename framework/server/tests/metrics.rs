@@ -1,9 +1,9 @@
 //! `/metrics` over TLS: kube-apiserver's metric names and labels after real requests made with
 //! kubectl, read back with a real Prometheus text-format parser.
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::Resource;
 use extension_apiserver_testing::{KubectlOutput, TestServer};
 use prometheus_parse::{Sample, Scrape, Value};
 use schemars::JsonSchema;

@@ -2,14 +2,14 @@
 //! default) are refused on every backend and by every write verb, as kube-apiserver on etcd
 //! refuses them, and nothing stored changes. A whole server over TLS, with a kube-rs client.
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::Resource;
 use extension_apiserver_testing::TestServer;
 use http_body_util::BodyExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[resource(

@@ -8,17 +8,17 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use base64::Engine;
+use extension_apiserver::Resource;
 use extension_apiserver::async_trait;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::registry::computed::{ComputedOptions, Provider};
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::Resource;
-use extension_apiserver_testing::pki::{TestCa, TestCert};
 use extension_apiserver_testing::TestServer;
+use extension_apiserver_testing::pki::{TestCa, TestCert};
 use http::{Request, StatusCode};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Listed slowly (a computed resource without a cache), so requests overlap.
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]

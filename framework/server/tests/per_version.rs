@@ -6,11 +6,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::registry::strategy::{Strategy, StrategyContext};
 use extension_apiserver::runtime::convert::{ConversionError, Convertible};
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::Resource;
 use extension_apiserver_testing::TestServer;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};

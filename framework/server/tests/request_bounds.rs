@@ -11,18 +11,18 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::tls::certs::{parse_certs_pem, CertKey};
+use extension_apiserver::tls::certs::{CertKey, parse_certs_pem};
 use extension_apiserver::tls::{crypto_provider, root_store};
-use extension_apiserver::Resource;
 use extension_apiserver_testing::TestServer;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use rustls::pki_types::ServerName;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -415,7 +415,10 @@ async fn refuse_deep_bodies(server: TestServer) {
     );
     assert_eq!(
         messages[2],
-        format!("{unrecognized}: couldn't get version/kind; json parse error: invalid character '{{' exceeded max depth ({})", summary(&json))
+        format!(
+            "{unrecognized}: couldn't get version/kind; json parse error: invalid character '{{' exceeded max depth ({})",
+            summary(&json)
+        )
     );
 
     // Deep patch and apply bodies are refused as kube's patch handler refuses them.
@@ -567,10 +570,12 @@ async fn strict_patch_errors_are_invalid() {
         (cause["reason"].as_str(), cause["field"].as_str()),
         (Some("FieldValueInvalid"), Some("patch"))
     );
-    assert!(cause["message"]
-        .as_str()
-        .unwrap()
-        .starts_with("Invalid value: \"{"));
+    assert!(
+        cause["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Invalid value: \"{")
+    );
     assert!(status["details"].get("kind").is_none(), "{status}");
 
     // A strategic merge patch shows the patch as Go prints a map; its duplicates come first.

@@ -3,13 +3,13 @@
 //! it reads and writes, its errors, discovery and OpenAPI, as kube-apiserver serves a CRD's
 //! `subresources.scale`.
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::Resource;
 use extension_apiserver_testing::{KubectlOutput, TestServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[resource(

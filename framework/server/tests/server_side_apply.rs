@@ -5,14 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::APIGroup;
-use extension_apiserver::Resource;
 use extension_apiserver_testing::{KubectlOutput, TestServer};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[resource(
@@ -202,7 +202,10 @@ async fn two_managers_conflict_force_and_remove_by_omission() {
     let response = server.client().send(request.map(Into::into)).await.unwrap();
     assert_eq!(response.status(), 422);
     let body = axum_body(response).await;
-    assert_eq!(body["message"], "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch");
+    assert_eq!(
+        body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
     server.stop().await;
 }
 
@@ -400,7 +403,9 @@ async fn kubectl_applies_server_side_diffs_and_forces() {
     let server = TestServer::builder().group(group()).start().await;
     let file = dir.path().join("g.yaml");
     let write = |color: &str| {
-        let yaml = format!("apiVersion: ssa.example.com/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: default\nspec:\n  color: {color}\n  ports:\n  - name: http\n    port: 80\n");
+        let yaml = format!(
+            "apiVersion: ssa.example.com/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: default\nspec:\n  color: {color}\n  ports:\n  - name: http\n    port: 80\n"
+        );
         std::fs::write(&file, yaml).unwrap();
         file.display().to_string()
     };
@@ -458,7 +463,9 @@ async fn client_side_apply_moves_to_server_side_without_conflicts() {
     let server = TestServer::builder().group(group()).start().await;
     let file = dir.path().join("h.yaml");
     let write = |color: &str| {
-        let yaml = format!("apiVersion: ssa.example.com/v1\nkind: Gadget\nmetadata:\n  name: h\n  namespace: default\nspec:\n  color: {color}\n  tags: [a]\n");
+        let yaml = format!(
+            "apiVersion: ssa.example.com/v1\nkind: Gadget\nmetadata:\n  name: h\n  namespace: default\nspec:\n  color: {color}\n  tags: [a]\n"
+        );
         std::fs::write(&file, yaml).unwrap();
         file.display().to_string()
     };

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::lifecycle::ShutdownSignal;
 use extension_apiserver::server::serving_cert::ServingCertificate;
@@ -20,7 +21,6 @@ use extension_apiserver::server::{
 };
 use extension_apiserver::tls::certs::CertKey;
 use extension_apiserver::tls::{crypto_provider, root_store};
-use extension_apiserver::Resource;
 use extension_apiserver_testing::pki::{TestCa, TestCert};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{CipherSuite, SupportedProtocolVersion};

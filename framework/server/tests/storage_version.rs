@@ -7,15 +7,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::runtime::convert::{ConversionError, Convertible};
 use extension_apiserver::server::{APIGroup, APIServer, ServerError};
 use extension_apiserver::storage::{Backend, ListRequest};
-use extension_apiserver::Resource;
 use extension_apiserver_testing::{KubectlOutput, TestServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// The first storage version: `width`.
 #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -9,8 +9,8 @@ use std::process::Command;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::prelude::*;
 use extension_apiserver_testing::pki::TestCa;
-use extension_apiserver_testing::{kubectl, KubectlOutput, TestServer};
-use serde_json::{json, Value};
+use extension_apiserver_testing::{KubectlOutput, TestServer, kubectl};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[resource(

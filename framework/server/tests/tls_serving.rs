@@ -12,14 +12,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use extension_apiserver::auth::{Authenticator, X509Authenticator};
 use extension_apiserver::lifecycle::ShutdownSignal;
-use extension_apiserver::server::serve::{serve_tls, serve_tls_with, ServeOptions};
+use extension_apiserver::server::serve::{ServeOptions, serve_tls, serve_tls_with};
 use extension_apiserver::server::tls::server_config;
 use extension_apiserver::tls::certs::{CertKey, SelfSignedCerts};
 use extension_apiserver::tls::{crypto_provider, root_store};
 use extension_apiserver_testing::openssl::{KeyType, OpensslCa};
 use extension_apiserver_testing::pki::TestCert;
 use rustls::pki_types::ServerName;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -323,9 +323,10 @@ async fn client_certificate_of_another_ca_passes_tls_and_fails_authentication() 
 
     // The authenticator, on its own, refuses the foreign chain as well.
     let auth = X509Authenticator::new(&server.certs.client_ca()).unwrap();
-    assert!(auth
-        .authenticate_chain(&admin_cert(&other).cert_chain)
-        .is_err());
+    assert!(
+        auth.authenticate_chain(&admin_cert(&other).cert_chain)
+            .is_err()
+    );
     let own = auth
         .authenticate_chain(&admin_cert(&server.certs).cert_chain)
         .unwrap();
@@ -392,10 +393,12 @@ async fn v1_client_certificates_pass_the_handshake_and_are_judged_per_request() 
             let foreign = stranger.v1_client("jane", &[], key);
             let reply = curl_whoami(&server, version, &foreign).await;
             assert_eq!(reply["user"], Value::Null, "{reply}");
-            assert!(reply["error"]
-                .as_str()
-                .unwrap()
-                .contains("unknown authority"));
+            assert!(
+                reply["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("unknown authority")
+            );
         }
         let expired = ca.expired_v1_client("jane", &[], KeyType::Ecdsa);
         let reply = curl_whoami(&server, version, &expired).await;

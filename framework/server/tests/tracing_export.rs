@@ -5,9 +5,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::server::{APIGroup, ServerOptions};
-use extension_apiserver::Resource;
 use extension_apiserver_testing::TestServer;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,

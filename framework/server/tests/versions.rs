@@ -4,14 +4,14 @@
 //! objects at the same revisions, discovery names the one storage version, and a resource with
 //! two storage versions is refused at start.
 
-use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use extension_apiserver::runtime::convert::{stash, unstash, ConversionError, Convertible};
-use extension_apiserver::server::{APIGroup, APIServer, ServerError};
 use extension_apiserver::Resource;
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use extension_apiserver::runtime::convert::{ConversionError, Convertible, stash, unstash};
+use extension_apiserver::server::{APIGroup, APIServer, ServerError};
 use extension_apiserver_testing::{KubectlOutput, TestServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// The storage version: `size`, and a `color` v1 has no field for.
 #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

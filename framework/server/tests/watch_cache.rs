@@ -2,12 +2,13 @@
 //! one backend watch, a watcher that stops reading is ended without holding up the others,
 //! and what the cache cannot serve is read from storage.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use extension_apiserver::registry::context::RequestContext;
 use extension_apiserver::registry::options::{ListOptions, WriteOptions};
@@ -19,11 +20,10 @@ use extension_apiserver::storage::{
     Backend, CacherOptions, KeyValue, ListRequest, ListResult, MemoryBackend, ProgressStream,
     Revision, StorageError,
 };
-use extension_apiserver::Resource;
 use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Resource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[resource(

@@ -180,7 +180,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Deletes a key; when `expected` is given its `mod_revision` must equal it. Returns the
     /// deleted value, with `mod_revision` set to the revision of the delete.
     async fn delete(&self, key: &str, expected: Option<Revision>)
-        -> Result<KeyValue, StorageError>;
+    -> Result<KeyValue, StorageError>;
 
     /// Streams every change under `prefix` made after revision `after` (exclusive), in
     /// revision order, forever. `after` older than the compacted revision yields

@@ -555,7 +555,7 @@ fn under<'a>(
     objects: &'a Objects,
     prefix: &[u8],
     start: Bound<&[u8]>,
-) -> impl Iterator<Item = &'a CachedObject> {
+) -> impl Iterator<Item = &'a CachedObject> + use<'a> {
     let end = prefix_end(prefix);
     let end = match &end {
         Some(end) => Bound::Excluded(end.as_slice()),

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::lifecycle::ShutdownSignal;
 use crate::Backend;
+use crate::lifecycle::ShutdownSignal;
 
 /// Starts compacting `backend` every `interval` until `shutdown`.
 pub fn spawn(backend: Arc<dyn Backend>, interval: Duration, shutdown: ShutdownSignal) {

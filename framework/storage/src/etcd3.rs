@@ -25,8 +25,8 @@ use super::backend::{
     StorageError, WatchItem,
 };
 use super::shared_read::SharedReads;
-use crate::tls::certs::{parse_certs_pem, CertKey};
 use crate::tls::TlsError;
+use crate::tls::certs::{CertKey, parse_certs_pem};
 use members::{Members, Probe, Retry};
 
 mod members;
@@ -139,7 +139,7 @@ impl Etcd3Tls {
             _ => {
                 return Err(TlsError::Invalid(
                     "a client certificate for etcd needs both a certificate and a key file".into(),
-                ))
+                ));
             }
         };
         Ok(Self { ca_pem, identity })
@@ -226,7 +226,7 @@ impl Etcd3Backend {
                     "etcd endpoints {}: https:// needs the CA that signed etcd's certificate \
                      (--etcd-cafile)",
                     endpoints.join(",")
-                )))
+                )));
             }
             (Some(_), false) => tracing::warn!(
                 endpoints = %endpoints.join(","),
@@ -781,7 +781,7 @@ impl WatchState {
             Ok(None) => {
                 return self
                     .resume(StorageError::Unavailable("watch closed".into()))
-                    .await
+                    .await;
             }
             Err(error) => return self.resume(map_error(error)).await,
         };
@@ -866,7 +866,7 @@ impl WatchState {
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_end, Etcd3Backend, Etcd3Options, Etcd3Tls};
+    use super::{Etcd3Backend, Etcd3Options, Etcd3Tls, prefix_end};
     use crate::StorageError;
 
     async fn connect_error(endpoints: &[&str], options: Etcd3Options) -> String {

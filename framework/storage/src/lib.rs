@@ -35,7 +35,7 @@ pub use cacher::{Cacher, CacherOptions};
 #[cfg(feature = "etcd")]
 pub use etcd3::{Etcd3Backend, Etcd3Options, Etcd3Tls};
 pub use memory::MemoryBackend;
-pub use size_limit::{SizeLimited, DEFAULT_MAX_OBJECT_BYTES};
+pub use size_limit::{DEFAULT_MAX_OBJECT_BYTES, SizeLimited};
 pub use sqlite::SqliteBackend;
 
 // The machinery's modules this crate stands on, under the names the code uses.

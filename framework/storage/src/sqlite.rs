@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior, params};
 use tokio::sync::Semaphore;
 
 use super::backend::{
@@ -670,10 +670,11 @@ mod tests {
         // A long scan on one connection does not hold up a get on another.
         let one = hold_reader(&backend);
         let got = tokio::time::timeout(Duration::from_secs(10), backend.get("/t/a")).await;
-        assert!(got
-            .expect("a get beside a busy reader")
-            .expect("get")
-            .is_some());
+        assert!(
+            got.expect("a get beside a busy reader")
+                .expect("get")
+                .is_some()
+        );
 
         // With every reader busy a get waits, and goes on as soon as one is free.
         let rest: Vec<_> = (1..READERS).map(|_| hold_reader(&backend)).collect();
@@ -684,10 +685,11 @@ mod tests {
         );
         drop(one);
         let got = tokio::time::timeout(Duration::from_secs(10), backend.get("/t/a")).await;
-        assert!(got
-            .expect("a get once a reader is free")
-            .expect("get")
-            .is_some());
+        assert!(
+            got.expect("a get once a reader is free")
+                .expect("get")
+                .is_some()
+        );
         drop(rest);
         assert!(backend.ready().await.is_ok());
     }

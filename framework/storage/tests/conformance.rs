@@ -7,8 +7,8 @@ mod memory {
 }
 
 mod sqlite {
-    use extension_apiserver_storage::conformance::Subject;
     use extension_apiserver_storage::SqliteBackend;
+    use extension_apiserver_storage::conformance::Subject;
 
     /// A backend on a new file in a temporary directory that lives as long as the case.
     async fn temporary() -> Subject {

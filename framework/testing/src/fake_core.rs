@@ -43,11 +43,11 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use futures::StreamExt as _;
 use http::{Method, StatusCode};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch as signal};
 
 use extension_apiserver::lifecycle::ShutdownSignal;
-use extension_apiserver::server::serve::{serve_tls_with, ServeOptions};
+use extension_apiserver::server::serve::{ServeOptions, serve_tls_with};
 use extension_apiserver::tls::certs::SelfSignedCerts;
 
 /// One request the fake core served.
@@ -685,10 +685,12 @@ impl Inner {
             }
             None => {
                 meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
-                meta["creationTimestamp"] = json!(jiff::Timestamp::now()
-                    .round(jiff::Unit::Second)
-                    .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-                    .to_string());
+                meta["creationTimestamp"] = json!(
+                    jiff::Timestamp::now()
+                        .round(jiff::Unit::Second)
+                        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+                        .to_string()
+                );
             }
         }
         if let Some(obj) = object.as_object_mut() {
@@ -1150,7 +1152,7 @@ async fn resource_request(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "MethodNotAllowed",
                 "the server does not allow this method on the requested resource",
-            )
+            );
         }
     };
     let (_, resource, namespace) = &target.collection;
@@ -1205,7 +1207,9 @@ async fn resource_request(
                 return status_error(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "Invalid",
-                    &format!("{kind} \"\" is invalid: metadata.name: Required value: name or generateName is required"),
+                    &format!(
+                        "{kind} \"\" is invalid: metadata.name: Required value: name or generateName is required"
+                    ),
                 );
             };
             match inner.put(target.collection.clone(), &name, object, PutMode::Create) {
@@ -1256,7 +1260,7 @@ async fn resource_request(
                             StatusCode::UNSUPPORTED_MEDIA_TYPE,
                             "UnsupportedMediaType",
                             &format!("the fake core does not support patch type {other:?}"),
-                        )
+                        );
                     }
                 }
                 patched

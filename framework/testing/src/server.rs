@@ -10,7 +10,7 @@ use extension_apiserver::server::{
 };
 use extension_apiserver::storage::Backend;
 
-use super::{kubectl, KubectlOutput};
+use super::{KubectlOutput, kubectl};
 
 /// A server started for a test.
 ///

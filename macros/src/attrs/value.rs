@@ -4,7 +4,7 @@
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{parenthesized, token, Attribute, Expr, ExprLit, Ident, Lit, LitInt, LitStr};
+use syn::{Attribute, Expr, ExprLit, Ident, Lit, LitInt, LitStr, parenthesized, token};
 use syn::{MacroDelimiter, Meta, MetaList, MetaNameValue, Path, Token};
 
 use crate::attrs::keys;

@@ -7,14 +7,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use extension_apiserver::server::tls::server_config;
-use extension_apiserver::tls::certs::{parse_certs_pem, CertKey};
+use extension_apiserver::tls::certs::{CertKey, parse_certs_pem};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -118,7 +118,7 @@ impl Drop for BareServer {
     }
 }
 
-fn json(body: &Bytes) -> impl IntoResponse {
+fn json(body: &Bytes) -> impl IntoResponse + use<> {
     ([(header::CONTENT_TYPE, "application/json")], body.clone())
 }
 

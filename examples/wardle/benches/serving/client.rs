@@ -4,12 +4,12 @@
 
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use extension_apiserver::tls::certs::{parse_certs_pem, CertKey};
+use extension_apiserver::tls::certs::{CertKey, parse_certs_pem};
 use extension_apiserver::tls::{crypto_provider, root_store};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use crate::client::Sample;
-use crate::measure::{Ceilings, Memory, Ours, LIMIT};
-use crate::report::{mib, ms, per_second, speed_share, Row};
-use crate::server::Backend;
 use crate::Settings;
+use crate::client::Sample;
+use crate::measure::{Ceilings, LIMIT, Memory, Ours};
+use crate::report::{Row, mib, ms, per_second, speed_share};
+use crate::server::Backend;
 
 const MIB: u64 = 1024 * 1024;
 

@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::Settings;
 use crate::ceiling::{self, BareServer, Canned};
 use crate::client::{self, Client, Error, Sample};
 use crate::server::{Backend, Wardle};
 use crate::workload::{self, FanOut};
-use crate::Settings;
 
 /// Namespaces: the bench objects, the fan-out's own, and one probe object.
 const NS: &str = "bench";

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use crate::client::{drive, Client, Error, Sample};
+use crate::client::{Client, Error, Sample, drive};
 
 /// The Flunders of `namespace`.
 pub fn collection(namespace: &str) -> String {
@@ -315,10 +315,10 @@ async fn read_events(mut body: Incoming, tx: mpsc::UnboundedSender<(usize, Insta
                 continue;
             };
             let write = event.object.metadata.name.strip_prefix("fanout-");
-            if let (true, Some(Ok(write))) = (event.event_type == "ADDED", write.map(str::parse)) {
-                if tx.send((write, at)).is_err() {
-                    return;
-                }
+            if let (true, Some(Ok(write))) = (event.event_type == "ADDED", write.map(str::parse))
+                && tx.send((write, at)).is_err()
+            {
+                return;
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::set::FieldSet;
 
@@ -118,7 +118,7 @@ fn decode_entry(i: usize, entry: &Value) -> Result<(ManagerId, Entry), String> {
         other => {
             return Err(format!(
                 "invalid fieldsType {other:?} in managed fields entry {i}"
-            ))
+            ));
         }
     }
     let set = match entry.get("fieldsV1") {

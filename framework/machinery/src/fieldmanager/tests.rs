@@ -195,7 +195,9 @@ fn conflicts_name_update_managers_with_version_and_subresource() {
         .unwrap_err();
     assert_eq!(
         e.message(),
-        format!("Apply failed with 2 conflicts: conflicts with \"controller\" with subresource \"status\" using {V1}:\n- .spec.reference\n- .status.phase")
+        format!(
+            "Apply failed with 2 conflicts: conflicts with \"controller\" with subresource \"status\" using {V1}:\n- .spec.reference\n- .status.phase"
+        )
     );
 }
 
@@ -552,9 +554,10 @@ fn kubectl_takes_over_client_side_apply() {
     fm.update(None, &mut live, &owner("kubectl-client-side-apply", 1));
     let config = flunder(json!({"reference": "y", "replicas": 1}));
     // Another manager conflicts...
-    assert!(fm
-        .apply(Some(&live), &config, &owner("other", 2), false)
-        .is_err());
+    assert!(
+        fm.apply(Some(&live), &config, &owner("other", 2), false)
+            .is_err()
+    );
     // ...kubectl does not.
     let applied = fm
         .apply(Some(&live), &config, &owner("kubectl", 2), false)

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::managed::{Managed, ManagerId};
 use super::path::Path;
 use super::set::FieldSet;
-use super::typed::{compare, Comparison};
+use super::typed::{Comparison, compare};
 use crate::patch::schema::At;
 
 /// Converts an object to another version of its type, so that a manager's fields are

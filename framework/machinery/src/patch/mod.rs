@@ -9,8 +9,8 @@ pub mod strategic;
 
 use serde_json::Value;
 
-use crate::runtime::nesting::{self, TooDeep};
 use crate::runtime::FieldValidation;
+use crate::runtime::nesting::{self, TooDeep};
 
 pub use json::apply_json_patch;
 pub use merge::{apply_merge_patch, merge_patch};
@@ -68,8 +68,7 @@ impl std::fmt::Display for PatchType {
 }
 
 /// The media types this server accepts for PATCH, as listed in a 415 answer.
-const ACCEPTED_PATCH_TYPES: &str =
-    "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json";
+const ACCEPTED_PATCH_TYPES: &str = "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json";
 
 /// Why a patch was refused. Each variant carries the HTTP code, `Status` reason and message
 /// kube-apiserver answers with for the same failure.
@@ -98,10 +97,14 @@ pub enum PatchError {
     #[error("{0}")]
     Failed(String),
     /// The body's media type is not a patch type: 415 `UnsupportedMediaType`.
-    #[error("the body of the request was in an unknown format - accepted media types include: {ACCEPTED_PATCH_TYPES}")]
+    #[error(
+        "the body of the request was in an unknown format - accepted media types include: {ACCEPTED_PATCH_TYPES}"
+    )]
     UnsupportedMediaType,
     /// `application/apply-patch+yaml`: 415 `UnsupportedMediaType`.
-    #[error("server-side apply is not supported yet: the body of the request was in an unknown format - accepted media types include: {ACCEPTED_PATCH_TYPES}")]
+    #[error(
+        "server-side apply is not supported yet: the body of the request was in an unknown format - accepted media types include: {ACCEPTED_PATCH_TYPES}"
+    )]
     ApplyNotSupported,
 }
 

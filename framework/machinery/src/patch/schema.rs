@@ -702,11 +702,13 @@ mod tests {
                 strategy_at(&schema, &["metadata", "ownerReferences"]),
                 merge_by("uid")
             );
-            assert!(schema
-                .root()
-                .field("metadata")
-                .field("labels")
-                .allows_key("$odd"));
+            assert!(
+                schema
+                    .root()
+                    .field("metadata")
+                    .field("labels")
+                    .allows_key("$odd")
+            );
         }
     }
 
@@ -818,8 +820,10 @@ mod tests {
         assert!(root.field("object").allows_key("$anything"));
         assert!(!root.field("unknown").allows_key("$anything"));
         assert!(!PatchSchema::empty().root().allows_key("$anything"));
-        assert!(PatchSchema::from_json_schema(&json!(true))
-            .root()
-            .allows_key("$anything"));
+        assert!(
+            PatchSchema::from_json_schema(&json!(true))
+                .root()
+                .allows_key("$anything")
+        );
     }
 }

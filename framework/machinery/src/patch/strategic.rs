@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::schema::{At, Strategy};
-use super::{kind_of, PatchError};
+use super::{PatchError, kind_of};
 
 pub use super::schema::PatchSchema;
 

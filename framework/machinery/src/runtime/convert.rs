@@ -8,8 +8,8 @@
 //! Every type converts to itself, so the hub needs nothing.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::runtime::Resource;
 

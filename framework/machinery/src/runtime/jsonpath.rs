@@ -254,7 +254,7 @@ impl<'s> Reader<'s> {
                 return Err(JsonPathError::Parse(format!(
                     "unrecognized character in action: U+{:04X} '{c}'",
                     u32::from(c)
-                )))
+                )));
             }
         };
         Ok(Some(step))
@@ -435,7 +435,7 @@ fn parse_filter(text: &str) -> Result<Filter, JsonPathError> {
         other => {
             return Err(JsonPathError::Parse(format!(
                 "unrecognized filter operator {other}"
-            )))
+            )));
         }
     };
     Ok(Filter {
@@ -633,7 +633,7 @@ fn slice_all<'a>(s: &Slice, input: Vec<Node<'a>>) -> Result<Vec<Node<'a>>, JsonP
                 return Err(JsonPathError::Eval(format!(
                     "{} is not array or slice",
                     go_type_name(other)
-                )))
+                )));
             }
         }
     }

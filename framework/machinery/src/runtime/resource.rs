@@ -5,7 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{Serialize, de::DeserializeOwned};
 
 /// Whether objects live in a namespace or in the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -227,7 +227,7 @@ pub fn unescape_value(raw: &str) -> Result<String, SelectorError> {
                 return Err(SelectorError::new(format!(
                     "invalid field selector: unescaped character in value: {}",
                     u32::from(c)
-                )))
+                )));
             }
             other => out.push(other),
         }

@@ -276,7 +276,7 @@ impl LabelSelector {
                 other => {
                     return Err(SelectorError::new(format!(
                         "{other:?} is not a valid label selector operator"
-                    )))
+                    )));
                 }
             };
             requirements.push(Requirement::new(
@@ -493,7 +493,7 @@ impl Parser {
                     return Err(SelectorError::new(format!(
                         "found '{}', expected: !, identifier, or 'end of string'",
                         t.literal()
-                    )))
+                    )));
                 }
             }
             let r = self
@@ -508,14 +508,14 @@ impl Parser {
                         return Err(SelectorError::new(format!(
                             "found '{}', expected: identifier after ','",
                             t.literal()
-                        )))
+                        )));
                     }
                 },
                 t => {
                     return Err(SelectorError::new(format!(
                         "found '{}', expected: ',' or 'end of string'",
                         t.literal()
-                    )))
+                    )));
                 }
             }
         }
@@ -573,7 +573,7 @@ impl Parser {
                 return Err(SelectorError::new(format!(
                     "found '{}', expected: in, notin, =, ==, !=, gt, lt",
                     t.literal()
-                )))
+                )));
             }
         };
         Ok(op)
@@ -619,7 +619,7 @@ impl Parser {
                             return Err(SelectorError::new(format!(
                                 "found '{}', expected: ',' or ')'",
                                 t.literal()
-                            )))
+                            )));
                         }
                     }
                 }
@@ -637,7 +637,7 @@ impl Parser {
                     return Err(SelectorError::new(format!(
                         "found '{}', expected: ',', or identifier",
                         t.literal()
-                    )))
+                    )));
                 }
             }
         }
@@ -919,8 +919,10 @@ mod tests {
     #[test]
     fn syntax_error_messages() {
         assert_eq!(err("x=a,"), "found '', expected: identifier after ','");
-        assert!(err("x=a||y=b")
-            .starts_with("unable to parse requirement: values[0][x]: Invalid value: \"a||y\""));
+        assert!(
+            err("x=a||y=b")
+                .starts_with("unable to parse requirement: values[0][x]: Invalid value: \"a||y\"")
+        );
         assert_eq!(
             err(",x"),
             "found ',', expected: !, identifier, or 'end of string'"
@@ -972,7 +974,10 @@ mod tests {
             err("x=-a"),
             "unable to parse requirement: values[0][x]: Invalid value: \"-a\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
         );
-        assert_eq!(err("x<a"), "unable to parse requirement: values[0]: Invalid value: \"a\": for 'Gt', 'Lt' operators, the value must be an integer");
+        assert_eq!(
+            err("x<a"),
+            "unable to parse requirement: values[0]: Invalid value: \"a\": for 'Gt', 'Lt' operators, the value must be an integer"
+        );
         let both = err("x>-a");
         assert!(both.starts_with("unable to parse requirement: [values[0]: Invalid value: \"-a\": for 'Gt', 'Lt' operators, the value must be an integer, values[0][x]: Invalid value: \"-a\": a valid label must be"), "{both}");
         assert!(both.ends_with("')]"));
@@ -1002,7 +1007,10 @@ mod tests {
         assert!(!ok(&"a".repeat(254), Operator::Exists, &[]));
         assert!(!ok("x", Operator::Equals, &["a", "b"]));
         let e = Requirement::new("x", Operator::In, vec![]).unwrap_err();
-        assert_eq!(e.to_string(), "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty");
+        assert_eq!(
+            e.to_string(),
+            "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty"
+        );
         let e = Requirement::new("-x", Operator::Exists, vec!["a".into()])
             .unwrap_err()
             .to_string();
@@ -1024,9 +1032,11 @@ mod tests {
     #[test]
     fn from_metav1_label_selector() {
         let empty = metav1::LabelSelector::default();
-        assert!(LabelSelector::from_label_selector(&empty)
-            .unwrap()
-            .is_everything());
+        assert!(
+            LabelSelector::from_label_selector(&empty)
+                .unwrap()
+                .is_everything()
+        );
         let sel = metav1::LabelSelector {
             match_labels: Some([("foo".to_string(), "bar".to_string())].into()),
             match_expressions: Some(vec![
@@ -1057,14 +1067,18 @@ mod tests {
             ..Default::default()
         };
         let e = LabelSelector::from_label_selector(&no_values).unwrap_err();
-        assert_eq!(e.to_string(), "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty");
+        assert_eq!(
+            e.to_string(),
+            "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty"
+        );
         let bad_label = metav1::LabelSelector {
             match_labels: Some([("a".to_string(), "-".to_string())].into()),
             ..Default::default()
         };
         let e = LabelSelector::from_label_selector(&bad_label).unwrap_err();
-        assert!(e
-            .to_string()
-            .starts_with("values[0][a]: Invalid value: \"-\": a valid label must be"));
+        assert!(
+            e.to_string()
+                .starts_with("values[0][a]: Invalid value: \"-\": a valid label must be")
+        );
     }
 }

@@ -5,7 +5,7 @@
 pub mod field;
 pub mod label;
 
-pub use field::{field_value, FieldOperator, FieldRequirement, FieldSelector};
+pub use field::{FieldOperator, FieldRequirement, FieldSelector, field_value};
 pub use label::{LabelSelector, Operator, Requirement};
 
 /// A selector that does not parse or uses an unsupported field. The message is kube's;

@@ -12,13 +12,13 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
-use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::{self, PemObject as _};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 
-use super::{crypto_provider, root_store, TlsError};
+use super::{TlsError, crypto_provider, root_store};
 
 /// The group of the admin client certificate: kube's superuser group (`auth::user`'s
 /// `SYSTEM_MASTERS`, which the standalone authorizer allows everything).

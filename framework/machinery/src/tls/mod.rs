@@ -11,12 +11,12 @@ pub mod signature;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
-use rustls::RootCertStore;
 
-pub use peer::chain_digest;
 pub use peer::PeerCertificates;
+pub use peer::chain_digest;
 pub use signature::SignatureError;
 
 /// Why certificates or the TLS configuration could not be set up.

@@ -109,9 +109,11 @@ mod tests {
     #[test]
     fn unknown_and_contradictory_names_are_refused() {
         let known = ["NamespaceLifecycle"];
-        assert!(parse(&["--disable-admission-plugins=NamespaceLifecycle"])
-            .validate(&known)
-            .is_ok());
+        assert!(
+            parse(&["--disable-admission-plugins=NamespaceLifecycle"])
+                .validate(&known)
+                .is_ok()
+        );
         let unknown = parse(&["--disable-admission-plugins=NamespaceLifecycle,Other"]);
         let message = unknown.validate(&known).unwrap_err().to_string();
         assert!(message.contains("\"Other\""), "{message}");

@@ -279,7 +279,7 @@ async fn apiservices(
                 return Err(NotReady::new(format!(
                     "cannot read APIService {name} (403 Forbidden): grant get on \
                      apiservices.apiregistration.k8s.io to the server's service account"
-                )))
+                )));
             }
             Err(e) => return Err(NotReady::new(format!("reading APIService {name}: {e}"))),
         }

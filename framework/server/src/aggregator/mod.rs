@@ -21,7 +21,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
 };
 use rustls::pki_types::CertificateDer;
 
-pub use manifests::{manifest_objects, manifests, ManifestOptions};
+pub use manifests::{ManifestOptions, manifest_objects, manifests};
 pub use options::AggregatorOptions;
 pub use registration::{
     APIServiceRegistrar, RegistrationConfig, RegistrationError, RegistrationOutcome,

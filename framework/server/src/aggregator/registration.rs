@@ -13,8 +13,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{APIService, APIServiceSpec};
 use k8s_openapi::ByteString;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{APIService, APIServiceSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::aggregator::{APIServiceVersion, Findings};

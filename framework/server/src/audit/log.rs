@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use super::types::Event;
 use super::AuditBackend;
+use super::types::Event;
 
 /// lumberjack's size when `--audit-log-maxsize` is 0.
 const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::types::{Level, Policy, PolicyRule, Stage, API_VERSION};
 use super::AuditError;
+use super::types::{API_VERSION, Level, Policy, PolicyRule, Stage};
 
 /// What the policy checks a request by (kube's `authorizer.Attributes`).
 #[derive(Clone, Debug, Default)]

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{user::UserInfo, AuthError};
+use super::{AuthError, user::UserInfo};
 
 /// What a request wants to do, borrowed from the request so no per-request copies are made.
 ///

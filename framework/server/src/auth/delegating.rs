@@ -214,7 +214,7 @@ async fn follow_configmap(
                  rolebinding -n kube-system ROLEBINDING_NAME \
                  --role=extension-apiserver-authentication-reader \
                  --serviceaccount=YOUR_NS:YOUR_SA'"
-            )))
+            )));
         }
     }
     follower.follow(api, shutdown);

@@ -8,7 +8,7 @@
 use async_trait::async_trait;
 use http::HeaderMap;
 
-use super::{user::UserInfo, AuthError, Authenticator, CertificateError, X509Authenticator};
+use super::{AuthError, Authenticator, CertificateError, X509Authenticator, user::UserInfo};
 use crate::tls::PeerCertificates;
 use crate::tls::TlsError;
 

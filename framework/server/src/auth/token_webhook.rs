@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use http::HeaderMap;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::ttl_cache::{Flights, TtlCache};
-use super::{user::UserInfo, AuthError, Authenticator};
+use super::{AuthError, Authenticator, user::UserInfo};
 use crate::core_api::CORE_API_TIMEOUT;
 
 /// The path of `TokenReview` creation.

@@ -8,15 +8,15 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use x509_parser::certificate::X509Certificate;
 
 use super::chain::ChainError;
-use super::x509_v1::{is_legacy, LegacyLeafVerifier};
-use super::{user::UserInfo, AuthError, Authenticator};
-use crate::tls::{chain_digest, PeerCertificates};
-use crate::tls::{crypto_provider, TlsError};
+use super::x509_v1::{LegacyLeafVerifier, is_legacy};
+use super::{AuthError, Authenticator, user::UserInfo};
+use crate::tls::{PeerCertificates, chain_digest};
+use crate::tls::{TlsError, crypto_provider};
 
 /// Why a client certificate was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -18,7 +18,7 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::X509Version;
 
 use super::chain::ChainError;
-use crate::tls::signature::{signature_algorithm, PublicKey};
+use crate::tls::signature::{PublicKey, signature_algorithm};
 
 /// Most intermediates a path may have (Go has no limit but the signature budget below).
 const MAX_INTERMEDIATES: usize = 8;

@@ -6,7 +6,7 @@
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Serialize;
 use sha2::{Digest, Sha512};
 
@@ -128,10 +128,11 @@ mod tests {
     fn etag_is_the_quoted_sha512_of_the_bytes() {
         let doc = Document::new(b"{}".to_vec(), "application/json");
         assert_eq!(doc.hash().len(), 128);
-        assert!(doc
-            .hash()
-            .chars()
-            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+        assert!(
+            doc.hash()
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
+        );
         assert_eq!(doc.etag.to_str().unwrap(), format!("\"{}\"", doc.hash()));
     }
 

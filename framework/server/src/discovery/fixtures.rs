@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Body;
 use axum::Router;
+use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -12,7 +12,7 @@ use serde::Serialize;
 use tower::ServiceExt;
 
 use crate::registry::served::{
-    schema_of, ServedGroup, ServedResource, ServedSubresource, ServedVersion,
+    ServedGroup, ServedResource, ServedSubresource, ServedVersion, schema_of,
 };
 use crate::runtime::{ResourceInfo, Scope};
 

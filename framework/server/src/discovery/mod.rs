@@ -16,14 +16,14 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use http::{HeaderMap, HeaderValue};
 use serde::Serialize;
 
-use self::document::{no_cache, Document};
+use self::document::{Document, no_cache};
 use crate::error::Error;
 use crate::registry::served::ServedGroup;
 

@@ -1,10 +1,10 @@
-use axum::routing::get as route_get;
 use axum::Router;
+use axum::routing::get as route_get;
 use http::StatusCode;
 use serde_json::json;
 
-use super::fixtures::{get, groups, Reply, GROUP};
 use super::DiscoveryDocuments;
+use super::fixtures::{GROUP, Reply, get, groups};
 
 const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 const V2BETA1: &str = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
@@ -201,10 +201,12 @@ async fn unsupported_accept_is_a_406_status() {
         assert_eq!(body["kind"], "Status");
         assert_eq!(body["reason"], "NotAcceptable");
         assert_eq!(body["code"], 406);
-        assert!(body["message"]
-            .as_str()
-            .unwrap()
-            .contains("application/json"));
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("application/json")
+        );
     }
 }
 

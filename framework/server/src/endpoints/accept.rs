@@ -5,7 +5,7 @@
 //! (q-value, then specificity), so a handler serves the first clause it supports and answers
 //! 406 when it supports none.
 
-use http::{header, HeaderMap};
+use http::{HeaderMap, header};
 
 /// One clause of an `Accept` header, e.g. `application/json;g=apidiscovery.k8s.io;v=v2`.
 #[derive(Debug, PartialEq)]

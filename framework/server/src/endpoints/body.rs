@@ -70,8 +70,8 @@ async fn drain(mut body: Body, bound: usize) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures::StreamExt as _;
 

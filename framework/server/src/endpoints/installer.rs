@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::admission::attributes::GroupVersionResource;
 use crate::admission::EquivalentResource;
+use crate::admission::attributes::GroupVersionResource;
 use crate::endpoints::table::TableConvertor;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;

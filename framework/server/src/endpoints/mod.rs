@@ -14,8 +14,8 @@ pub mod table;
 
 use std::sync::Arc;
 
-use axum::routing::any;
 use axum::Router;
+use axum::routing::any;
 
 pub use handlers::APIState;
 pub use installer::InstalledResources;

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::endpoints::accept::{parse_accept, MediaRange};
-use crate::endpoints::duplicates::{decode_noting_duplicates, decode_within, Exceeded};
+use crate::endpoints::accept::{MediaRange, parse_accept};
+use crate::endpoints::duplicates::{Exceeded, decode_noting_duplicates, decode_within};
 use crate::error::{Error, Result};
 use crate::runtime::nesting;
 
@@ -459,8 +459,10 @@ mod tests {
             decode_body(b"a: [", BodyEncoding::Yaml).unwrap_err().code(),
             400
         );
-        assert!(decode_body(b"a: 1", BodyEncoding::Yaml)
-            .unwrap()
-            .is_object());
+        assert!(
+            decode_body(b"a: 1", BodyEncoding::Yaml)
+                .unwrap()
+                .is_object()
+        );
     }
 }

@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 
 use crate::endpoints::negotiation::Shape;
-use crate::endpoints::request_info::{flag, Verb};
+use crate::endpoints::request_info::{Verb, flag};
 use crate::error::{Error, Result};
 use crate::registry::options::{
-    dry_run, DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch,
-    WriteOptions,
+    DeleteOptions, FieldValidation, GetOptions, ListOptions, ResourceVersionMatch, WriteOptions,
+    dry_run,
 };
 use crate::registry::selector::{FieldSelector, LabelSelector};
 use crate::runtime::FieldError;
@@ -384,12 +384,30 @@ mod tests {
     #[test]
     fn list_options_follow_validate_list_options() {
         let cases = [
-            ("resourceVersionMatch=Exact", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"),
-            ("resourceVersionMatch=Exact&resourceVersion=0", "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""),
-            ("resourceVersionMatch=Newest&resourceVersion=5", "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\""),
-            ("sendInitialEvents=true", "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"),
-            ("watch=1&resourceVersionMatch=NotOlderThan", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"),
-            ("watch=1&sendInitialEvents=true", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+            (
+                "resourceVersionMatch=Exact",
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ),
+            (
+                "resourceVersionMatch=Exact&resourceVersion=0",
+                "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ),
+            (
+                "resourceVersionMatch=Newest&resourceVersion=5",
+                "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\"",
+            ),
+            (
+                "sendInitialEvents=true",
+                "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+            ),
+            (
+                "watch=1&resourceVersionMatch=NotOlderThan",
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ),
+            (
+                "watch=1&sendInitialEvents=true",
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ),
         ];
         for (query, message) in cases {
             let q = Query::parse(Some(query), Verb::List).ok().unwrap();
@@ -408,17 +426,21 @@ mod tests {
             assert_eq!(details.causes[0].field, message.split(':').next().unwrap());
         }
         let ok = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
-        assert!(Query::parse(Some(ok), Verb::Watch)
-            .ok()
-            .unwrap()
-            .list_options()
-            .is_ok());
+        assert!(
+            Query::parse(Some(ok), Verb::Watch)
+                .ok()
+                .unwrap()
+                .list_options()
+                .is_ok()
+        );
         let ok = "resourceVersionMatch=NotOlderThan&resourceVersion=0";
-        assert!(Query::parse(Some(ok), Verb::List)
-            .ok()
-            .unwrap()
-            .list_options()
-            .is_ok());
+        assert!(
+            Query::parse(Some(ok), Verb::List)
+                .ok()
+                .unwrap()
+                .list_options()
+                .is_ok()
+        );
     }
 
     #[test]

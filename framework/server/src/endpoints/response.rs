@@ -2,12 +2,12 @@
 //! and the `Warning` headers collected while serving.
 
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderValue, StatusCode};
-use serde_json::{json, Map, Value};
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Map, Value, json};
 
 use crate::endpoints::negotiation::{Encoding, Shape, Target};
 use crate::endpoints::params::IncludeObject;
-use crate::endpoints::table::{partial_object_metadata, TableConvertor};
+use crate::endpoints::table::{TableConvertor, partial_object_metadata};
 use crate::error::{Error, Result};
 use crate::registry::rest::{Object, ObjectList, WatchEvent, WatchEventType};
 use crate::runtime::ResourceInfo;

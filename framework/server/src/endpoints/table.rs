@@ -2,7 +2,7 @@
 //! columns, and Age, as kube-apiserver builds them for custom resources. Paths are parsed once,
 //! when the resource is installed.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::endpoints::params::IncludeObject;
 use crate::runtime::jsonpath::JsonPath;

@@ -14,14 +14,14 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::response::Response;
 use futures::StreamExt;
-use http::{header, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use super::FilterConfig;
 use crate::audit::{Attributes, Level, ObjectReference, RequestAudit, ResponseStatus, Stage};
 use crate::auth::UserInfo;
-use crate::endpoints::negotiation::{off_workers, read_value, BodyEncoding};
-use crate::endpoints::{RequestInfo, Verb, MAX_REQUEST_BODY_BYTES};
+use crate::endpoints::negotiation::{BodyEncoding, off_workers, read_value};
+use crate::endpoints::{MAX_REQUEST_BODY_BYTES, RequestInfo, Verb};
 
 /// kube's bound on the `userAgent` of an event, and what marks a cut one.
 const MAX_USER_AGENT: usize = 1024;

@@ -180,8 +180,10 @@ mod tests {
             http::Method::PUT,
             "/apis/wardle.example.com/v1alpha1/namespaces/ns1/flunders/x/status",
         );
-        assert!(forbidden_message(&bob, &status, "")
-            .contains("cannot update resource \"flunders/status\""));
+        assert!(
+            forbidden_message(&bob, &status, "")
+                .contains("cannot update resource \"flunders/status\"")
+        );
         let path = info(http::Method::GET, "/metrics");
         assert_eq!(
             forbidden_message(&bob, &path, ""),

@@ -5,10 +5,10 @@
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use http::{header, HeaderValue};
+use http::{HeaderValue, header};
 use serde_json::Value;
 
-use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint};
+use crate::endpoints::negotiation::{Encoding, Endpoint, negotiate};
 
 /// The largest error body re-encoded (a `Status` is small).
 const MAX_STATUS_BYTES: usize = 1 << 20;

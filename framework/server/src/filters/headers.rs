@@ -6,7 +6,7 @@
 
 use axum::extract::Request;
 use axum::response::Response;
-use http::{header, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, header};
 
 /// `Audit-Id`, as kube-apiserver spells it on responses (`Audit-ID` in requests).
 pub static AUDIT_ID: HeaderName = HeaderName::from_static("audit-id");

@@ -15,8 +15,8 @@ use http::HeaderMap;
 use super::FilterConfig;
 use crate::audit::RequestAudit;
 use crate::auth::{Attributes, UserInfo};
-use crate::endpoints::request_info::Verb;
 use crate::endpoints::RequestInfo;
+use crate::endpoints::request_info::Verb;
 use crate::error::Error;
 
 const USER: &str = "impersonate-user";

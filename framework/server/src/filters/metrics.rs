@@ -16,7 +16,7 @@ use hyper::body::{Body as _, Frame, SizeHint};
 use prometheus::IntGauge;
 
 use crate::endpoints::{RequestInfo, Verb};
-use crate::metrics::{global, COMPONENT};
+use crate::metrics::{COMPONENT, global};
 
 /// One request being recorded.
 pub(crate) struct Recording {

@@ -24,10 +24,10 @@ pub(crate) mod trace;
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::{from_fn_with_state, Next};
-use axum::response::{IntoResponse, Response};
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use crate::auth::{Authenticator, Authorizer};

@@ -6,8 +6,8 @@
 
 use axum::extract::Request;
 use http::HeaderValue;
-use tracing::field::Empty;
 use tracing::Span;
+use tracing::field::Empty;
 
 use crate::auth::UserInfo;
 use crate::endpoints::RequestInfo;

@@ -7,15 +7,15 @@
 //! feature.
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::endpoints::negotiation::{decode_object, BodyEncoding};
-use crate::endpoints::params::Query;
 use crate::endpoints::Verb;
-use crate::registry::patch::{apply_patch, PatchSchema, PatchType};
+use crate::endpoints::negotiation::{BodyEncoding, decode_object};
+use crate::endpoints::params::Query;
+use crate::registry::patch::{PatchSchema, PatchType, apply_patch};
 use crate::registry::selector::{FieldSelector, LabelSelector};
-use crate::registry::store::codec::{decode_stored, encode_stored};
 use crate::registry::store::ContinueToken;
+use crate::registry::store::codec::{decode_stored, encode_stored};
 use crate::runtime::jsonpath::JsonPath;
 use crate::storage::KeyValue;
 

@@ -4,14 +4,14 @@
 //! with a 400-class error, and round-trip what they print. (The store's resourceVersion
 //! splicer and the Accept parser have theirs beside their code.)
 
-use crate::endpoints::negotiation::{decode_object, BodyEncoding};
-use crate::registry::patch::{apply_patch, PatchSchema, PatchType};
+use crate::endpoints::negotiation::{BodyEncoding, decode_object};
+use crate::registry::patch::{PatchSchema, PatchType, apply_patch};
 use crate::registry::selector::LabelSelector;
 use crate::registry::store::ContinueToken;
 use crate::runtime::jsonpath::JsonPath;
 use crate::runtime::nesting;
 use proptest::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 /// Any JSON value, a few levels deep.
 fn json_value() -> impl Strategy<Value = Value> {

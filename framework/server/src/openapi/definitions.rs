@@ -11,11 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResourceList, DeleteOptions, ListMeta, ObjectMeta, Patch, Status,
     WatchEvent,
 };
-use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
-use serde_json::{json, Map, Value};
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value, json};
 
-use super::schema::{convert, Dialect, NEUTRAL_PREFIX};
+use super::schema::{Dialect, NEUTRAL_PREFIX, convert};
 use crate::registry::served::{ServedGroup, ServedVersion};
 use crate::runtime::ResourceInfo;
 

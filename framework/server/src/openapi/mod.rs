@@ -17,17 +17,17 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
-use http::{header, HeaderMap, HeaderValue, StatusCode};
-use serde_json::{json, Value};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
 
 use self::definitions::Catalog;
 use self::operations::PathItem;
 use self::schema::Dialect;
-use crate::discovery::document::{no_cache, Document};
+use crate::discovery::document::{Document, no_cache};
 use crate::discovery::not_acceptable;
 use crate::endpoints::accept::media_ranges;
 use crate::error::Error;

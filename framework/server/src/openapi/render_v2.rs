@@ -3,12 +3,12 @@
 //! and `401 Unauthorized` on every operation. (OpenAPI 3.0: `render_v3.rs`, through
 //! `openapiv3`'s types; `openapiv3` has no Swagger 2.0 model.)
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::operations::{Body, Operation, PathItem, Reply, OBJECT_TYPES};
+use super::OpenAPIInfo;
+use super::operations::{Body, OBJECT_TYPES, Operation, PathItem, Reply};
 use super::params::Param;
 use super::schema::Dialect;
-use super::OpenAPIInfo;
 
 /// A complete Swagger 2.0 document.
 pub(crate) fn swagger(

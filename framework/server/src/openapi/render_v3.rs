@@ -10,9 +10,9 @@ use openapiv3::{
 };
 use serde_json::{Map, Value};
 
+use super::OpenAPIInfo;
 use super::operations::{Body, Operation, PathItem, Reply};
 use super::params::{Location, Param};
-use super::OpenAPIInfo;
 
 /// A complete OpenAPI 3.0 document. `schemas` are the catalog's definitions in the 3.0
 /// dialect; one that `openapiv3` cannot read is a bug in the catalog, not in the request.

@@ -4,7 +4,7 @@
 //! Runs once per document at start. References arrive already renamed to the final definition
 //! names, in the neutral form `#/$defs/{name}`; only their prefix changes here.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 /// The neutral reference prefix used between collection and conversion.
 pub(crate) const NEUTRAL_PREFIX: &str = "#/$defs/";

@@ -1,9 +1,9 @@
 use axum::Router;
 use http::StatusCode;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::{OpenAPIDocuments, OpenAPIInfo};
-use crate::discovery::fixtures::{get, groups, Reply, ALL_VERBS, GROUP, PATCH_TYPES};
+use crate::discovery::fixtures::{ALL_VERBS, GROUP, PATCH_TYPES, Reply, get, groups};
 use crate::runtime::ResourceInfo;
 
 const FLUNDER: &str = "com.example.wardle.v1alpha1.Flunder";
@@ -165,9 +165,11 @@ async fn nested_types_are_named_under_their_version() {
     let reference_type = &doc["definitions"]["com.example.wardle.v1alpha1.ReferenceType"];
     assert_eq!(reference_type["enum"], json!(["Flunder", "Fischer"]));
     assert_eq!(reference_type["type"], "string");
-    assert!(doc["definitions"]
-        .get("com.example.wardle.v1beta1.FlunderSpec")
-        .is_some());
+    assert!(
+        doc["definitions"]
+            .get("com.example.wardle.v1beta1.FlunderSpec")
+            .is_some()
+    );
 }
 
 #[tokio::test]
@@ -209,7 +211,9 @@ async fn meta_definitions_carry_kube_extensions() {
         gvks[0],
         json!({"group": "", "kind": "DeleteOptions", "version": "v1"})
     );
-    assert!(gvks.contains(&json!({"group": GROUP, "kind": "DeleteOptions", "version": "v1alpha1"})));
+    assert!(
+        gvks.contains(&json!({"group": GROUP, "kind": "DeleteOptions", "version": "v1alpha1"}))
+    );
 }
 
 fn methods(doc: &Value, path: &str) -> Vec<String> {
@@ -269,9 +273,11 @@ async fn v2_paths_cover_every_route() {
     }
     // The read-only group has no write or watch routes.
     assert_eq!(methods(&doc, "/apis/aaa.example.com/v1/fischers"), ["get"]);
-    assert!(doc["paths"]
-        .get("/apis/aaa.example.com/v1/watch/fischers")
-        .is_none());
+    assert!(
+        doc["paths"]
+            .get("/apis/aaa.example.com/v1/watch/fischers")
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -384,8 +390,7 @@ async fn v2_collection_operations() {
         names(&watch["parameters"]).contains(&"labelSelector"),
         "single-op paths share all"
     );
-    let status = &doc["paths"]
-        ["/apis/wardle.example.com/v1alpha1/namespaces/{namespace}/flunders/{name}/status"];
+    let status = &doc["paths"]["/apis/wardle.example.com/v1alpha1/namespaces/{namespace}/flunders/{name}/status"];
     assert_eq!(
         status["put"]["operationId"],
         "replaceWardleExampleComV1alpha1NamespacedFlunderStatus"
@@ -452,9 +457,11 @@ async fn v3_document_is_self_contained() {
     assert!(schemas.get(FLUNDER).is_some());
     // Only what this group version uses.
     assert!(schemas.get("com.example.wardle.v1beta1.Flunder").is_none());
-    assert!(doc["paths"]
-        .get("/apis/wardle.example.com/v1alpha1/")
-        .is_some());
+    assert!(
+        doc["paths"]
+            .get("/apis/wardle.example.com/v1alpha1/")
+            .is_some()
+    );
     assert_eq!(
         schemas[FLUNDER]["properties"]["metadata"]["allOf"][0]["$ref"],
         "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -488,9 +495,11 @@ async fn kubectl_finds_strategic_merge_patch_and_field_validation() {
             continue;
         }
         patches += 1;
-        assert!(patch["requestBody"]["content"]
-            .get("application/strategic-merge-patch+json")
-            .is_some());
+        assert!(
+            patch["requestBody"]["content"]
+                .get("application/strategic-merge-patch+json")
+                .is_some()
+        );
         assert!(names(&patch["parameters"]).contains(&"fieldValidation"));
     }
     assert_eq!(patches, 2, "object and status");
@@ -500,9 +509,11 @@ async fn kubectl_finds_strategic_merge_patch_and_field_validation() {
         post["requestBody"],
         json!({"content": {"*/*": {"schema": {"$ref": format!("#/components/schemas/{FLUNDER}")}}}, "required": true})
     );
-    assert!(post["responses"]["201"]["content"]
-        .get("application/json")
-        .is_some());
+    assert!(
+        post["responses"]["201"]["content"]
+            .get("application/json")
+            .is_some()
+    );
 }
 
 /// What `kubectl explain flunders.spec` does with the v3 document: find the schema whose

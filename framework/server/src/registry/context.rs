@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::admission::attributes::Requester;
 use crate::admission::AdmissionContext;
+use crate::admission::attributes::Requester;
 use crate::registry::warning::WarningRecorder;
 use crate::user::UserInfo;
 

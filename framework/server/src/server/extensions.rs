@@ -17,10 +17,10 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use axum::routing::MethodRouter;
 use axum::Router;
-use futures::future::BoxFuture;
+use axum::routing::MethodRouter;
 use futures::FutureExt as _;
+use futures::future::BoxFuture;
 
 use crate::auth::delegating::AuthSetup;
 use crate::auth::{Authenticator, Authorizer, UnionAuthenticator, UnionAuthorizer};

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
-use http::{header, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode, header};
 
 pub use crate::lifecycle::{HealthCheck, NotReady, ReadyzCheck};
 use crate::server::version::VersionInfo;

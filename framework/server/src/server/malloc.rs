@@ -23,7 +23,7 @@ pub(crate) fn limit_arenas(max: u32) {
 fn set_arena_max(max: u32) {
     /// `M_ARENA_MAX` of glibc's `<malloc.h>`.
     const M_ARENA_MAX: i32 = -8;
-    extern "C" {
+    unsafe extern "C" {
         fn mallopt(param: i32, value: i32) -> i32;
     }
     let value = i32::try_from(max).unwrap_or(i32::MAX);

@@ -28,7 +28,7 @@ pub use group::{APIGroup, VersionBuilder};
 pub use migrate::MigrateStorageOptions;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use plugins::{AdmissionPluginFactory, PluginContext};
-pub use storage_config::{open_backend, StorageConfig};
+pub use storage_config::{StorageConfig, open_backend};
 pub use version::VersionInfo;
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text until the server's
@@ -37,7 +37,7 @@ pub fn init_logging() {
     logging::init();
 }
 
-pub use logging::{set_logging_format, LoggingFormat};
+pub use logging::{LoggingFormat, set_logging_format};
 
 mod logging {
     //! The log subscriber, whose format the server's options may change once parsed.
@@ -46,7 +46,7 @@ mod logging {
 
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
+    use tracing_subscriber::{EnvFilter, Layer, Registry, fmt, reload};
 
     /// How logs are written (`--logging-format`, as kube-apiserver's).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::tls::{parse_cipher_suite, TlsVersion};
+use super::tls::{TlsVersion, parse_cipher_suite};
 
 /// Which storage backend holds the objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

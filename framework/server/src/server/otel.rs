@@ -19,9 +19,9 @@ use opentelemetry_sdk::trace::{
     BatchSpanProcessor, Sampler, SamplingDecision, SamplingResult, SdkTracerProvider, ShouldSample,
     Span, SpanData, SpanProcessor,
 };
-use tracing_subscriber::filter::{filter_fn, Filtered};
-use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{Filtered, filter_fn};
+use tracing_subscriber::registry::LookupSpan;
 
 /// The processor exports go through while on.
 static PROCESSOR: RwLock<Option<BatchSpanProcessor>> = RwLock::new(None);

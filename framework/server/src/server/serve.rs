@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 use super::idle::{Activity, IdleTimeouts, TrackedBody, TrackedIo};
 use crate::lifecycle::ShutdownSignal;
 use crate::tls::PeerCertificates;
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tower::ServiceExt as _;
 
 /// Tuning of [`serve_tls_with`].
@@ -146,7 +146,7 @@ pub async fn shutdown_signal() {
 
 #[cfg(unix)]
 async fn terminate() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {
             term.recv().await;

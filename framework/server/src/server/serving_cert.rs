@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::lifecycle::ShutdownSignal;
-use crate::tls::certs::CertKey;
 use crate::tls::TlsError;
+use crate::tls::certs::CertKey;
 
 /// How often the certificate files are compared with what is being served.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);

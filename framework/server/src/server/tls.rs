@@ -17,8 +17,8 @@ use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{
     CertificateDer, SignatureVerificationAlgorithm, SubjectPublicKeyInfoDer, UnixTime,
 };
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::ResolvesServerCert;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{
     CertificateError, CipherSuite, DigitallySignedStruct, DistinguishedName, PeerMisbehaved,
     ServerConfig, SignatureScheme, SupportedCipherSuite,
@@ -26,8 +26,8 @@ use rustls::{
 
 use super::serving_cert::ServingCertificate;
 use crate::tls::certs::CertKey;
-use crate::tls::signature::{spki_of, PublicKey, SignatureError};
-use crate::tls::{crypto_provider, root_store, TlsError};
+use crate::tls::signature::{PublicKey, SignatureError, spki_of};
+use crate::tls::{TlsError, crypto_provider, root_store};
 
 /// ALPN protocols offered, preferred first: HTTP/2 multiplexes kubectl's and client-go's
 /// requests and watches over one connection.
@@ -84,9 +84,7 @@ impl FromStr for TlsVersion {
 #[non_exhaustive]
 pub enum TlsVersionError {
     /// TLS 1.0 or 1.1, which Go still knows but which are insecure.
-    #[error(
-        "{0} is not supported: TLS 1.0 and 1.1 are insecure; use VersionTLS12 or VersionTLS13"
-    )]
+    #[error("{0} is not supported: TLS 1.0 and 1.1 are insecure; use VersionTLS12 or VersionTLS13")]
     Insecure(String),
     /// Not a version name of Go's `crypto/tls`.
     #[error("unknown TLS version {0:?}; use VersionTLS12 or VersionTLS13")]
@@ -243,7 +241,7 @@ impl TlsSettings {
                 None => {
                     return Err(TlsError::Invalid(format!(
                         "--tls-cipher-suites: {name} is not offered by the crypto provider"
-                    )))
+                    )));
                 }
             }
         }

@@ -240,10 +240,12 @@ mod tests {
             .await;
         assert!(not_sent(&write.err().unwrap()));
         assert_eq!(tried.load(Ordering::Relaxed), 3);
-        assert!(members
-            .members
-            .iter()
-            .all(|m| m.down.load(Ordering::Relaxed)));
+        assert!(
+            members
+                .members
+                .iter()
+                .all(|m| m.down.load(Ordering::Relaxed))
+        );
         assert_eq!(members.order().len(), 3);
     }
 }

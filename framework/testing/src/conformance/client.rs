@@ -7,7 +7,7 @@ use futures::{Stream, StreamExt};
 use http::{Method, Request};
 use http_body_util::BodyExt;
 use kube::core::WatchEvent;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::TestServer;
 use extension_apiserver::runtime::{Resource, ResourceInfo};

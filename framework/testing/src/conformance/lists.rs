@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use extension_apiserver::runtime::Resource;
 
-use super::client::{ensure, expect_status, names, resource_version, Ctx, OTHER_NAMESPACE};
 use super::Outcome;
+use super::client::{Ctx, OTHER_NAMESPACE, ensure, expect_status, names, resource_version};
 
 const TIER: &str = "conformance.example.com/tier";
 
@@ -353,7 +353,9 @@ fn check_row<K: Resource>(
     }
     let meta = &row["object"];
     ensure!(
-        meta["kind"] == "PartialObjectMetadata" && meta["apiVersion"] == "meta.k8s.io/v1" && &meta["metadata"]["name"] == name,
+        meta["kind"] == "PartialObjectMetadata"
+            && meta["apiVersion"] == "meta.k8s.io/v1"
+            && &meta["metadata"]["name"] == name,
         "a row's object is the object's PartialObjectMetadata (includeObject=Metadata, the default), got {meta}"
     );
     Ok(())

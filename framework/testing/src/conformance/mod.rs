@@ -556,7 +556,9 @@ mod tests {
         );
         assert_eq!(
             suite.skip_notice(Convention::WatchBookmarks).as_deref(),
-            Some("API convention skipped: Flunder watch_bookmarks (wardle.example.com/v1alpha1): bookmarks are sent by a proxy")
+            Some(
+                "API convention skipped: Flunder watch_bookmarks (wardle.example.com/v1alpha1): bookmarks are sent by a proxy"
+            )
         );
         // Skipped: passes without a server that serves flunders.
         assert_eq!(suite.check(Convention::WatchBookmarks).await, Ok(()));

@@ -5,8 +5,8 @@ use serde_json::json;
 
 use extension_apiserver::runtime::Resource;
 
-use super::client::{ensure, expect_status, names, resource_version, Ctx};
 use super::Outcome;
+use super::client::{Ctx, ensure, expect_status, names, resource_version};
 
 /// `errors.NewNotFound(qualifiedResource, name)`: details name the object, the group and
 /// the resource's plural.

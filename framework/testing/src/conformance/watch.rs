@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use extension_apiserver::runtime::Resource;
 
-use super::client::{describe, ensure, resource_version, Ctx, Events, OTHER_NAMESPACE};
 use super::Outcome;
+use super::client::{Ctx, Events, OTHER_NAMESPACE, describe, ensure, resource_version};
 
 type Seen = (String, String, String);
 
@@ -112,7 +112,12 @@ async fn initial_events_end<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         Some(WatchEvent::Bookmark(bookmark)) => {
             of_the_version_watched(ctx, &bookmark)?;
             ensure!(
-                bookmark.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str) == Some("true"),
+                bookmark
+                    .metadata
+                    .annotations
+                    .get("k8s.io/initial-events-end")
+                    .map(String::as_str)
+                    == Some("true"),
                 "the bookmark after the initial events is annotated k8s.io/initial-events-end: \"true\", got {:?}",
                 bookmark.metadata.annotations
             );
@@ -125,7 +130,7 @@ async fn initial_events_end<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
             return Err(format!(
                 "after the initial events comes the initial-events-end BOOKMARK, got {:?}",
                 other.as_ref().map(describe)
-            ))
+            ));
         }
     }
     let mut changed = b.clone();
@@ -169,7 +174,9 @@ async fn progress_bookmark<K: Resource>(ctx: &Ctx<'_, K>) -> Outcome {
         .unwrap_or_default()
         .to_string();
     let selector = "conformance.example.com/tier=none";
-    let query = format!("resourceVersion={start}&allowWatchBookmarks=true&timeoutSeconds=4&labelSelector={selector}");
+    let query = format!(
+        "resourceVersion={start}&allowWatchBookmarks=true&timeoutSeconds=4&labelSelector={selector}"
+    );
     let mut events = ctx.watch(&query).await?;
     let unseen = ctx.create_sample("unseen", &[]).await?;
     let got = events.until_end(20).await?;

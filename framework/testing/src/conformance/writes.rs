@@ -2,14 +2,14 @@
 //! the generic registry Store of `k8s.io/apiserver` does them.
 
 use kube::core::WatchEvent;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use extension_apiserver::runtime::Resource;
 
-use super::client::{
-    describe, ensure, expect_status, names, resource_version, within_seconds, Ctx,
-};
 use super::Outcome;
+use super::client::{
+    Ctx, describe, ensure, expect_status, names, resource_version, within_seconds,
+};
 
 const LABEL: &str = "conformance.example.com/step";
 const FINALIZER: &str = "conformance.example.com/hold";
@@ -89,7 +89,9 @@ async fn list_is_not_older_than_items<K: Resource>(ctx: &Ctx<'_, K>, object: &Va
         .expect(200, "GET")?;
     let written = ctx.update(&relabeled(&current, "2")).await?;
     match watch.next(10).await? {
-        Some(WatchEvent::Modified(o)) if resource_version(&o) == resource_version(&written) => Ok(()),
+        Some(WatchEvent::Modified(o)) if resource_version(&o) == resource_version(&written) => {
+            Ok(())
+        }
         other => Err(format!(
             "a watch from the list's resourceVersion {list_rv:?} must start after its items: expected MODIFIED {:?} at {:?}, got {:?}",
             name_of(object),

@@ -38,7 +38,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube_core::response::{StatusCause, StatusDetails};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use self::client::Clients;
 use self::hook::Hook;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::rules::Invocation;
 use crate::admission::Attributes;
@@ -96,10 +96,10 @@ pub(crate) fn verify(uid: &str, mutating: bool, review: &Value) -> Result<Answer
     if mutating {
         match (&patch, &patch_type) {
             (None, Some(_)) => {
-                return Err("webhook returned response.patchType but not response.patch".into())
+                return Err("webhook returned response.patchType but not response.patch".into());
             }
             (Some(_), None) => {
-                return Err("webhook returned response.patch but not response.patchType".into())
+                return Err("webhook returned response.patch but not response.patchType".into());
             }
             _ => {}
         }
@@ -165,11 +165,13 @@ mod tests {
         );
         let untyped = json!({"uid": "a", "allowed": true, "patch": "W10="});
         assert!(verify("a", true, &answer(untyped)).is_err());
-        assert!(verify(
-            "a",
-            true,
-            &json!({"apiVersion": API_VERSION, "kind": "AdmissionReview"})
-        )
-        .is_err());
+        assert!(
+            verify(
+                "a",
+                true,
+                &json!({"apiVersion": API_VERSION, "kind": "AdmissionReview"})
+            )
+            .is_err()
+        );
     }
 }

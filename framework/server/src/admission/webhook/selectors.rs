@@ -8,8 +8,8 @@ use kube::core::{Selector, SelectorExt as _};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
-use crate::admission::namespace::{namespace_not_found, CoreNamespaces};
 use crate::admission::Attributes;
+use crate::admission::namespace::{CoreNamespaces, namespace_not_found};
 use crate::error::{Error, Result};
 
 /// A selector that selects everything: kube skips the lookups then.

@@ -1,10 +1,10 @@
 //! get and list.
 
 use axum::response::Response;
-use http::{header, StatusCode};
+use http::{StatusCode, header};
 
-use super::{require, Call};
-use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint, Shape};
+use super::{Call, require};
+use crate::endpoints::negotiation::{Encoding, Endpoint, Shape, negotiate};
 use crate::endpoints::response::{respond, respond_list, respond_object, shape_object};
 use crate::error::Result;
 

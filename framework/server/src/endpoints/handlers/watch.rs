@@ -5,11 +5,11 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
-use http::{header, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode, header};
 
 use super::read::accept_header;
-use super::{require, Call};
-use crate::endpoints::negotiation::{negotiate, Encoding, Endpoint};
+use super::{Call, require};
+use crate::endpoints::negotiation::{Encoding, Endpoint, negotiate};
 use crate::endpoints::response::watch_line;
 use crate::error::{Error, Result};
 use crate::registry::rest::{Object, WatchEvent, WatchEventType};

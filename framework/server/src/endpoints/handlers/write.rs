@@ -3,30 +3,30 @@
 use std::sync::Arc;
 
 use axum::response::Response;
-use http::{header, StatusCode};
-use serde_json::{json, Value};
+use http::{StatusCode, header};
+use serde_json::{Value, json};
 
 use super::read::accept_header;
-use super::{require, Call};
-use crate::admission::attributes::GroupVersionResource;
+use super::{Call, require};
 use crate::admission::AdmissionContext;
+use crate::admission::attributes::GroupVersionResource;
 use crate::endpoints::body::read_limited;
 use crate::endpoints::negotiation::{
-    body_encoding, negotiate, off_workers, read_object, read_value, summarize_body, BodyEncoding,
-    BodyError, Endpoint, Shape, Target,
+    BodyEncoding, BodyError, Endpoint, Shape, Target, body_encoding, negotiate, off_workers,
+    read_object, read_value, summarize_body,
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
-use crate::error::{deleted_status, Error, Result};
+use crate::error::{Error, Result, deleted_status};
 use crate::registry::context::PatchDecoding;
 use crate::registry::fieldmanager::{
-    manager_from_user_agent, FieldManager, FieldOwner, FieldSet, PathElement, VersionConverter,
+    FieldManager, FieldOwner, FieldSet, PathElement, VersionConverter, manager_from_user_agent,
 };
-use crate::registry::options::{delete_dry_run, DeleteOptions, FieldValidation, WriteOptions};
+use crate::registry::options::{DeleteOptions, FieldValidation, WriteOptions, delete_dry_run};
 use crate::registry::patch::{self, DecodedPatch, PatchError, PatchType};
 use crate::registry::rest::{DeleteOutcome, UpdateFn, Updater};
+use crate::runtime::ResourceInfo;
 use crate::runtime::jsonpath::go_print;
 use crate::runtime::object;
-use crate::runtime::ResourceInfo;
 
 /// Reads the body, refusing one larger than the limit with 413.
 async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
@@ -105,14 +105,18 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
     let map = object
         .as_object_mut()
         .ok_or_else(|| Error::bad_request("the request body must be an object"))?;
-    match map.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    match map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         None => {
             map.insert("apiVersion".into(), json!(expected_version));
         }
         Some(v) if v != expected_version => {
             return Err(Error::bad_request(format!(
                 "the API version in the data ({v}) does not match the expected API version ({expected_version})"
-            )))
+            )));
         }
         Some(_) => {}
     }
@@ -128,7 +132,7 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
             return Err(Error::bad_request(format!(
                 "the kind in the data ({k}) does not match the expected kind ({})",
                 info.kind
-            )))
+            )));
         }
         Some(_) => {}
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::runtime::object::{meta_str, metadata_mut};
 use crate::storage::Revision;

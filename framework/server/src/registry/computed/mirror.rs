@@ -6,18 +6,18 @@
 //! provider call).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use super::diff::{diff, reconcile, MirrorWrite, Mirrored};
+use super::diff::{MirrorWrite, Mirrored, diff, reconcile};
 use super::provider::{Change, Provider};
 use crate::error::{Error, Result};
-use crate::registry::store::codec::{encode_for_storage, set_type_meta};
 use crate::registry::store::Store;
+use crate::registry::store::codec::{encode_for_storage, set_type_meta};
 use crate::runtime::object::{self, set_meta};
 use crate::runtime::{Resource, Scope};
 use crate::storage::{Backend, ListRequest, StorageError};

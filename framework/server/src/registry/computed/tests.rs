@@ -1,8 +1,8 @@
 //! The computed storage against a provider the tests change: what a client sees through the
 //! REST verbs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -395,12 +395,14 @@ async fn concurrent_reads_share_a_provider_call_and_later_ones_ask_again() {
     // The first read's call, and one that began after all the others had arrived.
     assert_eq!(provider.lists.load(Ordering::SeqCst), 2);
     provider.set(vec![]);
-    assert!(storage
-        .list(&ctx, &ListOptions::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(
+        storage
+            .list(&ctx, &ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     let get = storage.get(&ctx, "x", &GetOptions::default()).await;
     assert_eq!(get.unwrap_err().code(), 404);
     assert_eq!(provider.lists.load(Ordering::SeqCst), 4);
@@ -519,11 +521,13 @@ async fn a_reader_reads_the_providers_objects_fresh_and_from_the_cache() {
         names_of(&reader.list_cached(Some("b")).unwrap().unwrap()),
         ["z"]
     );
-    assert!(reader
-        .get_cached(Some("b"), "y")
-        .unwrap()
-        .unwrap()
-        .is_none());
+    assert!(
+        reader
+            .get_cached(Some("b"), "y")
+            .unwrap()
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use super::ComputedStorage;
 use super::mirror::Mirror;
 use super::provider::{ChangeStream, Provider};
-use super::ComputedStorage;
 use crate::error::Result;
 use crate::lifecycle::ShutdownSignal;
 use crate::registry::store::Source;

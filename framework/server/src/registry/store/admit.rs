@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use super::codec::{decode_typed, encode_typed};
 use super::Inner;
+use super::codec::{decode_typed, encode_typed};
 use crate::admission::{Attributes, Operation};
 use crate::error::Result;
 use crate::registry::context::RequestContext;

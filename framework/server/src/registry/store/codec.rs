@@ -1,7 +1,7 @@
 //! Objects to and from stored bytes, and from JSON to the user's type.
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::registry::context::{PatchDecoding, RequestContext};

@@ -2,11 +2,11 @@
 //! finalizers, and `deletionTimestamp` while finalizers keep an object (kube's
 //! `Store.Delete`, `BeforeDelete` and `deletionFinalizersForGarbageCollection`).
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::admit::Admit;
 use super::codec::encode_for_storage;
-use super::{list, Inner, MAX_ATTEMPTS};
+use super::{Inner, MAX_ATTEMPTS, list};
 use crate::admission::Operation;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
@@ -148,11 +148,7 @@ fn finalizers_for_deletion(
     }
     let same_set =
         wanted.iter().all(|f| existing.contains(f)) && existing.iter().all(|f| wanted.contains(f));
-    if same_set {
-        existing
-    } else {
-        wanted
-    }
+    if same_set { existing } else { wanted }
 }
 
 /// kube's `shouldOrphanDependents`: the request's options, then the object's finalizers,

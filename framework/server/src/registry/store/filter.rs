@@ -5,9 +5,9 @@ use serde_json::Value;
 use super::codec::decode_cached;
 use crate::error::{Error, Result};
 use crate::registry::options::{FieldView, ListOptions};
-use crate::registry::selector::{field_value, FieldSelector, LabelSelector};
-use crate::runtime::object;
+use crate::registry::selector::{FieldSelector, LabelSelector, field_value};
 use crate::runtime::ResourceInfo;
+use crate::runtime::object;
 use crate::storage::cacher::CachedObject;
 
 /// The selectors of a list or watch.

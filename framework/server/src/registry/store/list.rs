@@ -6,8 +6,8 @@ use std::time::Duration;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::filter::Filter;
 use super::Inner;
+use super::filter::Filter;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
@@ -56,7 +56,9 @@ impl ContinueToken {
     /// Decodes, or a 400 that says the token is malformed.
     pub fn decode(token: &str) -> Result<Self> {
         let bad = |_| {
-            Error::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+            Error::bad_request(
+                "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+            )
         };
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(token.trim_end_matches('='))

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::admit::AdmissionView;
-use super::{write, Store};
+use super::{Store, write};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::fieldmanager::ScaleHandler;

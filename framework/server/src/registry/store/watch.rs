@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use rand::Rng;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 
+use super::Inner;
 use super::codec::{decode_cached, set_type_meta};
 use super::filter::Filter;
 use super::list::{cache_reaches, consistent_revision, parse_resource_version};
-use super::Inner;
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::ListOptions;

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::Rng;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::admit::{AdmissionView, Admit};
 use super::codec::{decode_stored, decode_typed, encode_for_storage, encode_typed};
@@ -14,8 +14,9 @@ use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
 use crate::registry::rest::UpdateFn;
 use crate::registry::strategy::{
-    clear_status_on_create, keep_what_target_may_not_change, next_generation,
-    prepare_meta_for_create, prepare_meta_for_update, Strategy, StrategyContext, UpdateTarget,
+    Strategy, StrategyContext, UpdateTarget, clear_status_on_create,
+    keep_what_target_may_not_change, next_generation, prepare_meta_for_create,
+    prepare_meta_for_update,
 };
 use crate::registry::validation::{
     validate_object_meta, validate_object_meta_update, validate_object_name,
@@ -224,9 +225,11 @@ fn check_namespace(inner: &Inner, ctx: &RequestContext, object: &mut Value) -> R
     let url = ctx.namespace.as_deref().unwrap_or_default();
     match object::namespace(object) {
         None => set_meta(object, "namespace", json!(url)),
-        Some(ns) if ns != url => return Err(Error::bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        )),
+        Some(ns) if ns != url => {
+            return Err(Error::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
         Some(_) => {}
     }
     Ok(())

@@ -8,8 +8,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::runtime::object::{metadata, metadata_mut};
 use crate::runtime::ResourceInfo;
+use crate::runtime::object::{metadata, metadata_mut};
 
 /// Which path an update came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use crate::registry::options::WriteOptions;
 use crate::runtime::{FieldError, Resource};
 
 pub use generic::{
-    clear_status_on_create, keep_what_target_may_not_change, next_generation,
-    prepare_meta_for_create, prepare_meta_for_update, spec_changed, UpdateTarget,
+    UpdateTarget, clear_status_on_create, keep_what_target_may_not_change, next_generation,
+    prepare_meta_for_create, prepare_meta_for_update, spec_changed,
 };
 
 /// The per-type rules of create and update: kube's `RESTCreateStrategy` and

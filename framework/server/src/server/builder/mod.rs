@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use axum::response::IntoResponse;
 use axum::Router;
+use axum::response::IntoResponse;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::net::TcpListener;
 
@@ -40,14 +40,14 @@ use crate::server::storage_config::*;
 mod extend;
 use crate::server::health::{self, HealthChecks, HealthState, ReadyzCheck};
 use crate::server::migrate::MigrateStorageOptions;
-use crate::server::options::{ServerOptions, StorageBackendKind, DEFAULT_HTTP2_MAX_STREAMS};
-use crate::server::serve::{serve_tls_with, shutdown_signal, ServeOptions};
-use crate::server::serving_cert::{ServingCertificate, RELOAD_INTERVAL};
+use crate::server::options::{DEFAULT_HTTP2_MAX_STREAMS, ServerOptions, StorageBackendKind};
+use crate::server::serve::{ServeOptions, serve_tls_with, shutdown_signal};
+use crate::server::serving_cert::{RELOAD_INTERVAL, ServingCertificate};
 use crate::server::tls;
 use crate::server::version::VersionInfo;
 use crate::storage::instrumented::Instrumented;
 use crate::storage::{Backend, CacherOptions, SizeLimited};
-use crate::tls::certs::{SelfSignedCerts, SERVING_CERT_FILE, SERVING_KEY_FILE};
+use crate::tls::certs::{SERVING_CERT_FILE, SERVING_KEY_FILE, SelfSignedCerts};
 
 /// The serving side of TLS: the cert dir's self-signed material, the serving certificate (from
 /// files, followed when they change) and the rustls configuration of the secure port.
