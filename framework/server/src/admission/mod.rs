@@ -27,9 +27,9 @@
 //! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
 //! ([`AdmissionOptions`]).
 
-pub mod attributes;
-pub mod namespace;
-pub mod options;
+pub(crate) mod attributes;
+pub(crate) mod namespace;
+pub(crate) mod options;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -39,7 +39,10 @@ use tracing::Instrument;
 
 use crate::error::Result;
 
+// Each part's public items, under this module's name (the parts themselves are private).
+pub use attributes::*;
 pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
+pub use namespace::*;
 pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
 pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};

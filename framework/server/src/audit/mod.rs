@@ -9,16 +9,19 @@
 //! the filters: it knows nothing of HTTP routing, endpoints or the registry.
 
 pub mod log;
-pub mod options;
-pub mod policy;
-pub mod types;
+pub(crate) mod options;
+pub(crate) mod policy;
+pub(crate) mod types;
 pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+// Each part's public items, under this module's name (the parts themselves are private).
 pub use options::AuditOptions;
+pub use policy::*;
 pub use policy::{Attributes, RequestAuditConfig};
+pub use types::*;
 pub use types::{
     Event, EventList, GroupResources, Level, ObjectReference, Policy, PolicyRule, ResponseStatus,
     Stage, UserInfo,

@@ -2,16 +2,20 @@
 //! [`Authenticator`] who sent a request and an [`Authorizer`] whether that user may do it.
 //! The verdicts mirror `k8s.io/apiserver`'s `authenticator.Request` and `authorizer.Authorizer`.
 
-pub mod authorizer;
+pub(crate) mod authorizer;
 pub mod delegating;
-pub mod options;
-pub mod requestheader;
+pub(crate) mod options;
+pub(crate) mod requestheader;
 pub(crate) mod sar;
 pub(crate) mod token_webhook;
 pub(crate) mod ttl_cache;
+// Each part's public items, under this module's name (the parts themselves are private).
+pub use authorizer::*;
 pub use extension_apiserver_machinery::user;
+pub use options::*;
+pub use requestheader::*;
 mod chain;
-pub mod x509;
+pub(crate) mod x509;
 mod x509_v1;
 
 use std::sync::{Arc, RwLock};

@@ -2,34 +2,40 @@
 //! health, and the accept loop every
 //! request enters through.
 
-pub mod builder;
-pub mod error;
-pub mod extensions;
-pub mod group;
-pub mod health;
+pub(crate) mod builder;
+pub(crate) mod error;
+pub(crate) mod extensions;
+pub(crate) mod group;
+pub(crate) mod health;
 mod idle;
 pub mod malloc;
-pub mod migrate;
-pub mod options;
+pub(crate) mod migrate;
+pub(crate) mod options;
 #[cfg(feature = "otlp")]
 mod otel;
-pub mod plugins;
+pub(crate) mod plugins;
 pub mod serve;
 pub mod serving_cert;
-pub mod storage_config;
+pub(crate) mod storage_config;
 pub mod tls;
-pub mod tracing_export;
-pub mod version;
+pub(crate) mod tracing_export;
+pub(crate) mod version;
 
+// Each part's public items, under this module's name (the parts themselves are private).
+pub use builder::*;
 pub use builder::{APIServer, BuiltServer, Command, RunningServer};
 pub use error::ServerError;
 pub use extensions::{HookError, PostStartContext};
 pub use group::{APIGroup, VersionBuilder};
+pub use health::*;
 pub use migrate::MigrateStorageOptions;
+pub use options::*;
 pub use options::{ServerOptions, StorageBackendKind};
 pub use plugins::{AdmissionPluginFactory, PluginContext};
 pub use storage_config::{StorageConfig, open_backend};
+pub use tracing_export::*;
 pub use version::VersionInfo;
+pub use version::*;
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text until the server's
 /// `--logging-format` says otherwise ([`set_logging_format`]).
