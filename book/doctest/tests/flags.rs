@@ -1,8 +1,8 @@
 //! The book's flag reference (`book/src/flags.md`) is the server's command line, rendered from
 //! its clap definitions (`APIServer::cli()`): this test fails when a flag, its value, default or
-//! help changes and the page was not regenerated. `UPDATE_BOOK=1 cargo test -p apiserver-book
-//! --test flags` rewrites the page (build with `--features apiserver/etcd` so that the etcd
-//! flags are in it).
+//! help changes and the page was not regenerated. `UPDATE_BOOK=1 cargo test -p
+//! extension-apiserver-book --test book -- flags::` rewrites the page (build with `--features
+//! extension-apiserver/etcd` so that the etcd flags are in it).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ const SECTIONS: [(&str, &str); 4] = [
 const HEADER: &str = "# Flag reference
 
 <!-- Generated from the server's clap definitions by book/doctest/tests/flags.rs; do not edit.
-     `UPDATE_BOOK=1 cargo test -p apiserver-book --features apiserver/etcd --test flags`
+     `UPDATE_BOOK=1 cargo test -p extension-apiserver-book --features extension-apiserver/etcd --test book -- flags::`
      rewrites it. -->
 
 Every server built with `APIServer::from_args()` understands these flags, and `--help` prints
@@ -212,7 +212,7 @@ fn the_flag_reference_is_the_command_line() {
     if std::env::var_os("UPDATE_BOOK").is_some() {
         assert!(
             with_etcd,
-            "regenerate with --features apiserver/etcd, or the etcd flags go missing"
+            "regenerate with --features extension-apiserver/etcd, or the etcd flags go missing"
         );
         std::fs::write(&path, &rendered).unwrap();
         return;
@@ -226,7 +226,7 @@ fn the_flag_reference_is_the_command_line() {
     assert!(
         rendered == expected,
         "book/src/flags.md is not the command line; rewrite it with \
-         `UPDATE_BOOK=1 cargo test -p apiserver-book --features apiserver/etcd --test flags`\n\
+         `UPDATE_BOOK=1 cargo test -p extension-apiserver-book --features extension-apiserver/etcd --test book -- flags::`\n\
          --- rendered ---\n{rendered}"
     );
 }

@@ -633,7 +633,7 @@ fn all_verbs_fixture_is_sorted() {
 }
 
 /// Runs the real `kubectl explain` (and `kubectl api-resources`) against a server made of these
-/// routes. Needs `kubectl` on the PATH: `cargo test -p apiserver --lib openapi:: -- --ignored`.
+/// routes. Needs `kubectl` on the PATH: `cargo test -p extension-apiserver --lib openapi::`.
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_explain_works() {
     let info = OpenAPIInfo::default();

@@ -14,7 +14,7 @@ pub enum StorageBackendKind {
     Sqlite,
     /// In memory: gone when the process ends. For tests and demos.
     Memory,
-    /// An etcd v3 cluster (--etcd-servers). Needs the `etcd` feature of the `apiserver` crate.
+    /// An etcd v3 cluster (--etcd-servers). Needs the `etcd` feature of the `extension-apiserver` crate.
     Etcd3,
 }
 
