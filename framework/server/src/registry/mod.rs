@@ -8,6 +8,7 @@ pub mod options;
 pub mod rest;
 pub mod served;
 pub mod store;
+pub(crate) mod stores;
 pub mod strategy;
 
 // The machinery's parts of API semantics (apimachinery and structured-merge-diff in

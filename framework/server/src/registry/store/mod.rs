@@ -43,13 +43,13 @@ use crate::storage::cacher::EncodeFn;
 use crate::storage::{Backend, Cacher, CacherOptions, KeyValue, StorageError};
 use versions::StoredVersions;
 
+pub(crate) use crate::registry::stores::SetLink;
+pub use crate::registry::stores::StoreSet;
 pub use list::ContinueToken;
 pub use migrate::{MigrationReport, StorageMigrator};
 pub use reader::Reader;
 pub(crate) use reader::Source;
 pub use scale::ScaleStore;
-pub(crate) use set::SetLink;
-pub use set::StoreSet;
 
 /// How often a write retries after losing a compare-and-swap race (or a generated name
 /// collides) before giving up.

@@ -1,49 +1,18 @@
-//! The stores of one server, by type: how a strategy (or anything holding one store) reaches
-//! the others, in process.
+//! What the stores of one server ([`StoreSet`]) do with the stores and readers they hold, and
+//! how a strategy reads them ([`StrategyContext::reader`]).
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::any::TypeId;
+use std::sync::PoisonError;
 
 use super::{Reader, Store};
+use crate::registry::stores::{SetLink, StoreSet};
 use crate::registry::strategy::StrategyContext;
 use crate::runtime::Resource;
-
-/// Something per type: a `Store<T>`, or a `Reader<T>`.
-type ByType = Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>;
-
-/// One store per type. Every store made through the set knows it (weakly), so its
-/// strategies can read the others ([`StrategyContext::reader`](crate::StrategyContext::reader)),
-/// and the readers of computed resources, which have no store of their own.
-#[derive(Clone, Default)]
-pub struct StoreSet {
-    stores: Arc<ByType>,
-    /// A `Reader<T>` per computed kind `T`.
-    computed: Arc<ByType>,
-}
-
-/// A store's link back to its set, which does not keep the set alive.
-#[derive(Clone, Default)]
-pub(crate) struct SetLink(Weak<ByType>, Weak<ByType>);
-
-impl SetLink {
-    pub(crate) fn set(&self) -> Option<StoreSet> {
-        let (stores, computed) = (self.0.upgrade()?, self.1.upgrade()?);
-        Some(StoreSet { stores, computed })
-    }
-}
-
-impl std::fmt::Debug for StoreSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let count = self.lock().len();
-        f.debug_struct("StoreSet").field("stores", &count).finish()
-    }
-}
 
 impl<'a> StrategyContext<'a> {
     /// The same context with the server's stores, which [`reader`](Self::reader) reads.
     pub fn with_stores(mut self, stores: Option<&'a StoreSet>) -> Self {
-        self.stores = stores.map(|s| s as &(dyn Any + Send + Sync));
+        self.stores = stores;
         self
     }
 
@@ -52,16 +21,11 @@ impl<'a> StrategyContext<'a> {
     /// with [`Reader::list_cached`] and [`Reader::get_cached`], from the watch cache, as
     /// kube's strategies read listers.
     pub fn reader<U: Resource>(&self) -> Option<Reader<U>> {
-        // Only `with_stores` sets it, always to a `StoreSet`.
-        self.stores?.downcast_ref::<StoreSet>()?.reader::<U>()
+        self.stores?.reader::<U>()
     }
 }
 
 impl StoreSet {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TypeId, Box<dyn Any + Send + Sync>>> {
-        self.stores.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The store of `T`, if the set has one.
     pub fn get<T: Resource>(&self) -> Option<Store<T>> {
         self.lock()
@@ -97,7 +61,7 @@ impl StoreSet {
         make: impl FnOnce(SetLink) -> Store<T>,
     ) -> Store<T> {
         let mut stores = self.lock();
-        let link = SetLink(Arc::downgrade(&self.stores), Arc::downgrade(&self.computed));
+        let link = self.link();
         stores
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Box::new(make(link)))

@@ -11,6 +11,7 @@ use crate::user::UserInfo;
 
 use crate::registry::context::RequestContext;
 use crate::registry::options::WriteOptions;
+use crate::registry::stores::StoreSet;
 use crate::runtime::{FieldError, Resource};
 
 pub use generic::{
@@ -147,10 +148,9 @@ pub struct StrategyContext<'a> {
     request: &'a RequestContext,
     options: &'a WriteOptions,
     subresource: Option<&'static str>,
-    /// The server's stores (the store module's `StoreSet`, which sets and reads it: see
-    /// `with_stores` and `reader` there), so that this module, below the store, does not
-    /// name it.
-    pub(crate) stores: Option<&'a (dyn std::any::Any + Send + Sync)>,
+    /// The server's stores, which `with_stores` and `reader` (in the store module, which
+    /// makes readers) set and read.
+    pub(crate) stores: Option<&'a StoreSet>,
 }
 
 impl<'a> StrategyContext<'a> {
