@@ -1,6 +1,6 @@
 //! Why a server could not start ([`ServerError`]).
 
-use crate::auth::delegating::{self};
+use crate::auth::delegating;
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]

@@ -1,8 +1,10 @@
 //! The groups a server serves ([`APIGroup`]), each a set of versions ([`VersionBuilder`]),
 //! each a set of resources.
 
+use std::sync::Arc;
+
 use super::error::ServerError;
-use super::storage_config::*;
+use super::storage_config::{Declaration, MakeComputed, StorageConfig, StorageFactory};
 use crate::aggregator::APIServiceVersion;
 use crate::registry::computed::{ComputedOptions, ComputedStorage, Provider};
 use crate::registry::converted::converted;
@@ -10,7 +12,6 @@ use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::strategy::Strategy;
 use crate::runtime::{Convertible, Resource};
-use std::sync::Arc;
 
 /// The resources of one version of a group.
 #[derive(Default)]
@@ -231,23 +232,18 @@ impl APIGroup {
     /// own group, so that the group and version come from the type.
     pub(super) fn serve<T: Strategy>(&mut self) {
         let version = T::INFO.version;
-        match self.versions.iter().position(|v| v.version == version) {
-            Some(i) => {
-                let builder = std::mem::take(&mut self.versions[i]);
-                self.versions[i] = VersionBuilder {
-                    version: version.to_string(),
-                    ..builder
-                }
-                .resource::<T>();
-            }
+        let i = match self.versions.iter().position(|v| v.version == version) {
+            Some(i) => i,
             None => {
-                let builder = VersionBuilder {
+                self.versions.push(VersionBuilder {
                     version: version.to_string(),
                     ..VersionBuilder::default()
-                };
-                self.versions.push(builder.resource::<T>());
+                });
+                self.versions.len() - 1
             }
-        }
+        };
+        let builder = std::mem::take(&mut self.versions[i]);
+        self.versions[i] = builder.resource::<T>();
     }
 
     /// One APIService entry per version, in order of preference.

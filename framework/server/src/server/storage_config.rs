@@ -1,6 +1,10 @@
 //! What the storage of a server shares ([`StorageConfig`]), and the backend the options
 //! name ([`open_backend`]).
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
 use super::error::ServerError;
 use crate::lifecycle::ShutdownSignal;
 use crate::registry::rest::RestStorage;
@@ -8,9 +12,6 @@ use crate::registry::store::{Reader, StorageMigrator, Store, StoreSet};
 use crate::runtime::{Convertible, Resource};
 use crate::server::options::{ServerOptions, StorageBackendKind};
 use crate::storage::{Backend, CacherOptions, MemoryBackend, SqliteBackend};
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 pub(super) type StorageFactory =
     Box<dyn Fn(&StorageConfig) -> Vec<(String, RestStorage)> + Send + Sync>;

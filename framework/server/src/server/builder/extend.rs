@@ -1,19 +1,21 @@
 //! What a user adds to the server (see [`extensions`](crate::server::extensions)): the
 //! builder's methods that collect it.
 
-use super::APIServer;
-use crate::auth::{Authenticator, Authorizer};
-use crate::lifecycle::NotReady;
-use crate::server::extensions::*;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
 use axum::Router;
 use axum::extract::Request;
 use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, Route};
 use futures::FutureExt as _;
-use std::convert::Infallible;
-use std::future::Future;
-use std::sync::{Arc, Mutex};
 use tower::{Layer, Service};
+
+use super::APIServer;
+use crate::auth::{Authenticator, Authorizer};
+use crate::lifecycle::NotReady;
+use crate::server::extensions::{FnCheck, HookError, HookFn, LayerFn, PostStartContext};
 
 impl APIServer {
     /// Asks `authenticator` who sent a request before the server's own authenticators (client
