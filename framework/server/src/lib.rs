@@ -61,6 +61,7 @@ pub mod filters;
 // The entry points of the fuzz targets (fuzz/), and their regression tests.
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
+pub mod metrics_apis;
 pub mod openapi;
 pub mod prelude;
 pub mod registry;

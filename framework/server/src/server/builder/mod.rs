@@ -38,6 +38,7 @@ use crate::server::group::*;
 use crate::server::storage_config::*;
 
 mod extend;
+mod metrics;
 use crate::server::health::{self, HealthChecks, HealthState, ReadyzCheck};
 use crate::server::migrate::MigrateStorageOptions;
 use crate::server::options::{DEFAULT_HTTP2_MAX_STREAMS, ServerOptions, StorageBackendKind};
@@ -161,6 +162,8 @@ pub struct APIServer {
     logging: bool,
     /// Authenticators, authorizers, layers, routes, checks and hooks the user added.
     pub(super) extensions: Extensions,
+    /// The providers of the custom and external metrics APIs.
+    metrics: metrics::MetricsProviders,
 }
 
 /// How long a stopping server waits for the audit webhook to take the buffered events.
@@ -455,6 +458,7 @@ impl APIServer {
             admission_plugins: Vec::new(),
             logging: true,
             extensions: Extensions::default(),
+            metrics: metrics::MetricsProviders::default(),
         }
     }
 

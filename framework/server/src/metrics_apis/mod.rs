@@ -1,0 +1,28 @@
+//! The metrics APIs autoscalers and `kubectl top` read: `metrics.k8s.io` (resource metrics,
+//! what metrics-server serves), `custom.metrics.k8s.io` (metrics describing objects) and
+//! `external.metrics.k8s.io` (metrics of things outside the cluster), the APIs of
+//! `k8s.io/metrics` that Go's `sigs.k8s.io/custom-metrics-apiserver` serves.
+//!
+//! A server implements the provider trait of each API it serves and hands it to the builder:
+//! [`APIServer::resource_metrics`](crate::server::APIServer::resource_metrics),
+//! [`APIServer::custom_metrics`](crate::server::APIServer::custom_metrics),
+//! [`APIServer::external_metrics`](crate::server::APIServer::external_metrics). The framework
+//! serves the paths, discovery (following the metrics as they come and go), OpenAPI v2 and v3,
+//! authorization (`get` on the metric's resource of the group, as kube's adapters are
+//! authorized), audit and request metrics, beside ordinary resources or alone.
+//!
+//! The book's "Metrics APIs" chapter walks through an adapter.
+
+mod custom;
+mod external;
+mod resource;
+mod types;
+
+pub use custom::{CustomMetricInfo, CustomMetricsProvider, DescribedObjects, GroupResource};
+pub use external::{ExternalMetricInfo, ExternalMetricsProvider};
+pub(crate) use resource::group as resource_group;
+pub use resource::{GROUP as RESOURCE_METRICS_GROUP, ResourceMetricsProvider};
+pub use types::{
+    ContainerMetrics, ExternalMetricValue, MetricValue, NodeMetrics, PodMetrics,
+    go_duration_string, parse_go_duration,
+};
