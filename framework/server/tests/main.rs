@@ -16,6 +16,7 @@ mod object_size;
 mod overload;
 mod per_version;
 mod request_bounds;
+mod resource_metrics;
 mod scale;
 mod server_side_apply;
 mod serving_options;
