@@ -160,6 +160,10 @@ async fn node_and_pod_metrics_have_metrics_servers_shapes() {
     assert_eq!(n1["window"], "20.5s", "a metav1.Duration, as Go writes it");
     assert_eq!(n1["usage"], json!({"cpu": "250m", "memory": "1Gi"}));
     assert_eq!(n1["metadata"]["labels"], json!({"role": "worker"}));
+    assert_eq!(
+        n1["metadata"]["creationTimestamp"], "2026-11-26T10:00:00Z",
+        "created when measured"
+    );
 
     let pods = get(&server, &format!("{BASE}/namespaces/default/pods")).await;
     assert_eq!(pods["kind"], "PodMetricsList");

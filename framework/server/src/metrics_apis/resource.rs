@@ -6,6 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::types::{NodeMetrics, PodMetrics};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
 use crate::error::Result;
 use crate::registry::computed::Provider;
 use crate::server::APIGroup;
@@ -38,7 +40,11 @@ impl Provider for NodeMetricsSource {
     type Object = NodeMetrics;
 
     async fn list(&self, _namespace: Option<&str>) -> Result<Vec<NodeMetrics>> {
-        self.0.node_metrics().await
+        let mut nodes = self.0.node_metrics().await?;
+        for node in &mut nodes {
+            created_when_measured(&mut node.metadata, &node.timestamp);
+        }
+        Ok(nodes)
     }
 }
 
@@ -59,6 +65,16 @@ impl Provider for PodMetricsSource {
         }
         Ok(pods)
     }
+}
+
+/// metrics-server sets `creationTimestamp` to the time of the request; here it is the time
+/// of the measurement (unless the provider set one), so that an object changes only when a
+/// new measurement comes (a watch then sees one event per measurement, not one per read),
+/// and `kubectl get`'s AGE says how old the measurement is.
+fn created_when_measured(metadata: &mut ObjectMeta, timestamp: &Time) {
+    metadata
+        .creation_timestamp
+        .get_or_insert_with(|| timestamp.clone());
 }
 
 /// The `metrics.k8s.io` group over `provider`, registered as metrics-server registers it
