@@ -8,21 +8,20 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use extension_apiserver::APIGroup;
 use extension_apiserver::aggregator::AggregatorOptions;
 use extension_apiserver::k8s_openapi::api::core::v1::ObjectReference;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use extension_apiserver::metrics_apis::{
     CustomMetricInfo, CustomMetricsProvider, DescribedObjects, ExternalMetricInfo,
     ExternalMetricValue, ExternalMetricsProvider, GroupResource, MetricValue,
 };
 use extension_apiserver::registry::selector::LabelSelector;
 use extension_apiserver::server::{APIServer, ServerOptions, StorageBackendKind};
-use extension_apiserver::{APIGroup, Resource};
 use extension_apiserver_testing::TestServer;
 use extension_apiserver_testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use http_body_util::BodyExt as _;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 const CUSTOM: &str = "/apis/custom.metrics.k8s.io";
@@ -693,18 +692,6 @@ async fn openapi_v2_and_v3_describe_the_metric_paths_and_types() {
     server.stop().await;
 }
 
-#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[resource(
-    group = "things.example.com",
-    version = "v1",
-    kind = "Thing",
-    namespaced
-)]
-struct Thing {
-    #[serde(default)]
-    metadata: ObjectMeta,
-}
-
 const CALLER: &str = "system:serviceaccount:metrics:adapter";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -731,7 +718,7 @@ async fn beside_resources_delegated_requests_are_authorized_on_the_metric_and_ap
     let server = TestServer::start_configured(options, move |server: APIServer| {
         server
             .aggregator_options(aggregator)
-            .group(APIGroup::new("things.example.com").version("v1", |v| v.resource::<Thing>()))
+            .group(super::aggregator::group())
             .custom_metrics(custom)
             .external_metrics(external)
     })

@@ -293,6 +293,14 @@ fn listed(
     }
 }
 
+/// The entry of `name` in the aggregated discovery `router` serves.
+async fn aggregated_group(router: &Router, name: &str) -> serde_json::Value {
+    let aggregated = get(router, "/apis", &[("accept", V2)]).await.json();
+    let items = aggregated["items"].as_array().unwrap();
+    let group = items.iter().find(|g| g["metadata"]["name"] == name);
+    group.expect("the group").clone()
+}
+
 #[tokio::test]
 async fn a_dynamic_group_follows_its_lister_and_converts_as_kube_does() {
     let lister = std::sync::Arc::new(Listed(std::sync::Mutex::new(vec![
@@ -327,14 +335,7 @@ async fn a_dynamic_group_follows_its_lister_and_converts_as_kube_does() {
         .json();
     assert_eq!(root["groups"][2]["name"], "m.example.com");
 
-    let aggregated = get(&router, "/apis", &[("accept", V2)]).await.json();
-    let group = aggregated["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["metadata"]["name"] == "m.example.com")
-        .unwrap()
-        .clone();
+    let group = aggregated_group(&router, "m.example.com").await;
     let resources = &group["versions"][0]["resources"];
     // A listed parent keeps its kind; a parent made for a subresource has an empty one.
     assert_eq!(resources[0]["resource"], "nodes");
@@ -362,14 +363,7 @@ async fn a_dynamic_group_follows_its_lister_and_converts_as_kube_does() {
     assert_eq!(changed.status, StatusCode::OK);
     assert_ne!(changed.header("etag"), etag);
     assert!(names(&changed.json()).contains(&"pods/errors".to_string()));
-    let aggregated = get(&router, "/apis", &[("accept", V2)]).await.json();
-    let group = aggregated["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["metadata"]["name"] == "m.example.com")
-        .unwrap()
-        .clone();
+    let group = aggregated_group(&router, "m.example.com").await;
     assert!(
         group
             .get("versions")

@@ -10,7 +10,9 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use http::{HeaderMap, Method, StatusCode, Uri, header};
+use http::request::Parts;
+use http::{Method, StatusCode, header};
+use serde_json::Value;
 
 use super::custom::{CustomMetricsProvider, DescribedObjects, GroupResource};
 use super::external::ExternalMetricsProvider;
@@ -43,20 +45,18 @@ pub(crate) fn external_router(provider: Arc<dyn ExternalMetricsProvider>) -> Rou
 async fn custom(
     State(provider): State<Arc<dyn CustomMetricsProvider>>,
     Path((version, rest)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    request: Parts,
 ) -> Response {
     let answer = async {
         if !CUSTOM_VERSIONS.contains(&version.as_str()) {
             return Err(Error::path_not_found());
         }
-        let path = only_get(&method, paths::custom(&rest))?;
-        let query = MetricQuery::parse(uri.query())?;
+        let path = only_get(&request.method, paths::custom(&rest))?;
+        let query = MetricQuery::parse(request.uri.query())?;
         let values = custom_values(provider.as_ref(), &path, &query).await?;
-        reply(&headers, &wire::custom_list(&version, &values))
+        Ok(wire::custom_list(&version, &values))
     };
-    answer.await.unwrap_or_else(IntoResponse::into_response)
+    reply(&request, answer.await)
 }
 
 /// The values `path` asks for, once the metric is known to be among the provider's (of the
@@ -96,33 +96,29 @@ async fn custom_values(
 async fn external(
     State(provider): State<Arc<dyn ExternalMetricsProvider>>,
     Path((version, rest)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    request: Parts,
 ) -> Response {
     let answer = async {
         if version != EXTERNAL_VERSION {
             return Err(Error::path_not_found());
         }
-        let path = only_get(&method, paths::external(&rest))?;
-        let query = MetricQuery::parse(uri.query())?;
+        let path = only_get(&request.method, paths::external(&rest))?;
+        let query = MetricQuery::parse(request.uri.query())?;
         let known = provider
             .list_metrics()
             .iter()
             .any(|m| m.metric == path.metric);
         if !known {
             // As adapters word it (prometheus-adapter names the namespaces resource).
-            return Err(metric_not_found(
-                &GroupResource::new("", "namespaces"),
-                &path.metric,
-            ));
+            let namespaces = GroupResource::new("", "namespaces");
+            return Err(metric_not_found(&namespaces, &path.metric));
         }
         let values = provider
             .metric_values(&path.namespace, &path.metric, &query.label_selector)
             .await?;
-        reply(&headers, &wire::external_list(&values))
+        Ok(wire::external_list(&values))
     };
-    answer.await.unwrap_or_else(IntoResponse::into_response)
+    reply(&request, answer.await)
 }
 
 /// The path read, for `GET` and `HEAD`; 405 for any other method on a path of a route (a path
@@ -141,10 +137,17 @@ fn metric_not_found(resource: &GroupResource, metric: &str) -> Error {
     Error::new(404, "NotFound", message)
 }
 
-fn reply(headers: &HeaderMap, body: &serde_json::Value) -> Result<Response> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let target = negotiate(accept, Endpoint::Plain)?;
-    respond(StatusCode::OK, target, body)
+/// The list in the encoding `Accept` asks for, or the error's `Status`.
+fn reply(request: &Parts, list: Result<Value>) -> Response {
+    let accept = request
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let response = list.and_then(|list| {
+        let target = negotiate(accept, Endpoint::Plain)?;
+        respond(StatusCode::OK, target, &list)
+    });
+    response.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// The query parameters the metrics APIs read (`MetricListOptions`); others are ignored.
