@@ -866,3 +866,35 @@ async fn a_group_of_resources_may_not_take_a_metrics_group() {
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_the_metrics_and_discovers_them() {
+    let metrics = Metrics::new();
+    let server = start(&metrics).await;
+    let path = format!("{CUSTOM}/v1beta2/namespaces/ns/pods/*/hits?labelSelector=app=db");
+    let out = server.kubectl(&["get", "--raw", &path]);
+    assert!(out.success, "{}", out.stderr);
+    let list: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(names(&list["items"], "value"), ["200"]);
+    assert_eq!(list["items"][0]["describedObject"]["name"], "p2");
+
+    // kubectl reads aggregated discovery: the external metrics are resources of their own,
+    // the custom ones subresources (which `api-resources` leaves out, as for kube's own).
+    let out = server.kubectl(&[
+        "api-resources",
+        "--api-group=external.metrics.k8s.io",
+        "-o",
+        "name",
+    ]);
+    assert!(out.success, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "queue_length.external.metrics.k8s.io");
+    let out = server.kubectl(&["get", "--raw", &format!("{EXTERNAL}/namespaces/ns/nope")]);
+    assert!(!out.success);
+    assert!(
+        out.stderr
+            .contains("the server could not find the metric nope for namespaces"),
+        "{}",
+        out.stderr
+    );
+    server.stop().await;
+}
