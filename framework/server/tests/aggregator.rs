@@ -27,7 +27,7 @@ use serde_json::{Value, json};
     kind = "Thing",
     namespaced
 )]
-struct Thing {
+pub(crate) struct Thing {
     #[serde(default)]
     metadata: ObjectMeta,
 }
@@ -35,7 +35,8 @@ struct Thing {
 const CALLER: &str = "system:serviceaccount:things:things-api";
 const APISERVICE: &str = "v1.things.example.com";
 
-fn group() -> APIGroup {
+/// `things.example.com/v1` with `Thing` (also served beside the metrics APIs).
+pub(crate) fn group() -> APIGroup {
     APIGroup::new("things.example.com").version("v1", |v| v.resource::<Thing>())
 }
 

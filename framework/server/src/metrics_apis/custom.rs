@@ -84,8 +84,10 @@ pub enum DescribedObjects<'a> {
 /// `CustomMetricsProvider`.
 ///
 /// The framework checks that the metric asked for is among [`list_metrics`](Self::list_metrics)
-/// (kube's `NotFound` otherwise) before calling [`metric_values`](Self::metric_values), and
-/// serves both `v1beta2` and `v1beta1` shapes of the values.
+/// with the resource and scope of the path (kube's `NotFound` otherwise) before calling
+/// [`metric_values`](Self::metric_values), and serves both `v1beta2` and `v1beta1` shapes of
+/// the values. Resources are compared as written (`pods`, `deployments.apps`): list them
+/// plural and lower case, as clients name them.
 #[async_trait]
 pub trait CustomMetricsProvider: Send + Sync + 'static {
     /// Every metric available now (discovery lists them as `{resource}/{metric}`; it follows
@@ -94,8 +96,9 @@ pub trait CustomMetricsProvider: Send + Sync + 'static {
 
     /// The values of `info` for `objects`, filtered by `metric_selector` (the request's
     /// `metricLabelSelector`; everything when it gave none). For
-    /// [`DescribedObjects::Named`] the answer is one value, or an error ([`Error::not_found`]
-    /// when the object has no value).
+    /// [`DescribedObjects::Named`] the answer is one value; none is answered 404 as
+    /// custom-metrics-apiserver's `NewMetricNotFoundForError` words it. An error returned
+    /// is the answer's `Status` (e.g. [`Error::not_found`](crate::Error::not_found)).
     async fn metric_values(
         &self,
         info: &CustomMetricInfo,

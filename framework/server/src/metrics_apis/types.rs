@@ -14,6 +14,8 @@ use crate::Resource;
 /// `metrics.k8s.io/v1beta1` `NodeMetrics`: the resource usage of one node (`nodes`,
 /// cluster-scoped), as metrics-server serves it. Its labels are the node's, so a label
 /// selector on the metrics selects nodes.
+// Clippy takes the repeated `type = "string"` of the printcolumns for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(Resource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[resource(
     group = "metrics.k8s.io",
