@@ -12,6 +12,7 @@ mod derive;
 mod extensions;
 mod fake_core;
 mod metrics;
+mod metrics_apis;
 mod object_size;
 mod overload;
 mod per_version;

@@ -2,7 +2,7 @@
 //! group, version and resource in one document at `/apis`, which kubectl and client-go ask for
 //! first and which the aggregator merges into the cluster's own.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResource, ObjectMeta};
 use kube_core::discovery::v2::{
     APIGroupDiscovery, APIGroupDiscoveryList, APIResourceDiscovery, APISubresourceDiscovery,
     APIVersionDiscovery, GroupVersionKind,
@@ -24,10 +24,10 @@ pub(super) const V2_CONTENT_TYPE: &str =
 pub(super) const V2BETA1_CONTENT_TYPE: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-/// The document for `apidiscovery.k8s.io/{version}` (`v2` or `v2beta1`, same shape).
-pub(super) fn document(groups: &[ServedGroup], version: &str) -> Value {
+/// The document for `apidiscovery.k8s.io/{version}` (`v2` or `v2beta1`, same shape), of
+/// `items` (from [`group`] and [`listed_group`]).
+pub(super) fn document(mut items: Vec<APIGroupDiscovery>, version: &str) -> Value {
     // All our groups share kube's default priority, so, like kube, they are sorted by name.
-    let mut items: Vec<APIGroupDiscovery> = groups.iter().map(group).collect();
     items.sort_by(|a, b| group_name(a).cmp(group_name(b)));
     let list = APIGroupDiscoveryList {
         metadata: Some(Default::default()),
@@ -50,7 +50,8 @@ fn group_name(group: &APIGroupDiscovery) -> &str {
         .unwrap_or_default()
 }
 
-fn group(group: &ServedGroup) -> APIGroupDiscovery {
+/// The entry of a group served from its resources.
+pub(super) fn group(group: &ServedGroup) -> APIGroupDiscovery {
     APIGroupDiscovery {
         metadata: Some(ObjectMeta {
             name: Some(group.name.clone()),
@@ -102,6 +103,109 @@ fn resource(resource: &ServedResource) -> APIResourceDiscovery {
         categories: non_empty(info.categories).unwrap_or_default(),
         subresources,
     }
+}
+
+/// The entry of a group whose versions' resources a lister gave (legacy `APIResource`s),
+/// converted as kube's `ConvertGroupVersionIntoToDiscovery` converts them. A version whose
+/// list does not convert (a subresource whose scope differs from its parent's) is left out,
+/// as kube leaves it out.
+pub(super) fn listed_group(name: &str, versions: &[(&str, &[APIResource])]) -> APIGroupDiscovery {
+    let versions = versions
+        .iter()
+        .filter_map(|(version, resources)| {
+            let converted = convert_listed(name, version, resources);
+            if converted.is_none() {
+                tracing::warn!(group = name, version, "a subresource's scope differs from its parent's: the version is left out of aggregated discovery");
+            }
+            Some(APIVersionDiscovery {
+                version: Some(version.to_string()),
+                resources: converted?,
+                freshness: Some("Current".into()),
+            })
+        })
+        .collect();
+    APIGroupDiscovery {
+        metadata: Some(ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        }),
+        versions,
+    }
+}
+
+/// kube's `ConvertGroupVersionIntoToDiscovery`: resources first, then each `parent/sub` as a
+/// subresource of its parent (a parent with an empty kind made when none is listed, which
+/// clients skip); `None` when a subresource's scope differs from its parent's. A kind with no
+/// group and version is of `group/version`.
+fn convert_listed(
+    group: &str,
+    version: &str,
+    list: &[APIResource],
+) -> Option<Vec<APIResourceDiscovery>> {
+    let scope = |namespaced: bool| if namespaced { "Namespaced" } else { "Cluster" };
+    let kind = |r: &APIResource| GroupVersionKind {
+        group: Some(r.group.clone().unwrap_or_else(|| group.to_string())),
+        version: Some(r.version.clone().unwrap_or_else(|| version.to_string())),
+        kind: Some(r.kind.clone()),
+    };
+    let empty_kind = || GroupVersionKind {
+        group: Some(String::new()),
+        version: Some(String::new()),
+        kind: Some(String::new()),
+    };
+    let mut out: Vec<APIResourceDiscovery> = list
+        .iter()
+        .filter(|r| !r.name.contains('/'))
+        .map(|r| APIResourceDiscovery {
+            resource: Some(r.name.clone()),
+            response_kind: Some(kind(r)),
+            scope: Some(scope(r.namespaced).into()),
+            singular_resource: Some(r.singular_name.clone()),
+            verbs: r.verbs.clone(),
+            short_names: r.short_names.clone().unwrap_or_default(),
+            categories: r.categories.clone().unwrap_or_default(),
+            subresources: Vec::new(),
+        })
+        .collect();
+    for r in list {
+        let Some((parent, sub)) = r.name.split_once('/') else {
+            continue;
+        };
+        let index = match out
+            .iter()
+            .position(|p| p.resource.as_deref() == Some(parent))
+        {
+            Some(index) => index,
+            None => {
+                out.push(APIResourceDiscovery {
+                    resource: Some(parent.to_string()),
+                    response_kind: Some(empty_kind()),
+                    scope: Some(scope(r.namespaced).into()),
+                    singular_resource: Some(String::new()),
+                    verbs: Vec::new(),
+                    short_names: Vec::new(),
+                    categories: Vec::new(),
+                    subresources: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        if out[index].scope.as_deref() != Some(scope(r.namespaced)) {
+            return None;
+        }
+        out[index].subresources.push(APISubresourceDiscovery {
+            subresource: Some(sub.to_string()),
+            response_kind: Some(if r.kind.is_empty() {
+                empty_kind()
+            } else {
+                kind(r)
+            }),
+            accepted_types: Vec::new(),
+            verbs: r.verbs.clone(),
+        });
+    }
+    out.sort_by(|a, b| a.resource.cmp(&b.resource));
+    Some(out)
 }
 
 fn gvk(info: &ResourceInfo) -> GroupVersionKind {

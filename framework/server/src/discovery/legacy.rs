@@ -13,9 +13,9 @@ use crate::registry::served::{ServedGroup, ServedResource, ServedVersion};
 ///
 /// k8s-openapi writes `kind` and `apiVersion` on every `APIGroup`, also inside the list; Go's
 /// `TypeMeta` is empty there and so omitted, and clients compare shapes, so they are removed.
-pub(super) fn group_list(groups: &[ServedGroup]) -> Value {
+pub(super) fn group_list(groups: &[APIGroup]) -> Value {
     let list = APIGroupList {
-        groups: groups.iter().map(group).collect(),
+        groups: groups.to_vec(),
     };
     let mut value = serde_json::to_value(list).expect("APIGroupList serializes");
     if let Some(items) = value.get_mut("groups").and_then(Value::as_array_mut) {
@@ -29,16 +29,22 @@ pub(super) fn group_list(groups: &[ServedGroup]) -> Value {
 
 /// `APIGroup` for `/apis/{group}`: its versions, the first one preferred.
 pub(super) fn group(group: &ServedGroup) -> APIGroup {
-    let versions: Vec<GroupVersionForDiscovery> = group
-        .versions
-        .iter()
-        .map(|v| GroupVersionForDiscovery {
-            group_version: format!("{}/{}", group.name, v.version),
-            version: v.version.clone(),
+    group_of(
+        &group.name,
+        group.versions.iter().map(|v| v.version.as_str()),
+    )
+}
+
+/// `APIGroup` of `name` with `versions`, the first one preferred.
+pub(super) fn group_of<'a>(name: &str, versions: impl Iterator<Item = &'a str>) -> APIGroup {
+    let versions: Vec<GroupVersionForDiscovery> = versions
+        .map(|version| GroupVersionForDiscovery {
+            group_version: format!("{name}/{version}"),
+            version: version.to_string(),
         })
         .collect();
     APIGroup {
-        name: group.name.clone(),
+        name: name.to_string(),
         preferred_version: versions.first().cloned(),
         server_address_by_client_cidrs: None,
         versions,
@@ -57,6 +63,18 @@ pub(super) fn resource_list(group: &str, version: &ServedVersion) -> APIResource
     APIResourceList {
         group_version: format!("{group}/{}", version.version),
         resources,
+    }
+}
+
+/// `APIResourceList` for `/apis/{group}/{version}` of resources a lister gave (sorted).
+pub(super) fn listed_resource_list(
+    group: &str,
+    version: &str,
+    resources: &[APIResource],
+) -> APIResourceList {
+    APIResourceList {
+        group_version: format!("{group}/{version}"),
+        resources: resources.to_vec(),
     }
 }
 

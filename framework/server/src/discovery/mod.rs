@@ -4,9 +4,12 @@
 //! These routes sit beside the resource routes, after the filters. Every document is encoded
 //! once in [`DiscoveryDocuments::build`]; a request only negotiates the representation and
 //! answers with the stored bytes, or `304 Not Modified` when its `If-None-Match` still matches.
+//! Groups whose resources come and go ([`DynamicGroup`]) are asked for their resources on each
+//! request, and the documents are encoded again only when the answer changed.
 
 mod aggregated;
 pub(crate) mod document;
+mod dynamic;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod legacy;
@@ -14,7 +17,7 @@ mod legacy;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -23,7 +26,10 @@ use axum::routing::get;
 use http::{HeaderMap, HeaderValue};
 use serde::Serialize;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource;
+
 use self::document::{Document, no_cache};
+pub use self::dynamic::{APIResourceLister, DynamicGroup};
 use crate::error::Error;
 use crate::registry::served::ServedGroup;
 
@@ -42,7 +48,41 @@ const PLAIN_TYPES: &str = "application/json, application/yaml";
 /// ```
 #[derive(Clone, Debug)]
 pub struct DiscoveryDocuments {
-    inner: Arc<Documents>,
+    inner: Arc<Discovery>,
+}
+
+/// The groups served and their documents as last encoded.
+#[derive(Debug)]
+struct Discovery {
+    groups: Vec<ServedGroup>,
+    dynamic: Vec<DynamicGroup>,
+    current: Mutex<Arc<Encoded>>,
+}
+
+/// The documents, and what the dynamic groups listed when they were encoded.
+#[derive(Debug)]
+struct Encoded {
+    listed: Vec<Vec<Vec<APIResource>>>,
+    documents: Arc<Documents>,
+}
+
+impl Discovery {
+    /// The documents of what is served now: the last ones while no dynamic group's resources
+    /// changed, otherwise new ones (new bytes, new ETags).
+    fn documents(&self) -> Arc<Documents> {
+        let lock = || self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.dynamic.is_empty() {
+            return lock().documents.clone();
+        }
+        // Asked outside the lock: a slow lister holds up no other group's requests.
+        let listed: Vec<_> = self.dynamic.iter().map(DynamicGroup::listed).collect();
+        let mut current = lock();
+        if listed != current.listed {
+            let documents = Arc::new(Documents::build(&self.groups, &self.dynamic, &listed));
+            *current = Arc::new(Encoded { listed, documents });
+        }
+        current.documents.clone()
+    }
 }
 
 #[derive(Debug)]
@@ -89,20 +129,20 @@ enum Representation {
 impl DiscoveryDocuments {
     /// Encodes every discovery document for `groups` (versions preferred first).
     pub fn build(groups: &[ServedGroup]) -> Self {
-        let aggregated = |version, content_type| {
-            Document::json(&aggregated::document(groups, version), content_type)
-        };
-        let documents = Documents {
-            root: Plain::new(&legacy::group_list(groups)),
-            aggregated_v2: aggregated("v2", aggregated::V2_CONTENT_TYPE),
-            aggregated_v2beta1: aggregated("v2beta1", aggregated::V2BETA1_CONTENT_TYPE),
-            groups: groups
-                .iter()
-                .map(|g| (g.name.clone(), GroupDocuments::new(g)))
-                .collect(),
-        };
+        Self::with_dynamic(groups, Vec::new())
+    }
+
+    /// Encodes every discovery document for `groups` and `dynamic` (whose documents follow
+    /// what their listers say, encoded again when it changes).
+    pub fn with_dynamic(groups: &[ServedGroup], dynamic: Vec<DynamicGroup>) -> Self {
+        let listed: Vec<_> = dynamic.iter().map(DynamicGroup::listed).collect();
+        let documents = Arc::new(Documents::build(groups, &dynamic, &listed));
         Self {
-            inner: Arc::new(documents),
+            inner: Arc::new(Discovery {
+                groups: groups.to_vec(),
+                dynamic,
+                current: Mutex::new(Arc::new(Encoded { listed, documents })),
+            }),
         }
     }
 
@@ -123,7 +163,68 @@ impl DiscoveryDocuments {
     }
 }
 
+impl Documents {
+    /// Every document of `groups` and of `dynamic`, whose versions' resources are `listed`.
+    fn build(
+        groups: &[ServedGroup],
+        dynamic: &[DynamicGroup],
+        listed: &[Vec<Vec<APIResource>>],
+    ) -> Self {
+        let mut discovered: Vec<_> = groups.iter().map(aggregated::group).collect();
+        let mut api_groups: Vec<_> = groups.iter().map(legacy::group).collect();
+        let mut group_documents: HashMap<String, GroupDocuments> = groups
+            .iter()
+            .map(|g| (g.name.clone(), GroupDocuments::new(g)))
+            .collect();
+        for (group, listed) in dynamic.iter().zip(listed) {
+            let versions: Vec<(&str, &[APIResource])> = group
+                .versions
+                .iter()
+                .zip(listed)
+                .map(|((version, _), resources)| (version.as_str(), resources.as_slice()))
+                .collect();
+            discovered.push(aggregated::listed_group(&group.name, &versions));
+            let api_group = legacy::group_of(&group.name, versions.iter().map(|(v, _)| *v));
+            group_documents.insert(
+                group.name.clone(),
+                GroupDocuments::listed(&api_group, &versions),
+            );
+            api_groups.push(api_group);
+        }
+        let aggregated = |version, content_type| {
+            Document::json(
+                &aggregated::document(discovered.clone(), version),
+                content_type,
+            )
+        };
+        Self {
+            root: Plain::new(&legacy::group_list(&api_groups)),
+            aggregated_v2: aggregated("v2", aggregated::V2_CONTENT_TYPE),
+            aggregated_v2beta1: aggregated("v2beta1", aggregated::V2BETA1_CONTENT_TYPE),
+            groups: group_documents,
+        }
+    }
+}
+
 impl GroupDocuments {
+    /// The documents of a group whose versions' resources a lister gave.
+    fn listed(
+        group: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup,
+        versions: &[(&str, &[APIResource])],
+    ) -> Self {
+        let versions = versions
+            .iter()
+            .map(|(version, resources)| {
+                let list = legacy::listed_resource_list(&group.name, version, resources);
+                (version.to_string(), Plain::new(&list))
+            })
+            .collect();
+        Self {
+            group: Plain::new(group),
+            versions,
+        }
+    }
+
     fn new(group: &ServedGroup) -> Self {
         let versions = group
             .versions
@@ -142,7 +243,8 @@ impl GroupDocuments {
     }
 }
 
-async fn root(State(docs): State<Arc<Documents>>, headers: HeaderMap) -> Response {
+async fn root(State(discovery): State<Arc<Discovery>>, headers: HeaderMap) -> Response {
+    let docs = discovery.documents();
     match negotiate(&headers, true) {
         // kube-apiserver lets shared caches keep aggregated discovery (it has an ETag).
         Some(Representation::AggregatedV2) => docs.aggregated_v2.respond(&headers, public()),
@@ -154,10 +256,11 @@ async fn root(State(docs): State<Arc<Documents>>, headers: HeaderMap) -> Respons
 }
 
 async fn group(
-    State(docs): State<Arc<Documents>>,
+    State(discovery): State<Arc<Discovery>>,
     Path(group): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    let docs = discovery.documents();
     match docs.groups.get(&group) {
         Some(found) => respond_plain(&found.group, negotiate(&headers, false), &headers),
         None => Error::path_not_found().into_response(),
@@ -165,10 +268,11 @@ async fn group(
 }
 
 async fn version(
-    State(docs): State<Arc<Documents>>,
+    State(discovery): State<Arc<Discovery>>,
     Path((group, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
+    let docs = discovery.documents();
     match docs
         .groups
         .get(&group)

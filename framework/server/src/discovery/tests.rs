@@ -268,3 +268,112 @@ async fn merges_with_resource_routes() {
     let reply = get(&app, "/apis/wardle.example.com/v1alpha1", &[]).await;
     assert_eq!(reply.json()["kind"], "APIResourceList");
 }
+
+/// A lister whose resources the test changes.
+struct Listed(std::sync::Mutex<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource>>);
+
+impl super::APIResourceLister for Listed {
+    fn list_api_resources(
+        &self,
+    ) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn listed(
+    name: &str,
+    namespaced: bool,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource {
+        name: name.into(),
+        namespaced,
+        kind: "MetricValueList".into(),
+        verbs: vec!["get".into()],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_dynamic_group_follows_its_lister_and_converts_as_kube_does() {
+    let lister = std::sync::Arc::new(Listed(std::sync::Mutex::new(vec![
+        listed("pods/hits", true),
+        listed("nodes", false),
+        listed("nodes/load", false),
+    ])));
+    let dynamic = super::DynamicGroup::new("m.example.com").version("v1", lister.clone());
+    let router = DiscoveryDocuments::with_dynamic(&groups(), vec![dynamic]).router();
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        let resources = list["resources"].as_array().unwrap();
+        resources
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = get(&router, "/apis/m.example.com/v1", &[]).await;
+    assert_eq!(names(&first.json()), ["nodes", "nodes/load", "pods/hits"]);
+    let etag = first.header("etag").to_string();
+    assert_eq!(
+        get(
+            &router,
+            "/apis/m.example.com/v1",
+            &[("if-none-match", &etag)]
+        )
+        .await
+        .status,
+        StatusCode::NOT_MODIFIED
+    );
+    let root = get(&router, "/apis", &[("accept", "application/json")])
+        .await
+        .json();
+    assert_eq!(root["groups"][2]["name"], "m.example.com");
+
+    let aggregated = get(&router, "/apis", &[("accept", V2)]).await.json();
+    let group = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "m.example.com")
+        .unwrap()
+        .clone();
+    let resources = &group["versions"][0]["resources"];
+    // A listed parent keeps its kind; a parent made for a subresource has an empty one.
+    assert_eq!(resources[0]["resource"], "nodes");
+    assert_eq!(resources[0]["responseKind"]["kind"], "MetricValueList");
+    assert_eq!(resources[0]["subresources"][0]["subresource"], "load");
+    assert_eq!(resources[1]["resource"], "pods");
+    assert_eq!(
+        resources[1]["responseKind"],
+        json!({"group": "", "version": "", "kind": ""})
+    );
+    assert_eq!(
+        resources[1]["subresources"][0]["responseKind"],
+        json!({"group": "m.example.com", "version": "v1", "kind": "MetricValueList"})
+    );
+
+    // The list changes: new bytes, a new ETag; a subresource whose scope differs from its
+    // parent's leaves the version out of aggregated discovery, as kube leaves it out.
+    lister.0.lock().unwrap().push(listed("pods/errors", false));
+    let changed = get(
+        &router,
+        "/apis/m.example.com/v1",
+        &[("if-none-match", &etag)],
+    )
+    .await;
+    assert_eq!(changed.status, StatusCode::OK);
+    assert_ne!(changed.header("etag"), etag);
+    assert!(names(&changed.json()).contains(&"pods/errors".to_string()));
+    let aggregated = get(&router, "/apis", &[("accept", V2)]).await.json();
+    let group = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "m.example.com")
+        .unwrap()
+        .clone();
+    assert!(
+        group
+            .get("versions")
+            .is_none_or(|v| v.as_array().unwrap().is_empty()),
+        "{group}"
+    );
+}

@@ -15,14 +15,32 @@
 
 mod custom;
 mod external;
+mod listers;
+mod openapi;
+mod paths;
 mod resource;
+mod serve;
+mod served;
 mod types;
+mod wire;
 
 pub use custom::{CustomMetricInfo, CustomMetricsProvider, DescribedObjects, GroupResource};
 pub use external::{ExternalMetricInfo, ExternalMetricsProvider};
-pub(crate) use resource::group as resource_group;
 pub use resource::{GROUP as RESOURCE_METRICS_GROUP, ResourceMetricsProvider};
+pub(crate) use resource::{
+    NodeMetricsSource, PodMetricsSource, VERSION as RESOURCE_METRICS_VERSION,
+};
+pub(crate) use served::MetricsAPIs;
 pub use types::{
     ContainerMetrics, ExternalMetricValue, MetricValue, NodeMetrics, PodMetrics,
     go_duration_string, parse_go_duration,
 };
+
+/// The group of custom metrics.
+pub const CUSTOM_GROUP: &str = "custom.metrics.k8s.io";
+/// Its versions, the preferred first.
+pub const CUSTOM_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+/// The group of external metrics.
+pub const EXTERNAL_GROUP: &str = "external.metrics.k8s.io";
+/// Its one version.
+pub const EXTERNAL_VERSION: &str = "v1beta1";

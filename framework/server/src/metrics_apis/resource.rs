@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use super::types::{NodeMetrics, PodMetrics};
 use crate::error::Result;
 use crate::registry::computed::Provider;
-use crate::server::APIGroup;
 
 /// The source of `metrics.k8s.io/v1beta1`: the current usage of nodes and pods, as
 /// metrics-server's `MetricsGetter` gives it.
@@ -59,17 +58,6 @@ impl Provider for PodMetricsSource {
         }
         Ok(pods)
     }
-}
-
-/// The `metrics.k8s.io` group over `provider`, registered as metrics-server registers it
-/// (group priority 100, version priority 100).
-pub(crate) fn group(provider: Arc<dyn ResourceMetricsProvider>) -> APIGroup {
-    APIGroup::new(GROUP)
-        .priority(100, 100)
-        .version(VERSION, |v| {
-            v.computed(NodeMetricsSource(provider.clone()))
-                .computed(PodMetricsSource(provider))
-        })
 }
 
 /// The group of resource metrics.

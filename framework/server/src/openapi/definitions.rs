@@ -95,6 +95,13 @@ impl Catalog {
         Self { schemas }
     }
 
+    /// Adds `definitions` (neutral references), keeping any of the same name already known.
+    pub(crate) fn extend(&mut self, definitions: BTreeMap<String, Value>) {
+        for (name, schema) in definitions {
+            self.schemas.entry(name).or_insert(schema);
+        }
+    }
+
     /// The definitions `roots` refer to, directly or through others, converted to `dialect`.
     pub(crate) fn closure<'a>(
         &self,
@@ -138,6 +145,16 @@ fn neutral_refs<'a>(schema: &'a Value, out: &mut Vec<&'a str>) {
         Value::Array(items) => items.iter().for_each(|v| neutral_refs(v, out)),
         _ => {}
     }
+}
+
+/// The neutral definitions of the types `add` asks `generator` for, under their Kubernetes
+/// names (k8s-openapi's types), for definitions written by hand that refer to them.
+pub(crate) fn neutral_definitions(
+    add: impl FnOnce(&mut SchemaGenerator),
+) -> BTreeMap<String, Value> {
+    let mut generator = generator();
+    add(&mut generator);
+    generator.take_definitions(false).into_iter().collect()
 }
 
 fn generator() -> SchemaGenerator {

@@ -6,8 +6,9 @@
 //! Everything is built and encoded once in [`OpenAPIDocuments::build`].
 
 mod definitions;
-mod operations;
-mod params;
+mod extra;
+pub(crate) mod operations;
+pub(crate) mod params;
 mod render_v2;
 mod render_v3;
 mod schema;
@@ -25,6 +26,8 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
 use self::definitions::Catalog;
+pub(crate) use self::definitions::neutral_definitions;
+pub(crate) use self::extra::ExtraPaths;
 use self::operations::PathItem;
 use self::schema::Dialect;
 use crate::discovery::document::{Document, no_cache};
@@ -78,8 +81,30 @@ struct Documents {
 impl OpenAPIDocuments {
     /// Builds and encodes the v2 document, every v3 document and the v3 index.
     pub fn build(groups: &[ServedGroup], info: &OpenAPIInfo) -> Self {
-        let catalog = Catalog::build(groups);
-        let v3_items = v3_path_items(groups);
+        Self::build_with(groups, Vec::new(), info)
+    }
+
+    /// [`build`](Self::build) with paths served beside the resources (`extra`), each in the
+    /// v3 document of its group version and in the v2 document, with its definitions.
+    pub(crate) fn build_with(
+        groups: &[ServedGroup],
+        extra: Vec<ExtraPaths>,
+        info: &OpenAPIInfo,
+    ) -> Self {
+        let mut catalog = Catalog::build(groups);
+        let mut v3_items = v3_path_items(groups);
+        for paths in extra {
+            catalog.extend(paths.definitions);
+            let group = format!("apis/{}", paths.group);
+            v3_items
+                .entry(group)
+                .or_insert_with(|| vec![operations::group_item(&paths.group)]);
+            let version = format!("apis/{}/{}", paths.group, paths.version);
+            v3_items
+                .entry(version)
+                .or_insert_with(|| vec![operations::version_item(&paths.group, &paths.version)])
+                .extend(paths.items);
+        }
         // The v2 document is the union of the v3 ones.
         let all: Vec<&PathItem> = v3_items.values().flatten().collect();
         let v2 = document(info, &catalog, &all, Dialect::Swagger2);
@@ -120,7 +145,7 @@ fn v3_path_items(groups: &[ServedGroup]) -> BTreeMap<String, Vec<PathItem>> {
     for group in groups {
         documents.insert(
             format!("apis/{}", group.name),
-            vec![operations::group_item(group)],
+            vec![operations::group_item(&group.name)],
         );
         for version in &group.versions {
             let key = format!("apis/{}/{}", group.name, version.version);

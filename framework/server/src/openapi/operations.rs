@@ -4,7 +4,7 @@
 
 use super::definitions::{kind_name, list_name, meta};
 use super::params::{self, Param};
-use crate::registry::served::{ServedGroup, ServedResource, ServedSubresource, ServedVersion};
+use crate::registry::served::{ServedResource, ServedSubresource, ServedVersion};
 use crate::runtime::ResourceInfo;
 
 /// Media types of single objects.
@@ -71,8 +71,8 @@ pub(crate) fn root_item() -> PathItem {
 }
 
 /// `GET /apis/{group}/`.
-pub(crate) fn group_item(group: &ServedGroup) -> PathItem {
-    let path = format!("/apis/{}/", group.name);
+pub(crate) fn group_item(group: &str) -> PathItem {
+    let path = format!("/apis/{group}/");
     discovery_item(
         &path,
         "getAPIGroup",
@@ -83,18 +83,22 @@ pub(crate) fn group_item(group: &ServedGroup) -> PathItem {
 
 /// `GET /apis/{group}/{version}/` and the routes of every resource of the version.
 pub(crate) fn version_items(group: &str, version: &ServedVersion) -> Vec<PathItem> {
-    let path = format!("/apis/{group}/{}/", version.version);
-    let discovery = discovery_item(
-        &path,
-        "getAPIResources",
-        "get available resources",
-        meta::API_RESOURCE_LIST,
-    );
-    let mut items = vec![discovery];
+    let mut items = vec![version_item(group, &version.version)];
     for resource in &version.resources {
         items.extend(resource_items(resource));
     }
     items
+}
+
+/// `GET /apis/{group}/{version}/`.
+pub(crate) fn version_item(group: &str, version: &str) -> PathItem {
+    let path = format!("/apis/{group}/{version}/");
+    discovery_item(
+        &path,
+        "getAPIResources",
+        "get available resources",
+        meta::API_RESOURCE_LIST,
+    )
 }
 
 fn discovery_item(path: &str, name: &str, description: &str, schema: &str) -> PathItem {
@@ -425,7 +429,7 @@ impl<'a> Routes<'a> {
 /// Moves the parameters every operation takes to the path, as kube-openapi does, but only on
 /// paths with a `get`: it never takes write options, so `fieldValidation` always stays on a
 /// `patch` operation, where kubectl looks for it.
-fn hoist(path: String, mut operations: Vec<Operation>) -> PathItem {
+pub(crate) fn hoist(path: String, mut operations: Vec<Operation>) -> PathItem {
     let mut shared: Vec<Param> = Vec::new();
     if operations.iter().any(|op| op.method == "get") {
         shared = operations[0].parameters.clone();
@@ -455,7 +459,8 @@ fn delete_body() -> Body {
     }
 }
 
-fn ok(schema: &str) -> Reply {
+/// `200 OK` with a `schema` body.
+pub(crate) fn ok(schema: &str) -> Reply {
     Reply {
         code: 200,
         description: "OK",

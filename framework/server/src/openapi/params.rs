@@ -35,11 +35,22 @@ pub(crate) struct Param {
     pub(crate) description: String,
 }
 
-fn query(name: &'static str, type_: &'static str, description: &str) -> Param {
+/// A query parameter.
+pub(crate) fn query(name: &'static str, type_: &'static str, description: &str) -> Param {
     Param {
         name,
         location: Location::Query,
         type_,
+        description: description.to_string(),
+    }
+}
+
+/// A `{name}` segment of the path.
+pub(crate) fn path(name: &'static str, description: &str) -> Param {
+    Param {
+        name,
+        location: Location::Path,
+        type_: "string",
         description: description.to_string(),
     }
 }
@@ -85,7 +96,8 @@ const BOOKMARKS: &str = "allowWatchBookmarks requests watch events with type \"B
 const CONTINUE: &str = "The continue option should be set when retrieving more results from the server. Since this value is server defined, clients may only use the continue value from a previous query result with identical query parameters (except for the value of continue) and the server may reject a continue value it does not recognize. If the specified continue value is no longer valid whether due to expiration (generally five to fifteen minutes) or a configuration change on the server, the server will respond with a 410 ResourceExpired error together with a continue token. If the client needs a consistent list, it must restart their list without the continue field. Otherwise, the client may send another list request with the token received with the 410 error, the server will respond with a list starting from the next key, but from the latest snapshot, which is inconsistent from the previous list results - objects that are created, modified, or deleted after the first list request will be included in the response, as long as their keys are after the \"next key\".\n\nThis field is not supported when watch is true. Clients may start a watch from the last resourceVersion value returned by the server and not miss any modifications.";
 const FIELD_SELECTOR: &str =
     "A selector to restrict the list of returned objects by their fields. Defaults to everything.";
-const LABEL_SELECTOR: &str =
+/// The description of `labelSelector`.
+pub(crate) const LABEL_SELECTOR: &str =
     "A selector to restrict the list of returned objects by their labels. Defaults to everything.";
 const LIMIT: &str = "limit is a maximum number of responses to return for a list call. If more items exist, the server will set the `continue` field on the list metadata to a value that can be used with the same initial query to retrieve the next set of results. Setting a limit may return fewer than the requested amount of items (up to zero items) in the event all requested objects are filtered out and clients should only use the presence of the continue field to determine whether more results are available. Servers may choose not to support the limit argument and will return all of the available results. If limit is specified and the continue field is empty, clients may assume that no more results are available. This field is not supported if watch is true.\n\nThe server guarantees that the objects returned when using continue will be identical to issuing a single list call without a limit - that is, no objects created, modified, or deleted after the first request is issued will be included in any subsequent continued requests. This is sometimes referred to as a consistent snapshot, and ensures that a client that is using limit to receive smaller chunks of a very large result can ensure they see all possible objects. If objects are updated during a chunked list the version of the object that was present at the time the first list result was calculated is returned.";
 const RESOURCE_VERSION: &str = "resourceVersion sets a constraint on what resource versions a request may be served from. See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset";

@@ -23,11 +23,13 @@ use crate::aggregator::{
     APIServiceRegistrar, APIServiceVersion, AggregatorHandle, AggregatorOptions, ManifestOptions,
 };
 use crate::auth::delegating::{self, AuthSetup, Mode};
+use crate::discovery::DiscoveryDocuments;
 use crate::endpoints::{self, APIState, InstalledResources};
 use crate::error::Error;
 use crate::filters::inflight::InflightLimits;
 use crate::filters::{self, FilterConfig};
 use crate::lifecycle::ShutdownSignal;
+use crate::metrics_apis::MetricsAPIs;
 use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
 use crate::registry::group::APIGroupInfo;
 use crate::registry::store::{MigrationReport, StorageMigrator};
@@ -163,7 +165,7 @@ pub struct APIServer {
     /// Authenticators, authorizers, layers, routes, checks and hooks the user added.
     pub(super) extensions: Extensions,
     /// The providers of the custom and external metrics APIs.
-    metrics: metrics::MetricsProviders,
+    metrics: MetricsAPIs,
 }
 
 /// How long a stopping server waits for the audit webhook to take the buffered events.
@@ -458,7 +460,7 @@ impl APIServer {
             admission_plugins: Vec::new(),
             logging: true,
             extensions: Extensions::default(),
-            metrics: metrics::MetricsProviders::default(),
+            metrics: MetricsAPIs::default(),
         }
     }
 
@@ -543,10 +545,8 @@ impl APIServer {
 
     /// One APIService per served group version, for registration and `manifests`.
     fn apiservice_versions(&self) -> Vec<APIServiceVersion> {
-        self.groups
-            .iter()
-            .flat_map(APIGroup::apiservice_versions)
-            .collect()
+        let groups = self.groups.iter().flat_map(APIGroup::apiservice_versions);
+        groups.chain(self.metrics.apiservice_versions()).collect()
     }
 
     /// What `/version` answers (`kubectl version` prints it); by default the Kubernetes
@@ -736,6 +736,7 @@ impl APIServer {
     /// ```
     pub async fn build(mut self) -> Result<BuiltServer, ServerError> {
         self.extensions.validate()?;
+        self.check_metrics_groups()?;
         let tracing = self.options.tracing_config_file.as_deref();
         let tracing = tracing.map(TracingConfiguration::load).transpose()?;
         crate::tls::install_crypto_provider();
@@ -791,6 +792,18 @@ impl APIServer {
                 .map(|config| TracingExport::start(&config))
                 .transpose()?,
         })
+    }
+
+    /// A metrics API and an ordinary group of the same name would answer the same paths.
+    fn check_metrics_groups(&self) -> Result<(), ServerError> {
+        let metrics = self.metrics.group_names();
+        match self.groups.iter().find(|g| metrics.contains(&g.name())) {
+            Some(group) => Err(ServerError::Config(format!(
+                "{} is served by a metrics provider; it cannot also be served as a group of resources",
+                group.name()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The storage (the backend given, or opened from the options) and the groups' storage on
@@ -954,8 +967,14 @@ impl APIServer {
         let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
         let router = Router::new()
             .merge(health::router(health))
-            .merge(crate::discovery::DiscoveryDocuments::build(&served).router())
-            .merge(OpenAPIDocuments::build(&served, &self.openapi).router())
+            .merge(
+                DiscoveryDocuments::with_dynamic(&served, self.metrics.discovery_groups()).router(),
+            )
+            .merge(
+                OpenAPIDocuments::build_with(&served, self.metrics.openapi_paths(), &self.openapi)
+                    .router(),
+            )
+            .merge(self.metrics.router())
             .merge(endpoints::resource_router(state));
         let router = self
             .extensions
