@@ -2,4 +2,5 @@
 
 mod common;
 mod failures;
+mod hpa;
 mod resource;
