@@ -22,9 +22,26 @@ mod sources;
 use std::sync::Arc;
 
 use extension_apiserver::APIServer;
+use extension_apiserver::aggregator::AggregatorOptions;
+use extension_apiserver::server::ServerOptions;
 
 pub use options::AdapterOptions;
 pub use sources::{READYZ_CHECK, STALE_AFTER};
+
+/// The command line of `metrics-adapter`: the framework's option groups flattened beside the
+/// adapter's (the framework's book: "Flag reference").
+#[derive(clap::Parser, Debug)]
+pub struct Cli {
+    /// Serving, TLS, storage, authentication and authorization.
+    #[command(flatten)]
+    pub server: ServerOptions,
+    /// The core API (`--kubeconfig`) and APIService registration.
+    #[command(flatten)]
+    pub aggregator: AggregatorOptions,
+    /// What is scraped.
+    #[command(flatten)]
+    pub adapter: AdapterOptions,
+}
 
 /// The adapter's sources and providers, ready to be installed on a server.
 pub struct Adapter {

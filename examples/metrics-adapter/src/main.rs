@@ -1,21 +1,9 @@
 //! `metrics-adapter`: the framework's flags, the adapter's, and the server.
 
-use clap::{CommandFactory as _, FromArgMatches as _, Parser};
-use extension_apiserver::aggregator::AggregatorOptions;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use extension_apiserver::core_api::core_client;
 use extension_apiserver::prelude::*;
-use metrics_adapter::{Adapter, AdapterOptions};
-
-/// The command line: the framework's option groups flattened beside the adapter's.
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    server: ServerOptions,
-    #[command(flatten)]
-    aggregator: AggregatorOptions,
-    #[command(flatten)]
-    adapter: AdapterOptions,
-}
+use metrics_adapter::{Adapter, Cli};
 
 #[tokio::main]
 async fn main() -> Result<(), ServerError> {

@@ -3,4 +3,5 @@
 mod common;
 mod failures;
 mod hpa;
+mod manifests;
 mod resource;
