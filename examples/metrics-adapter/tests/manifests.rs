@@ -157,3 +157,36 @@ async fn kubectl_accepts_the_manifests() {
         out.stdout
     );
 }
+
+/// The README's HPA example parses as the Kubernetes types, and its External metric is one
+/// the adapter serves from a series of the exporter shown beside it.
+#[test]
+fn the_readme_hpa_parses() {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let yaml: String = readme
+        .split("```yaml\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&yaml)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2);
+    strict::<Deployment>(&docs[0]);
+    let hpa: HorizontalPodAutoscaler = strict(&docs[1]);
+    let metric = &hpa.spec.unwrap().metrics.unwrap()[0];
+    let external = metric.external.as_ref().unwrap();
+    assert_eq!(external.metric.name, "queue_messages_ready");
+    let page = readme
+        .split("```text\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let samples = metrics_adapter::prometheus::parse(page).unwrap();
+    assert!(samples.iter().any(|s| s.name == external.metric.name));
+}
