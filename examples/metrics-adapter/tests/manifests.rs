@@ -7,11 +7,11 @@
 use clap::Parser as _;
 use extension_apiserver_testing::fake_core::FakeCore;
 use extension_apiserver_testing::kubectl;
+use extension_apiserver_testing::manifests::{documents, strict};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 const MANIFESTS: &str = concat!(
@@ -19,25 +19,9 @@ const MANIFESTS: &str = concat!(
     "/manifests/metrics-adapter.yaml"
 );
 
-fn documents() -> Vec<Value> {
-    let yaml = std::fs::read_to_string(MANIFESTS).unwrap();
-    serde_norway::Deserializer::from_str(&yaml)
-        .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
-        .filter(|v: &Value| !v.is_null())
-        .collect()
-}
-
-/// Parses `value` as `T`, failing on any field `T` does not have.
-fn strict<T: DeserializeOwned>(value: &Value) -> T {
-    let mut unknown = Vec::new();
-    let parsed: T =
-        serde_ignored::deserialize(value.clone(), |path| unknown.push(path.to_string()))
-            .unwrap_or_else(|e| panic!("{} does not parse: {e}\n{value:#}", value["kind"]));
-    assert!(
-        unknown.is_empty(),
-        "unknown fields {unknown:?} in {value:#}"
-    );
-    parsed
+/// The manifests' documents.
+fn manifest_documents() -> Vec<Value> {
+    documents(&std::fs::read_to_string(MANIFESTS).unwrap())
 }
 
 #[test]
@@ -46,7 +30,7 @@ fn manifests_parse_as_the_kubernetes_types_and_the_binarys_flags() {
     let mut cluster_roles = Vec::new();
     let mut bindings = Vec::new();
     let mut kinds = Vec::new();
-    for doc in documents() {
+    for doc in manifest_documents() {
         let kind = doc["kind"].as_str().unwrap().to_string();
         match kind.as_str() {
             "Namespace" => drop(strict::<Namespace>(&doc)),
@@ -150,7 +134,7 @@ async fn kubectl_accepts_the_manifests() {
     .unwrap();
     assert!(out.success, "{}", out.stderr);
     let created: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(created.len(), documents().len(), "{}", out.stdout);
+    assert_eq!(created.len(), manifest_documents().len(), "{}", out.stdout);
     assert!(
         created.contains(&"apiservice.apiregistration.k8s.io/v1beta1.metrics.k8s.io"),
         "{}",
@@ -171,9 +155,7 @@ fn the_readme_hpa_parses() {
         .map(|block| block.split("```").next().unwrap())
         .collect::<Vec<_>>()
         .join("---\n");
-    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&yaml)
-        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
-        .collect();
+    let docs = documents(&yaml);
     assert_eq!(docs.len(), 2);
     strict::<Deployment>(&docs[0]);
     let hpa: HorizontalPodAutoscaler = strict(&docs[1]);

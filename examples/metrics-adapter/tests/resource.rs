@@ -145,6 +145,14 @@ async fn node_and_pod_metrics_follow_the_kubelets() {
     server.stop().await;
 }
 
+/// kubectl's table, cell by cell.
+fn cells(stdout: &str) -> Vec<Vec<&str>> {
+    stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubectl_top_node_and_pod() {
     let setup = Setup::new().await;
@@ -168,11 +176,7 @@ async fn kubectl_top_node_and_pod() {
 
     let out = run(&["top", "node", "--no-headers"]).await.unwrap();
     assert!(out.success, "{}", out.stderr);
-    let rows: Vec<Vec<&str>> = out
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = cells(&out.stdout);
     assert_eq!(
         rows,
         [
@@ -203,11 +207,7 @@ async fn kubectl_top_node_and_pod() {
     .await
     .unwrap();
     assert!(out.success, "{}", out.stderr);
-    let rows: Vec<Vec<&str>> = out
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = cells(&out.stdout);
     assert_eq!(
         rows,
         [

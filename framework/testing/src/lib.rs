@@ -3,7 +3,7 @@
 //! The test kit of [extension-apiserver](https://docs.rs/extension-apiserver), for users' own
 //! tests: start a real server (TLS, real storage) on a loopback port and drive it with kube-rs
 //! or kubectl ([`TestServer`]), stand a fake core kube-apiserver beside it ([`fake_core`]),
-//! make certificates ([`pki`]), and check a resource against the Kubernetes API conventions
+//! make certificates ([`pki`]), read manifests strictly ([`manifests`]), and check a resource against the Kubernetes API conventions
 //! with one macro call ([`conformance!`](crate::conformance!), see
 //! [`conformance`](mod@conformance)).
 //!
@@ -23,6 +23,7 @@
 
 pub mod conformance;
 pub mod fake_core;
+pub mod manifests;
 pub mod openssl;
 mod server;
 

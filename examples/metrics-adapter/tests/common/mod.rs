@@ -303,12 +303,7 @@ pub fn node(name: &str, labels: &[(&str, &str)], kubelet: &FakeKubelet) -> serde
     let node = Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
+            labels: Some(label_map(labels)),
             ..ObjectMeta::default()
         },
         status: Some(NodeStatus {
@@ -342,18 +337,20 @@ pub fn node(name: &str, labels: &[(&str, &str)], kubelet: &FakeKubelet) -> serde
     serde_json::to_value(node).unwrap()
 }
 
+fn label_map(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// A Pod in the core API's shape, on `node`.
 pub fn pod(namespace: &str, name: &str, labels: &[(&str, &str)], node: &str) -> serde_json::Value {
     let pod = Pod {
         metadata: ObjectMeta {
             namespace: Some(namespace.into()),
             name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
+            labels: Some(label_map(labels)),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
