@@ -54,10 +54,10 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch as signal};
 
-use extension_apiserver::lifecycle::ShutdownSignal;
 use extension_apiserver::registry::selector::LabelSelector;
-use extension_apiserver::server::serve::{ServeOptions, serve_tls_with};
 use extension_apiserver::tls::certs::SelfSignedCerts;
+
+use crate::TlsEndpoint;
 
 /// One request the fake core served.
 #[derive(Debug, Clone)]
@@ -262,13 +262,8 @@ pub struct FakeCore {
     pub ca_pem: String,
     dir: PathBuf,
     inner: Arc<Inner>,
-    signal: ShutdownSignal,
-}
-
-impl Drop for FakeCore {
-    fn drop(&mut self) {
-        self.signal.trigger();
-    }
+    /// Stops serving when the fake is dropped.
+    _endpoint: TlsEndpoint,
 }
 
 impl FakeCore {
@@ -278,12 +273,6 @@ impl FakeCore {
         extension_apiserver::tls::install_crypto_provider();
         let certs = SelfSignedCerts::load_or_create(&dir.join("fake-core-certs"), &[])
             .expect("fake core certificates");
-        let tls = extension_apiserver::server::tls::server_config(&certs.serving, None)
-            .expect("fake core TLS");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind fake core");
-        let addr = listener.local_addr().expect("fake core address");
         let (events, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             objects: Mutex::new(Objects::default()),
@@ -301,21 +290,13 @@ impl FakeCore {
         let router = axum::Router::new()
             .fallback(handle)
             .with_state(inner.clone());
-        let signal = ShutdownSignal::new();
-        let options = ServeOptions {
-            grace_period: Duration::from_millis(100),
-            signal: signal.clone(),
-            ..ServeOptions::default()
-        };
-        tokio::spawn(async move {
-            let _ = serve_tls_with(listener, tls, router, std::future::pending(), options).await;
-        });
+        let endpoint = TlsEndpoint::start(router, &certs.serving).await;
         let core = FakeCore {
-            addr,
+            addr: endpoint.addr,
             ca_pem: certs.serving_ca_pem.clone(),
             dir: dir.to_path_buf(),
             inner,
-            signal,
+            _endpoint: endpoint,
         };
         core.set_namespace("default", "Active");
         core.set_namespace("kube-system", "Active");

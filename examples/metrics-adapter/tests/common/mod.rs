@@ -11,12 +11,10 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use extension_apiserver::lifecycle::ShutdownSignal;
-use extension_apiserver::server::serve::{ServeOptions, serve_tls_with};
 use extension_apiserver::tls::certs::CertKey;
-use extension_apiserver_testing::TestServer;
 use extension_apiserver_testing::fake_core::FakeCore;
 use extension_apiserver_testing::pki::TestCa;
+use extension_apiserver_testing::{TestServer, TlsEndpoint};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeDaemonEndpoints, NodeStatus, Pod, PodSpec,
 };
@@ -63,13 +61,7 @@ struct KubeletState {
 pub struct FakeKubelet {
     pub addr: SocketAddr,
     state: Arc<Mutex<KubeletState>>,
-    signal: ShutdownSignal,
-}
-
-impl Drop for FakeKubelet {
-    fn drop(&mut self) {
-        self.signal.trigger();
-    }
+    _endpoint: TlsEndpoint,
 }
 
 /// The virtual time between two scrapes of a fake kubelet.
@@ -77,13 +69,9 @@ pub const KUBELET_STEP: Duration = Duration::from_secs(10);
 
 impl FakeKubelet {
     pub async fn start(ca: &TestCa) -> Self {
-        extension_apiserver::tls::install_crypto_provider();
         let cert = ca.serving(&["127.0.0.1"]);
         let serving = CertKey::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes())
             .expect("kubelet certificate");
-        let tls = extension_apiserver::server::tls::server_config(&serving, None).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(KubeletState {
             clock_ms: 1_700_000_000_000,
             ..KubeletState::default()
@@ -96,19 +84,11 @@ impl FakeKubelet {
                 async move { kubelet_page(&mut lock(&state)) }
             }),
         );
-        let signal = ShutdownSignal::new();
-        let options = ServeOptions {
-            grace_period: Duration::from_millis(100),
-            signal: signal.clone(),
-            ..ServeOptions::default()
-        };
-        tokio::spawn(async move {
-            let _ = serve_tls_with(listener, tls, router, std::future::pending(), options).await;
-        });
+        let endpoint = TlsEndpoint::start(router, &serving).await;
         Self {
-            addr,
+            addr: endpoint.addr,
             state,
-            signal,
+            _endpoint: endpoint,
         }
     }
 
