@@ -91,3 +91,46 @@ async fn a_failing_exporter_is_named_in_readyz_and_the_server_stays_up() {
     assert!(ready);
     server.stop().await;
 }
+
+/// The kubelet's serving certificate is checked against `--kubelet-certificate-authority`
+/// (a kubelet signed by another CA fails, and `/readyz` says so), and not at all with
+/// `--kubelet-insecure-tls`; `--kubelet-port` addresses every kubelet at one port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubelet_certificates_are_checked_unless_insecure() {
+    let setup = Setup::new().await;
+    let stranger = extension_apiserver_testing::pki::TestCa::new("another-ca");
+    let kubelet = FakeKubelet::start(&stranger).await;
+    kubelet.set_node(0.25, 1 << 30);
+    setup.core.set_node(node("node-a", &[], &kubelet));
+
+    let checked = setup.adapter(setup.options(&[])).await;
+    let client = checked.client();
+    let refused = eventually(|| async {
+        let (status, body) = get_text(&client, READYZ).await;
+        status == 500 && body.contains("node node-a's kubelet") && body.contains("TLS")
+    })
+    .await;
+    assert!(refused, "{:?}", get_text(&client, READYZ).await);
+    let nodes: Api<NodeMetrics> = Api::all(client.clone());
+    assert!(nodes.get("node-a").await.is_err());
+    checked.stop().await;
+
+    let options = metrics_adapter::AdapterOptions {
+        kubelet_insecure_tls: true,
+        kubelet_certificate_authority: None,
+        kubelet_use_node_status_port: false,
+        kubelet_port: kubelet.addr.port(),
+        ..setup.options(&[])
+    };
+    let insecure = setup.adapter(options).await;
+    let nodes: Api<NodeMetrics> = Api::all(insecure.client());
+    let served = eventually(|| async {
+        nodes
+            .get("node-a")
+            .await
+            .is_ok_and(|n| n.usage["cpu"].0 == "250m")
+    })
+    .await;
+    assert!(served, "{:?}", nodes.get("node-a").await);
+    insecure.stop().await;
+}
