@@ -29,16 +29,16 @@ struct Seen {
 }
 
 impl State {
-    /// The samples of every fresh page named `metric` (every name when `None`), with finite
-    /// values (no quantity holds `NaN` or an infinity).
-    fn series(&self, metric: Option<&str>) -> Vec<Seen> {
+    /// The samples of every fresh page named `metric`, with finite values (no quantity
+    /// holds `NaN` or an infinity).
+    fn series(&self, metric: &str) -> Vec<Seen> {
         let max_age = self.page_max_age();
         let pages = lock(&self.pages);
         let mut seen = Vec::new();
         for page in pages.values().filter(|p| p.fresh(max_age)) {
             let scraped = page.good_time.unwrap_or(SystemTime::UNIX_EPOCH);
             for sample in &page.data {
-                if metric.is_some_and(|m| m != sample.name) || !sample.value.is_finite() {
+                if metric != sample.name || !sample.value.is_finite() {
                     continue;
                 }
                 let at = sample
@@ -55,6 +55,19 @@ impl State {
         }
         seen
     }
+
+    /// The names of the finite samples of every fresh page that `keep` keeps (read in place:
+    /// discovery asks for them at every request).
+    fn metric_names(&self, keep: impl Fn(&Sample) -> bool) -> BTreeSet<String> {
+        let max_age = self.page_max_age();
+        let pages = lock(&self.pages);
+        let fresh = pages.values().filter(|p| p.fresh(max_age));
+        fresh
+            .flat_map(|page| &page.data)
+            .filter(|s| s.value.is_finite() && keep(s))
+            .map(|s| s.name.clone())
+            .collect()
+    }
 }
 
 /// The [`ExternalMetricsProvider`] of the adapter.
@@ -63,13 +76,8 @@ pub(crate) struct ExternalMetrics(pub(crate) Arc<State>);
 #[async_trait]
 impl ExternalMetricsProvider for ExternalMetrics {
     fn list_metrics(&self) -> Vec<ExternalMetricInfo> {
-        let names: BTreeSet<String> = self
-            .0
-            .series(None)
-            .into_iter()
-            .map(|s| s.sample.name)
-            .collect();
-        names
+        self.0
+            .metric_names(|_| true)
             .into_iter()
             .map(|metric| ExternalMetricInfo { metric })
             .collect()
@@ -83,7 +91,7 @@ impl ExternalMetricsProvider for ExternalMetrics {
     ) -> Result<Vec<ExternalMetricValue>> {
         let values = self
             .0
-            .series(Some(metric))
+            .series(metric)
             .into_iter()
             .filter(|s| {
                 s.sample
@@ -116,14 +124,8 @@ fn pods() -> GroupResource {
 #[async_trait]
 impl CustomMetricsProvider for CustomMetrics {
     fn list_metrics(&self) -> Vec<CustomMetricInfo> {
-        let names: BTreeSet<String> = self
-            .0
-            .series(None)
-            .into_iter()
-            .filter(|s| of_a_pod(&s.sample).is_some())
-            .map(|s| s.sample.name)
-            .collect();
-        names
+        self.0
+            .metric_names(|s| of_a_pod(s).is_some())
             .into_iter()
             .map(|metric| CustomMetricInfo {
                 group_resource: pods(),
@@ -141,7 +143,7 @@ impl CustomMetricsProvider for CustomMetrics {
     ) -> Result<Vec<MetricValue>> {
         let series: Vec<Seen> = self
             .0
-            .series(Some(&info.metric))
+            .series(&info.metric)
             .into_iter()
             .filter(|s| of_a_pod(&s.sample).is_some() && metric_selector.matches(&s.sample.labels))
             .collect();
