@@ -33,6 +33,16 @@ pub struct AdapterOptions {
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration)]
     pub metric_resolution: Duration,
 
+    /// Which of a Node's `status.addresses` the kubelet is reached at: the first type of this
+    /// list the Node has (metrics-server's flag, with its shipped manifest's order).
+    #[arg(
+        long,
+        value_name = "TYPES",
+        value_delimiter = ',',
+        default_value = "InternalIP,ExternalIP,Hostname"
+    )]
+    pub kubelet_preferred_address_types: Vec<String>,
+
     /// The kubelets' port.
     #[arg(long, value_name = "PORT", default_value_t = 10250)]
     pub kubelet_port: u16,
@@ -64,6 +74,9 @@ impl Default for AdapterOptions {
             scrape_interval: Duration::from_secs(15),
             scrape_certificate_authority: None,
             metric_resolution: Duration::from_secs(15),
+            kubelet_preferred_address_types: ["InternalIP", "ExternalIP", "Hostname"]
+                .map(String::from)
+                .to_vec(),
             kubelet_port: 10250,
             kubelet_use_node_status_port: false,
             kubelet_insecure_tls: false,

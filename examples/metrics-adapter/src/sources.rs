@@ -247,14 +247,19 @@ impl State {
         Ok((samples, at))
     }
 
-    /// `https://{InternalIP}:{port}/metrics/resource`, as metrics-server addresses a kubelet.
+    /// `https://{address}:{port}/metrics/resource`, as metrics-server addresses a kubelet: the
+    /// Node's address of the first preferred type it has.
     fn kubelet_url(&self, node: &Node) -> Result<http::Uri, String> {
         let status = node.status.as_ref();
-        let ip = status
-            .and_then(|s| s.addresses.as_ref())
-            .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        let addresses = status
+            .and_then(|s| s.addresses.as_deref())
+            .unwrap_or_default();
+        let preferred = &self.options.kubelet_preferred_address_types;
+        let ip = preferred
+            .iter()
+            .find_map(|kind| addresses.iter().find(|a| &a.type_ == kind))
             .map(|a| a.address.clone())
-            .ok_or("the node has no InternalIP address")?;
+            .ok_or_else(|| format!("the node has no address of type {}", preferred.join(", ")))?;
         let port = if self.options.kubelet_use_node_status_port {
             status
                 .and_then(|s| s.daemon_endpoints.as_ref())
