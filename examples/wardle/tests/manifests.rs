@@ -12,12 +12,11 @@ use std::process::{Command, Stdio};
 use extension_apiserver::APIGroup;
 use extension_apiserver::aggregator::{ManifestOptions, manifest_objects};
 use extension_apiserver_testing::fake_core::FakeCore;
+use extension_apiserver_testing::manifests::{documents, strict};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 fn wardle_manifests(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_wardle"))
@@ -31,26 +30,6 @@ fn wardle_manifests(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("UTF-8")
-}
-
-fn documents(yaml: &str) -> Vec<Value> {
-    serde_norway::Deserializer::from_str(yaml)
-        .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
-        .filter(|v: &Value| !v.is_null())
-        .collect()
-}
-
-/// Parses `value` as `T`, failing on any field `T` does not have.
-fn strict<T: DeserializeOwned>(value: &Value) -> T {
-    let mut unknown = Vec::new();
-    let parsed: T =
-        serde_ignored::deserialize(value.clone(), |path| unknown.push(path.to_string()))
-            .unwrap_or_else(|e| panic!("{} does not parse: {e}\n{value:#}", value["kind"]));
-    assert!(
-        unknown.is_empty(),
-        "unknown fields {unknown:?} in {value:#}"
-    );
-    parsed
 }
 
 #[test]

@@ -8,10 +8,13 @@
 //!   added with [`FakeCore::allow`] (RBAC-like: additive, `system:masters` may do anything; a
 //!   request no rule allows gets `allowed: false` and no opinion, as RBAC answers).
 //! - namespaces (`/api/v1/namespaces`), ConfigMaps (`/api/v1/namespaces/{ns}/configmaps`),
+//!   Nodes (`/api/v1/nodes`), Pods (`/api/v1/namespaces/{ns}/pods`, and `/api/v1/pods` across
+//!   namespaces),
 //!   APIServices (`/apis/apiregistration.k8s.io/v1/apiservices`, with `/status`) and
 //!   Mutating/ValidatingWebhookConfigurations (`/apis/admissionregistration.k8s.io/v1/…`,
 //!   defaulted as kube-apiserver defaults them): get, list
-//!   (`fieldSelector=metadata.name=…`), watch (`watch=true`, from a `resourceVersion`), create,
+//!   (`fieldSelector=metadata.name=…`, `labelSelector=…`), watch (`watch=true`, from a
+//!   `resourceVersion`), create,
 //!   update (409 on a stale `resourceVersion`), merge/JSON patch and delete, with one global
 //!   resourceVersion counter.
 //! - watches as kube-apiserver's watch cache serves them: a watch from a resourceVersion older
@@ -25,6 +28,11 @@
 //! - discovery (`/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`) of those resources and
 //!   of the kinds a deployment uses (Deployment, Service, RBAC, ...), so kubectl can map kinds,
 //!   e.g. for `kubectl apply --dry-run=client`.
+//! - groups served by an extension server, as the aggregator serves them
+//!   ([`FakeCore::aggregate`]): listed in `/apis`, and every request under `/apis/{group}`
+//!   proxied to the extension server. kubectl then finds the core API and the extension's
+//!   groups behind one URL, as in a cluster (`kubectl top node` reads `/api/v1/nodes` and
+//!   `metrics.k8s.io` together).
 //!
 //! Callers authenticate with the bearer token of a kubeconfig from [`FakeCore::kubeconfig`];
 //! [`FakeCore::forbid`] makes a caller's requests on a resource fail with 403 as a missing
@@ -46,9 +54,10 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch as signal};
 
-use extension_apiserver::lifecycle::ShutdownSignal;
-use extension_apiserver::server::serve::{ServeOptions, serve_tls_with};
+use extension_apiserver::registry::selector::LabelSelector;
 use extension_apiserver::tls::certs::SelfSignedCerts;
+
+use crate::TlsEndpoint;
 
 /// One request the fake core served.
 #[derive(Debug, Clone)]
@@ -234,6 +243,14 @@ struct Inner {
     forbidden: Mutex<HashSet<(String, String)>>,
     calls: Mutex<Vec<Call>>,
     access_reviews: Mutex<Vec<Value>>,
+    aggregated: Mutex<Vec<Aggregated>>,
+}
+
+/// A group [`FakeCore::aggregate`] proxies to an extension server.
+struct Aggregated {
+    group: String,
+    versions: Vec<String>,
+    client: kube::Client,
 }
 
 /// The fake core kube-apiserver: started on 127.0.0.1 with a self-signed serving certificate,
@@ -245,13 +262,8 @@ pub struct FakeCore {
     pub ca_pem: String,
     dir: PathBuf,
     inner: Arc<Inner>,
-    signal: ShutdownSignal,
-}
-
-impl Drop for FakeCore {
-    fn drop(&mut self) {
-        self.signal.trigger();
-    }
+    /// Stops serving when the fake is dropped.
+    _endpoint: TlsEndpoint,
 }
 
 impl FakeCore {
@@ -261,12 +273,6 @@ impl FakeCore {
         extension_apiserver::tls::install_crypto_provider();
         let certs = SelfSignedCerts::load_or_create(&dir.join("fake-core-certs"), &[])
             .expect("fake core certificates");
-        let tls = extension_apiserver::server::tls::server_config(&certs.serving, None)
-            .expect("fake core TLS");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind fake core");
-        let addr = listener.local_addr().expect("fake core address");
         let (events, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             objects: Mutex::new(Objects::default()),
@@ -279,25 +285,18 @@ impl FakeCore {
             forbidden: Mutex::new(HashSet::new()),
             calls: Mutex::new(Vec::new()),
             access_reviews: Mutex::new(Vec::new()),
+            aggregated: Mutex::new(Vec::new()),
         });
         let router = axum::Router::new()
             .fallback(handle)
             .with_state(inner.clone());
-        let signal = ShutdownSignal::new();
-        let options = ServeOptions {
-            grace_period: Duration::from_millis(100),
-            signal: signal.clone(),
-            ..ServeOptions::default()
-        };
-        tokio::spawn(async move {
-            let _ = serve_tls_with(listener, tls, router, std::future::pending(), options).await;
-        });
+        let endpoint = TlsEndpoint::start(router, &certs.serving).await;
         let core = FakeCore {
-            addr,
+            addr: endpoint.addr,
             ca_pem: certs.serving_ca_pem.clone(),
             dir: dir.to_path_buf(),
             inner,
-            signal,
+            _endpoint: endpoint,
         };
         core.set_namespace("default", "Active");
         core.set_namespace("kube-system", "Active");
@@ -489,6 +488,53 @@ impl FakeCore {
         self.put(core_collection("namespaces", ""), name, object);
     }
 
+    /// Creates or replaces a Node: `object` in the shape of `/api/v1/nodes` (e.g. a
+    /// `k8s_openapi` `Node` through `serde_json::to_value`), with `metadata.name`.
+    pub fn set_node(&self, object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("Node has metadata.name")
+            .to_string();
+        self.put(core_collection("nodes", ""), &name, object);
+    }
+
+    /// Deletes a Node.
+    pub fn delete_node(&self, name: &str) {
+        self.inner.remove(&core_collection("nodes", ""), name).ok();
+    }
+
+    /// Creates or replaces a Pod: `object` in the shape of `/api/v1/namespaces/{ns}/pods`,
+    /// with `metadata.name` and `metadata.namespace`.
+    pub fn set_pod(&self, object: Value) {
+        let meta = &object["metadata"];
+        let name = meta["name"].as_str().expect("Pod has metadata.name");
+        let namespace = meta["namespace"]
+            .as_str()
+            .expect("Pod has metadata.namespace");
+        let collection = core_collection("pods", namespace);
+        let name = name.to_string();
+        self.put(collection, &name, object);
+    }
+
+    /// Deletes a Pod.
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        self.inner
+            .remove(&core_collection("pods", namespace), name)
+            .ok();
+    }
+
+    /// Serves `group` (its `versions`, preferred first) as kube-apiserver's aggregator serves
+    /// an available APIService: listed in `/apis`, and every request under `/apis/{group}`
+    /// passed to `client`'s server (method, path, query, `Accept`, `Content-Type` and body)
+    /// with `client`'s credentials, the answer passed back as it comes (watches stream).
+    pub fn aggregate(&self, group: &str, versions: &[&str], client: kube::Client) {
+        lock(&self.inner.aggregated).push(Aggregated {
+            group: group.into(),
+            versions: strings(versions),
+            client,
+        });
+    }
+
     /// Creates or replaces a `MutatingWebhookConfiguration`, defaulted as kube-apiserver
     /// defaults one.
     pub fn set_mutating_webhook_configuration(&self, object: Value) {
@@ -588,6 +634,8 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
     match (prefix, resource) {
         ("/api/v1", "namespaces") => Some(("Namespace", "v1")),
         ("/api/v1", "configmaps") => Some(("ConfigMap", "v1")),
+        ("/api/v1", "nodes") => Some(("Node", "v1")),
+        ("/api/v1", "pods") => Some(("Pod", "v1")),
         ("/apis/apiregistration.k8s.io/v1", "apiservices") => {
             Some(("APIService", "apiregistration.k8s.io/v1"))
         }
@@ -855,10 +903,76 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             }
             subject_access_review(&inner, &body)
         }
+        _ if aggregated_client(&inner, &path).is_some() => {
+            let client = aggregated_client(&inner, &path).expect("checked");
+            proxy(client, parts, body).await
+        }
         _ if parts.method == Method::GET && discovery(&path).is_some() => {
-            axum::Json(discovery(&path).unwrap_or_default()).into_response()
+            let mut document = discovery(&path).unwrap_or_default();
+            if path.trim_end_matches('/') == "/apis" {
+                add_aggregated_groups(&inner, &mut document);
+            }
+            axum::Json(document).into_response()
         }
         _ => resource_request(&inner, &caller, &parts, &query, &body).await,
+    }
+}
+
+/// The client of the extension server serving the aggregated group `path` is under.
+fn aggregated_client(inner: &Inner, path: &str) -> Option<kube::Client> {
+    let rest = path.strip_prefix("/apis/")?;
+    let group = rest.split('/').next()?;
+    lock(&inner.aggregated)
+        .iter()
+        .find(|a| a.group == group)
+        .map(|a| a.client.clone())
+}
+
+/// Adds the aggregated groups to `/apis`' `APIGroupList`.
+fn add_aggregated_groups(inner: &Inner, document: &mut Value) {
+    let Some(groups) = document["groups"].as_array_mut() else {
+        return;
+    };
+    for aggregated in lock(&inner.aggregated).iter() {
+        let versions: Vec<Value> = aggregated
+            .versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("{}/{v}", aggregated.group), "version": v}))
+            .collect();
+        groups.push(json!({
+            "name": aggregated.group,
+            "versions": versions,
+            "preferredVersion": versions.first().cloned().unwrap_or_default(),
+        }));
+    }
+}
+
+/// Passes a request to an extension server, as the aggregator's proxy does.
+async fn proxy(client: kube::Client, parts: http::request::Parts, body: Bytes) -> Response {
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let mut request = http::Request::builder().method(parts.method).uri(uri);
+    for name in [http::header::ACCEPT, http::header::CONTENT_TYPE] {
+        if let Some(value) = parts.headers.get(&name) {
+            request = request.header(name, value);
+        }
+    }
+    let Ok(request) = request.body(kube::client::Body::from(body.to_vec())) else {
+        return status_error(StatusCode::BAD_REQUEST, "BadRequest", "unproxyable request");
+    };
+    match client.send(request).await {
+        Ok(response) => {
+            let (parts, body) = response.into_parts();
+            Response::from_parts(parts, Body::new(body))
+        }
+        Err(e) => status_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            &format!("error trying to reach service: {e}"),
+        ),
     }
 }
 
@@ -875,6 +989,8 @@ const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
         &[
             ("namespaces", "Namespace", false),
             ("configmaps", "ConfigMap", true),
+            ("nodes", "Node", false),
+            ("pods", "Pod", true),
             ("secrets", "Secret", true),
             ("serviceaccounts", "ServiceAccount", true),
             ("services", "Service", true),
@@ -1166,6 +1282,11 @@ async fn resource_request(
         ("list", _) => {
             let name = query_param(query, "fieldSelector")
                 .and_then(|s| s.strip_prefix("metadata.name=").map(str::to_string));
+            let labels = query_param(query, "labelSelector").unwrap_or_default();
+            let labels = match LabelSelector::parse(&labels) {
+                Ok(selector) => selector,
+                Err(e) => return status_error(StatusCode::BAD_REQUEST, "BadRequest", e.message()),
+            };
             let objects = lock(&inner.objects);
             let items: Vec<Value> = objects
                 .items
@@ -1177,6 +1298,7 @@ async fn resource_request(
                 })
                 .flat_map(|(_, objs)| objs.iter())
                 .filter(|(n, _)| name.as_deref().is_none_or(|want| want == n.as_str()))
+                .filter(|(_, o)| labels.matches_object(o))
                 .map(|(_, o)| o.clone())
                 .collect();
             ok(

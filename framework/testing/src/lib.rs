@@ -2,8 +2,9 @@
 //!
 //! The test kit of [extension-apiserver](https://docs.rs/extension-apiserver), for users' own
 //! tests: start a real server (TLS, real storage) on a loopback port and drive it with kube-rs
-//! or kubectl ([`TestServer`]), stand a fake core kube-apiserver beside it ([`fake_core`]),
-//! make certificates ([`pki`]), and check a resource against the Kubernetes API conventions
+//! or kubectl ([`TestServer`]), stand a fake core kube-apiserver beside it ([`fake_core`]) and fakes of your own
+//! ([`TlsEndpoint`]),
+//! make certificates ([`pki`]), read manifests strictly ([`manifests`]), and check a resource against the Kubernetes API conventions
 //! with one macro call ([`conformance!`](crate::conformance!), see
 //! [`conformance`](mod@conformance)).
 //!
@@ -22,7 +23,9 @@
 //! ```
 
 pub mod conformance;
+mod endpoint;
 pub mod fake_core;
+pub mod manifests;
 pub mod openssl;
 mod server;
 
@@ -31,6 +34,7 @@ pub use extension_apiserver::tls::pki;
 use std::path::Path;
 use std::process::Command;
 
+pub use endpoint::TlsEndpoint;
 pub use server::{TestServer, TestServerBuilder};
 
 /// What a kubectl run printed.

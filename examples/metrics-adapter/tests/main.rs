@@ -1,0 +1,7 @@
+//! metrics-adapter's end-to-end tests, one binary: each file is a module.
+
+mod common;
+mod failures;
+mod hpa;
+mod manifests;
+mod resource;
