@@ -8,8 +8,10 @@
 //! [`APIServer::custom_metrics`](crate::server::APIServer::custom_metrics),
 //! [`APIServer::external_metrics`](crate::server::APIServer::external_metrics). The framework
 //! serves the paths, discovery (following the metrics as they come and go), OpenAPI v2 and v3,
-//! authorization (`get` on the metric's resource of the group, as kube's adapters are
-//! authorized), audit and request metrics, beside ordinary resources or alone.
+//! authorization on the metric's resource of the group as kube's request info names it (`get`
+//! on `pods/{metric}` for a custom metric, `list` on `{metric}` for an external one: what the
+//! HPA controller's bootstrap role grants), audit and request metrics, beside ordinary
+//! resources or alone.
 //!
 //! The book's "Metrics APIs" chapter walks through an adapter.
 
