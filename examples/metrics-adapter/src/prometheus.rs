@@ -302,3 +302,37 @@ node_memory_working_set_bytes 1.073741824e+09 1700000000456
         assert_eq!(parse("# just a note\n\n# EOF\n").unwrap(), vec![]);
     }
 }
+
+/// The fuzz target `prometheus_text` (fuzz/): a scraped page, whatever its bytes, parses or
+/// is refused, and what parses decodes as a kubelet's page; nothing panics.
+#[cfg(any(fuzzing, test))]
+pub fn fuzz_page(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(samples) = parse(text) {
+        crate::kubelet::decode(&samples, std::time::SystemTime::UNIX_EPOCH);
+    }
+}
+
+#[cfg(test)]
+mod fuzz_regressions {
+    /// The target over its seeds and the inputs that once failed (fuzz/corpus,
+    /// fuzz/regressions), in the normal suite.
+    #[test]
+    fn the_fuzz_target_holds_on_its_seeds_and_past_failures() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+        let mut inputs = 0;
+        for folder in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(root.join(folder).join("prometheus_text")) else {
+                continue;
+            };
+            for entry in entries {
+                let data = std::fs::read(entry.unwrap().path()).unwrap();
+                super::fuzz_page(&data);
+                inputs += 1;
+            }
+        }
+        assert!(inputs > 0, "fuzz/corpus/prometheus_text has seeds");
+    }
+}

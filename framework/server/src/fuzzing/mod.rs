@@ -34,6 +34,7 @@ pub const TARGETS: &[Target] = &[
     ("jsonpath", jsonpath),
     ("accept", accept),
     ("query", query),
+    ("metrics_path", metrics_path),
 ];
 
 fn text(data: &[u8]) -> Option<&str> {
@@ -199,3 +200,20 @@ pub fn query(data: &[u8]) {
 mod properties;
 #[cfg(test)]
 mod regressions;
+
+/// A custom or external metrics request (the path after `/apis/{group}/{version}/`, then
+/// `?` and the query) names a metric, or is refused with 400 or 404; its selectors parse or
+/// are 400.
+pub fn metrics_path(data: &[u8]) {
+    use crate::metrics_apis::fuzzing::{custom_path, external_path, metric_query};
+    let Some(text) = text(data) else { return };
+    let (path, query) = match text.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (text, None),
+    };
+    for code in [custom_path(path), external_path(path)] {
+        assert!(matches!(code, 200 | 400 | 404), "{code} for {path:?}");
+    }
+    let code = metric_query(query);
+    assert!(matches!(code, 200 | 400), "{code} for {query:?}");
+}

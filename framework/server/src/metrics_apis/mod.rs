@@ -38,6 +38,30 @@ pub use types::{
     go_duration_string, parse_go_duration,
 };
 
+/// The readers of outside input, for the fuzz targets (`crate::fuzzing`): each answers the
+/// code of what it made of the input (200 when it was accepted).
+#[cfg(any(fuzzing, test))]
+pub(crate) mod fuzzing {
+    fn code<T>(result: crate::Result<T>) -> u16 {
+        result.map_or_else(|e| e.status().code, |_| 200)
+    }
+
+    /// A custom metrics path.
+    pub(crate) fn custom_path(path: &str) -> u16 {
+        code(super::paths::custom(path))
+    }
+
+    /// An external metrics path.
+    pub(crate) fn external_path(path: &str) -> u16 {
+        code(super::paths::external(path))
+    }
+
+    /// The query of a metrics request.
+    pub(crate) fn metric_query(query: Option<&str>) -> u16 {
+        code(super::serve::MetricQuery::parse(query))
+    }
+}
+
 /// The group of custom metrics.
 pub const CUSTOM_GROUP: &str = "custom.metrics.k8s.io";
 /// Its versions, the preferred first.
