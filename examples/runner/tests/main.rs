@@ -1,0 +1,1 @@
+//! runner's end-to-end tests, one binary: each file is a module.
