@@ -9,6 +9,7 @@ pub mod rest;
 pub mod served;
 pub mod store;
 pub(crate) mod stores;
+pub mod subresource;
 pub mod strategy;
 
 // The machinery's parts of API semantics (apimachinery and structured-merge-diff in

@@ -19,6 +19,7 @@ use crate::registry::context::RequestContext;
 use crate::registry::options::{DeleteOptions, GetOptions, ListOptions, WriteOptions};
 use crate::registry::patch::PatchSchema;
 use crate::registry::served::SchemaFn;
+use crate::registry::subresource::Subresource;
 use crate::runtime::ResourceInfo;
 use crate::storage::cacher::{CachedEvent, CachedObject};
 
@@ -320,6 +321,9 @@ pub struct RestStorage {
     /// Its objects to and from the storage version, when it is served converted (`None`:
     /// stored as served).
     pub convertor: Option<Arc<dyn crate::codec::VersionConvertor>>,
+    /// An action, view, stream or connection served at this path instead of the verbs
+    /// above ([`subresource`](crate::registry::subresource)).
+    pub subresource: Option<Subresource>,
 }
 
 impl std::fmt::Debug for RestStorage {
@@ -347,6 +351,15 @@ impl RestStorage {
             collection_deleter: None,
             watcher: None,
             convertor: None,
+            subresource: None,
+        }
+    }
+
+    /// The storage of a subresource of `T` served by `subresource`.
+    pub fn for_subresource<T: crate::runtime::Resource>(subresource: Subresource) -> Self {
+        Self {
+            subresource: Some(subresource),
+            ..Self::new::<T>(T::INFO)
         }
     }
 
@@ -399,6 +412,9 @@ impl RestStorage {
 
     /// The discovery verbs, in kube-apiserver's (alphabetical) order.
     pub fn verbs(&self) -> Vec<&'static str> {
+        if let Some(subresource) = &self.subresource {
+            return subresource.verbs();
+        }
         let mut verbs = Vec::new();
         let has = [
             ("create", self.creater.is_some()),

@@ -11,6 +11,7 @@ use crate::registry::converted::converted;
 use crate::registry::group::APIGroupInfo;
 use crate::registry::rest::RestStorage;
 use crate::registry::strategy::Strategy;
+use crate::registry::subresource::{Action, Connecter, Streamer, Subresource, View};
 use crate::runtime::{Convertible, Resource};
 
 /// The resources of one version of a group.
@@ -169,6 +170,85 @@ impl VersionBuilder {
         });
         self.factories.push(factory);
         self
+    }
+
+    /// Attaches the action `name` to `A::Parent` (`{plural}/{name}`), its handler made from
+    /// the server's [`StorageConfig`] (e.g. with a [`reader`](StorageConfig::reader) of the
+    /// parent). See [`Action`].
+    ///
+    /// ```no_run
+    /// # use extension_apiserver::prelude::*;
+    /// # use extension_apiserver::registry::subresource::*;
+    /// # #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Run", namespaced)]
+    /// # pub struct Run { #[serde(default)] pub metadata: ObjectMeta }
+    /// # struct Cancel; struct Log;
+    /// # #[extension_apiserver::async_trait]
+    /// # impl Action for Cancel {
+    /// #     type Parent = Run; type Options = NoOptions; type Body = serde_json::Value; type Output = Run;
+    /// #     async fn act(&self, _: ActionVerb, r: SubresourceRequest<NoOptions>, _: Option<serde_json::Value>)
+    /// #         -> extension_apiserver::Result<Run> { Ok(Run::default()) }
+    /// # }
+    /// # #[extension_apiserver::async_trait]
+    /// # impl Streamer for Log {
+    /// #     type Parent = Run; type Options = NoOptions;
+    /// #     async fn stream(&self, _: SubresourceRequest<NoOptions>) -> extension_apiserver::Result<ByteStream> {
+    /// #         Ok(Box::pin(futures::stream::empty()))
+    /// #     }
+    /// # }
+    /// let group = APIGroup::new("example.com").version("v1", |v| {
+    ///     v.resource::<Run>()
+    ///         .action("cancel", |_| Cancel)
+    ///         .stream("log", |_| Log)
+    /// });
+    /// ```
+    pub fn action<A: Action>(
+        self,
+        name: &str,
+        make: impl Fn(&StorageConfig) -> A + Send + Sync + 'static,
+    ) -> Self {
+        self.subresource::<A::Parent>(name, move |config| Subresource::action(make(config)))
+    }
+
+    /// Attaches the computed view `name` to `V::Parent`. See [`View`] and
+    /// [`action`](Self::action).
+    pub fn view<V: View>(
+        self,
+        name: &str,
+        make: impl Fn(&StorageConfig) -> V + Send + Sync + 'static,
+    ) -> Self {
+        self.subresource::<V::Parent>(name, move |config| Subresource::view(make(config)))
+    }
+
+    /// Attaches the stream `name` to `S::Parent`. See [`Streamer`] and
+    /// [`action`](Self::action).
+    pub fn stream<S: Streamer>(
+        self,
+        name: &str,
+        make: impl Fn(&StorageConfig) -> S + Send + Sync + 'static,
+    ) -> Self {
+        self.subresource::<S::Parent>(name, move |config| Subresource::stream(make(config)))
+    }
+
+    /// Attaches the upgraded connection `name` to `C::Parent` (WebSocket, channel.k8s.io v5
+    /// and v4). See [`Connecter`] and [`action`](Self::action).
+    pub fn connect<C: Connecter>(
+        self,
+        name: &str,
+        make: impl Fn(&StorageConfig) -> C + Send + Sync + 'static,
+    ) -> Self {
+        self.subresource::<C::Parent>(name, move |config| Subresource::connect(make(config)))
+    }
+
+    fn subresource<T: Resource>(
+        self,
+        name: &str,
+        make: impl Fn(&StorageConfig) -> Subresource + Send + Sync + 'static,
+    ) -> Self {
+        let path = format!("{}/{name}", T::INFO.plural);
+        self.storage_with(&path, move |config| {
+            RestStorage::for_subresource::<T>(make(config))
+        })
     }
 
     /// Serves a storage of your own at `path` (`things` or `things/subresource`), for

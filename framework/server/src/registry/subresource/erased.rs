@@ -1,0 +1,189 @@
+//! The four handler traits behind one type the installer keeps per path: options decoded
+//! from query pairs, bodies and answers as JSON, so that `endpoints/` needs no type
+//! parameter.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{
+    Action, ActionVerb, ByteStream, Channels, Connecter, ExitStatus, Session, Streamer,
+    SubresourceRequest, View,
+};
+use crate::error::{Error, Result};
+use crate::registry::context::RequestContext;
+use crate::registry::served::{SchemaFn, schema_of};
+use crate::runtime::{ObjectKind, Resource, ResourceInfo};
+
+/// Which of the four a subresource is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubresourceKind {
+    /// An [`Action`].
+    Action,
+    /// A [`View`].
+    View,
+    /// A [`Streamer`].
+    Stream,
+    /// A [`Connecter`].
+    Connect,
+}
+
+/// The kind of an answer or an options object, for discovery, OpenAPI and admission.
+#[derive(Clone, Debug)]
+pub struct KindOf {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `group` (empty for the core group and `Status`).
+    pub group: &'static str,
+    /// `version`.
+    pub version: &'static str,
+    /// `kind`.
+    pub kind: String,
+    /// Its schema.
+    pub schema: SchemaFn,
+}
+
+impl KindOf {
+    fn of<K: ObjectKind>() -> Self {
+        Self {
+            api_version: K::api_version(),
+            group: K::group(),
+            version: K::version(),
+            kind: K::kind().to_string(),
+            schema: schema_of::<K>,
+        }
+    }
+}
+
+/// One subresource of a resource, its handler behind a trait object.
+#[derive(Clone)]
+pub struct Subresource {
+    kind: SubresourceKind,
+    handler: Arc<dyn Erased>,
+}
+
+impl std::fmt::Debug for Subresource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subresource")
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+/// What every handler offers once its types are erased.
+#[async_trait]
+pub(crate) trait Erased: Send + Sync {
+    fn parent(&self) -> ResourceInfo;
+    fn options_schema(&self) -> SchemaFn;
+    fn decode(&self, pairs: &[(String, String)]) -> Result<Value>;
+    fn answer(&self) -> Option<KindOf>;
+    fn body(&self) -> Option<SchemaFn> {
+        None
+    }
+    fn action_verbs(&self) -> &'static [ActionVerb] {
+        &[ActionVerb::Get]
+    }
+    fn content_type(&self) -> &'static str {
+        "application/json"
+    }
+    fn channels(&self, _options: &Value) -> Result<Channels> {
+        Err(Error::internal("not a connection"))
+    }
+    async fn act(&self, _verb: ActionVerb, _request: Request, _body: Option<Value>) -> Result<Value> {
+        Err(Error::internal("not an action"))
+    }
+    async fn get(&self, _request: Request) -> Result<Value> {
+        Err(Error::internal("not a view"))
+    }
+    async fn stream(&self, _request: Request) -> Result<ByteStream> {
+        Err(Error::internal("not a stream"))
+    }
+    async fn check(&self, _request: &Request) -> Result<()> {
+        Ok(())
+    }
+    async fn connect(&self, _request: Request, _session: Session) -> Result<ExitStatus> {
+        Err(Error::internal("not a connection"))
+    }
+}
+
+/// A request with its options still JSON.
+pub(crate) type Request = SubresourceRequest<Value>;
+
+impl Subresource {
+    /// An [`Action`].
+    pub fn action<A: Action>(handler: A) -> Self {
+        let _ = handler;
+        todo!()
+    }
+
+    /// A [`View`].
+    pub fn view<V: View>(handler: V) -> Self {
+        let _ = handler;
+        todo!()
+    }
+
+    /// A [`Streamer`].
+    pub fn stream<S: Streamer>(handler: S) -> Self {
+        let _ = handler;
+        todo!()
+    }
+
+    /// A [`Connecter`].
+    pub fn connect<C: Connecter>(handler: C) -> Self {
+        let _ = handler;
+        todo!()
+    }
+
+    /// Which of the four it is.
+    pub fn kind(&self) -> SubresourceKind {
+        self.kind
+    }
+
+    /// The kind of its parent resource.
+    pub fn parent(&self) -> ResourceInfo {
+        self.handler.parent()
+    }
+
+    /// The verbs it supports, in discovery's order: an action's, `get` for a view and a
+    /// stream, `create` and `get` for a connection (as `pods/attach`).
+    pub fn verbs(&self) -> Vec<&'static str> {
+        let mut verbs: Vec<&'static str> = match self.kind {
+            SubresourceKind::Action => {
+                self.handler.action_verbs().iter().map(|v| v.as_str()).collect()
+            }
+            SubresourceKind::View | SubresourceKind::Stream => vec!["get"],
+            SubresourceKind::Connect => vec!["create", "get"],
+        };
+        verbs.sort_unstable();
+        verbs.dedup();
+        verbs
+    }
+
+    /// What it answers (actions and views).
+    pub fn answer(&self) -> Option<KindOf> {
+        self.handler.answer()
+    }
+
+    /// The schema of its options, for OpenAPI's query parameters.
+    pub fn options_schema(&self) -> SchemaFn {
+        self.handler.options_schema()
+    }
+
+    /// The schema of an action's body.
+    pub fn body_schema(&self) -> Option<SchemaFn> {
+        self.handler.body()
+    }
+
+    /// The `Content-Type` of a stream's body.
+    pub fn content_type(&self) -> &'static str {
+        self.handler.content_type()
+    }
+
+    pub(crate) fn handler(&self) -> &Arc<dyn Erased> {
+        &self.handler
+    }
+}
+
+#[allow(dead_code)]
+fn unused<T: Resource>(_: RequestContext) {}
