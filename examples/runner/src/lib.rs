@@ -16,6 +16,7 @@ mod options;
 pub mod output;
 pub mod process;
 mod runs;
+mod subresources;
 mod types;
 
 use extension_apiserver::prelude::*;
@@ -24,6 +25,7 @@ use extension_apiserver::server::ServerOptions;
 pub use allow::{AllowedCommands, NAME as ADMISSION_PLUGIN};
 pub use options::RunnerOptions;
 pub use runs::Runs;
+pub use subresources::{Attach, Cancel, Log, RunAttachOptions, RunLogOptions, Summary};
 pub use types::{Run, RunPhase, RunSpec, RunStatus, RunSummary, StreamSummary};
 
 /// The API group.
@@ -68,11 +70,25 @@ impl Runner {
         let allowed = AllowedCommands::new(&self.options.allow_commands);
         let runs = self.runs.clone();
         server
-            .resource::<Run>()
+            .group(self.api_group())
             .admission_plugin(move |_| Plugin::validating(allowed.clone()))
             .post_start_hook("start-runs", move |ctx| async move {
                 runs.start(ctx.storage().store::<Run>(), ctx.shutdown().clone());
                 Ok(())
             })
+    }
+
+    /// The `runner.example.com` group: runs and their subresources.
+    pub fn api_group(&self) -> APIGroup {
+        let runs = self.runs.clone();
+        APIGroup::new(GROUP).version("v1alpha1", move |v| {
+            let (log, attach, cancel, summary) =
+                (runs.clone(), runs.clone(), runs.clone(), runs.clone());
+            v.resource::<Run>()
+                .stream("log", move |_| Log(log.clone()))
+                .connect("attach", move |_| Attach(attach.clone()))
+                .action("cancel", move |_| Cancel(cancel.clone()))
+                .view("summary", move |_| Summary(summary.clone()))
+        })
     }
 }
