@@ -181,6 +181,17 @@ impl Output {
         self.inner.live.subscribe()
     }
 
+    /// How many readers wait for its lines (a `log?follow=true` each): none left once their
+    /// clients went away.
+    pub fn followers(&self) -> usize {
+        self.inner.appended.receiver_count()
+    }
+
+    /// How many clients are attached to it.
+    pub fn attached(&self) -> usize {
+        self.inner.live.receiver_count()
+    }
+
     fn notify(&self) {
         self.inner.appended.send_modify(|n| *n += 1);
     }

@@ -92,6 +92,16 @@ impl Runs {
             .count()
     }
 
+    /// How many `log` readers and `attach` clients run `name`'s output has now.
+    pub fn readers(&self, namespace: &str, name: &str) -> (usize, usize) {
+        match self.table().get(&(namespace.to_string(), name.to_string())) {
+            Some(Entry::Started { process, .. }) => {
+                (process.output.followers(), process.output.attached())
+            }
+            _ => (0, 0),
+        }
+    }
+
     async fn follow(&self) {
         let options = ListOptions {
             timeout_seconds: Some(i64::MAX),

@@ -1,4 +1,8 @@
 //! runner's end-to-end tests, one binary: each file is a module.
 
+mod actions;
+mod attach;
 mod common;
 mod lifecycle;
+mod log;
+mod ws;

@@ -11,7 +11,6 @@ pub const STDIN: u8 = 0;
 pub const STDOUT: u8 = 1;
 pub const STDERR: u8 = 2;
 pub const ERROR: u8 = 3;
-pub const RESIZE: u8 = 4;
 /// v5's close signal: `[255, channel]`.
 pub const CLOSE: u8 = 255;
 
