@@ -1,7 +1,9 @@
 //! Resource handlers: one per verb. Each decodes its parameters and body, calls the storage
 //! and encodes the answer; none touches storage directly.
 
+pub(crate) mod connect;
 mod read;
+mod subresource;
 mod watch;
 mod write;
 
@@ -112,6 +114,9 @@ fn check_scope(resource: &InstalledResource, info: &RequestInfo) -> Result<()> {
 }
 
 async fn dispatch(call: Call) -> Result<Response> {
+    if let Some(sub) = call.resource.storage.subresource.clone() {
+        return subresource::serve(call, sub).await;
+    }
     // kube-apiserver routes PUT and PATCH only to objects: on a collection they are 405.
     let on_collection = call.info.name.is_empty();
     if on_collection && matches!(call.info.verb, Verb::Update | Verb::Patch) {

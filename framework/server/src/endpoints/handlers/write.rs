@@ -29,12 +29,12 @@ use crate::runtime::jsonpath::go_print;
 use crate::runtime::object;
 
 /// Reads the body, refusing one larger than the limit with 413.
-async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
+pub(super) async fn read_body(call: &mut Call) -> Result<bytes::Bytes> {
     let body = std::mem::take(&mut call.body);
     read_limited(body, call.state.max_body_bytes).await
 }
 
-fn content_type(call: &Call) -> Option<&str> {
+pub(super) fn content_type(call: &Call) -> Option<&str> {
     call.parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -141,7 +141,7 @@ fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<()> {
 
 /// Hands storage the server's admission chain with what it needs to know of this request:
 /// the kind and resource as the client named them, the subresource, the options.
-fn admit_with(call: &mut Call, options: Value) {
+pub(super) fn admit_with(call: &mut Call, options: Value) {
     let info = &call.resource.storage.info;
     let request_resource = GroupVersionResource::gvr(
         &call.info.api_group,

@@ -9,10 +9,9 @@ use serde_json::Value;
 
 use super::{
     Action, ActionVerb, ByteStream, Channels, Connecter, ExitStatus, Session, Streamer,
-    SubresourceRequest, View,
+    SubresourceOptions, SubresourceRequest, View, decode_options,
 };
 use crate::error::{Error, Result};
-use crate::registry::context::RequestContext;
 use crate::registry::served::{SchemaFn, schema_of};
 use crate::runtime::{ObjectKind, Resource, ResourceInfo};
 
@@ -113,26 +112,29 @@ pub(crate) type Request = SubresourceRequest<Value>;
 impl Subresource {
     /// An [`Action`].
     pub fn action<A: Action>(handler: A) -> Self {
-        let _ = handler;
-        todo!()
+        Self::new(SubresourceKind::Action, ActionOf(handler))
     }
 
     /// A [`View`].
     pub fn view<V: View>(handler: V) -> Self {
-        let _ = handler;
-        todo!()
+        Self::new(SubresourceKind::View, ViewOf(handler))
     }
 
     /// A [`Streamer`].
     pub fn stream<S: Streamer>(handler: S) -> Self {
-        let _ = handler;
-        todo!()
+        Self::new(SubresourceKind::Stream, StreamOf(handler))
     }
 
     /// A [`Connecter`].
     pub fn connect<C: Connecter>(handler: C) -> Self {
-        let _ = handler;
-        todo!()
+        Self::new(SubresourceKind::Connect, ConnectOf(handler))
+    }
+
+    fn new(kind: SubresourceKind, handler: impl Erased + 'static) -> Self {
+        Self {
+            kind,
+            handler: Arc::new(handler),
+        }
     }
 
     /// Which of the four it is.
@@ -185,5 +187,133 @@ impl Subresource {
     }
 }
 
-#[allow(dead_code)]
-fn unused<T: Resource>(_: RequestContext) {}
+fn typed<O: SubresourceOptions>(request: Request) -> Result<SubresourceRequest<O>> {
+    let options = serde_json::from_value(request.options)
+        .map_err(|e| Error::bad_request(format!("options: {e}")))?;
+    Ok(SubresourceRequest {
+        name: request.name,
+        namespace: request.namespace,
+        options,
+        ctx: request.ctx,
+    })
+}
+
+fn to_json<K: ObjectKind>(answer: &K) -> Result<Value> {
+    let mut value = serde_json::to_value(answer).map_err(Error::internal)?;
+    if let Value::Object(map) = &mut value {
+        map.insert("apiVersion".into(), Value::String(K::api_version()));
+        map.insert("kind".into(), Value::String(K::kind().into()));
+    }
+    Ok(value)
+}
+
+struct ActionOf<A>(A);
+struct ViewOf<V>(V);
+struct StreamOf<S>(S);
+struct ConnectOf<C>(C);
+
+#[async_trait]
+impl<A: Action> Erased for ActionOf<A> {
+    fn parent(&self) -> ResourceInfo {
+        <A::Parent as Resource>::INFO
+    }
+    fn options_schema(&self) -> SchemaFn {
+        schema_of::<A::Options>
+    }
+    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
+        encode(decode_options::<A::Options>(pairs)?)
+    }
+    fn answer(&self) -> Option<KindOf> {
+        Some(KindOf::of::<A::Output>())
+    }
+    fn body(&self) -> Option<SchemaFn> {
+        Some(schema_of::<A::Body>)
+    }
+    fn action_verbs(&self) -> &'static [ActionVerb] {
+        A::VERBS
+    }
+    async fn act(&self, verb: ActionVerb, request: Request, body: Option<Value>) -> Result<Value> {
+        let body = match body {
+            Some(body) => Some(
+                serde_json::from_value::<A::Body>(body)
+                    .map_err(|e| Error::bad_request(format!("the request body: {e}")))?,
+            ),
+            None => None,
+        };
+        let answer = self.0.act(verb, typed(request)?, body).await?;
+        to_json(&answer)
+    }
+}
+
+#[async_trait]
+impl<V: View> Erased for ViewOf<V> {
+    fn parent(&self) -> ResourceInfo {
+        <V::Parent as Resource>::INFO
+    }
+    fn options_schema(&self) -> SchemaFn {
+        schema_of::<V::Options>
+    }
+    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
+        encode(decode_options::<V::Options>(pairs)?)
+    }
+    fn answer(&self) -> Option<KindOf> {
+        Some(KindOf::of::<V::Output>())
+    }
+    async fn get(&self, request: Request) -> Result<Value> {
+        let answer = self.0.get(typed(request)?).await?;
+        to_json(&answer)
+    }
+}
+
+#[async_trait]
+impl<S: Streamer> Erased for StreamOf<S> {
+    fn parent(&self) -> ResourceInfo {
+        <S::Parent as Resource>::INFO
+    }
+    fn options_schema(&self) -> SchemaFn {
+        schema_of::<S::Options>
+    }
+    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
+        encode(decode_options::<S::Options>(pairs)?)
+    }
+    fn answer(&self) -> Option<KindOf> {
+        None
+    }
+    fn content_type(&self) -> &'static str {
+        S::CONTENT_TYPE
+    }
+    async fn stream(&self, request: Request) -> Result<ByteStream> {
+        self.0.stream(typed(request)?).await
+    }
+}
+
+#[async_trait]
+impl<C: Connecter> Erased for ConnectOf<C> {
+    fn parent(&self) -> ResourceInfo {
+        <C::Parent as Resource>::INFO
+    }
+    fn options_schema(&self) -> SchemaFn {
+        schema_of::<C::Options>
+    }
+    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
+        encode(decode_options::<C::Options>(pairs)?)
+    }
+    fn answer(&self) -> Option<KindOf> {
+        None
+    }
+    fn channels(&self, options: &Value) -> Result<Channels> {
+        let options: C::Options = serde_json::from_value(options.clone())
+            .map_err(|e| Error::bad_request(format!("options: {e}")))?;
+        Ok(self.0.channels(&options))
+    }
+    async fn check(&self, request: &Request) -> Result<()> {
+        self.0.check(&typed(request.clone())?).await
+    }
+    async fn connect(&self, request: Request, session: Session) -> Result<ExitStatus> {
+        self.0.connect(typed(request)?, session).await
+    }
+}
+
+fn encode<O: SubresourceOptions>(options: O) -> Result<Value> {
+    serde_json::to_value(options).map_err(Error::internal)
+}
