@@ -24,8 +24,11 @@ pub struct ServedSubresource {
     /// The verbs the subresource supports, e.g. `["get", "patch", "update"]`.
     pub verbs: Vec<&'static str>,
     /// What it serves: the parent's kind (`status`), or another (`scale`: `autoscaling/v1`
-    /// `Scale`).
+    /// `Scale`; an action's or a view's answer; a connection's options,
+    /// `{Kind}{Subresource}Options` as `pods/attach` lists `PodAttachOptions`).
     pub info: ResourceInfo,
+    /// The action, view, stream or connection serving it, if it is one.
+    pub handler: Option<crate::registry::subresource::Subresource>,
 }
 
 /// One resource of one group version.

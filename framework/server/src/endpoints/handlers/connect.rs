@@ -21,6 +21,7 @@ use crate::admission::Operation;
 use crate::endpoints::request_info::Verb;
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
+use crate::registry::subresource::erased_options_kind as options_kind;
 use crate::registry::subresource::{
     Channels, ExitStatus, Output, ResizeEvents, Session, Stdin, Subresource, SubresourceRequest,
     TerminalSize,
@@ -135,23 +136,11 @@ fn options_object(call: &Call, options: &Value) -> Value {
     let info = &call.resource.storage.info;
     let mut object = options.clone();
     if let Value::Object(map) = &mut object {
-        let kind = format!(
-            "{}{}Options",
-            info.kind,
-            title_case(&call.info.subresource)
-        );
+        let kind = options_kind(info.kind, &call.info.subresource);
         map.insert("apiVersion".into(), json!(info.api_version()));
         map.insert("kind".into(), json!(kind));
     }
     object
-}
-
-fn title_case(word: &str) -> String {
-    let mut chars = word.chars();
-    chars
-        .next()
-        .map(|first| first.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
 }
 
 struct Connection {

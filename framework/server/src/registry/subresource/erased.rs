@@ -38,7 +38,7 @@ pub struct KindOf {
     /// `version`.
     pub version: &'static str,
     /// `kind`.
-    pub kind: String,
+    pub kind: &'static str,
     /// Its schema.
     pub schema: SchemaFn,
 }
@@ -49,7 +49,7 @@ impl KindOf {
             api_version: K::api_version(),
             group: K::group(),
             version: K::version(),
-            kind: K::kind().to_string(),
+            kind: K::kind(),
             schema: schema_of::<K>,
         }
     }
@@ -167,6 +167,27 @@ impl Subresource {
         self.handler.answer()
     }
 
+    /// The kind discovery lists for it as subresource `name`: an action's or a view's
+    /// answer, a stream's parent (as `pods/log` lists `Pod`), a connection's options
+    /// `{Kind}{Name}Options` in the parent's group version (as `pods/attach` lists
+    /// `PodAttachOptions`).
+    pub fn served_info(&self, name: &str) -> ResourceInfo {
+        let parent = self.parent();
+        match (self.kind, self.answer()) {
+            (SubresourceKind::Action | SubresourceKind::View, Some(answer)) => ResourceInfo {
+                group: answer.group,
+                version: answer.version,
+                kind: answer.kind,
+                ..parent
+            },
+            (SubresourceKind::Connect, _) => ResourceInfo {
+                kind: options_kind(parent.kind, name),
+                ..parent
+            },
+            _ => parent,
+        }
+    }
+
     /// The schema of its options, for OpenAPI's query parameters.
     pub fn options_schema(&self) -> SchemaFn {
         self.handler.options_schema()
@@ -185,6 +206,25 @@ impl Subresource {
     pub(crate) fn handler(&self) -> &Arc<dyn Erased> {
         &self.handler
     }
+}
+
+/// `{Kind}{Name}Options`, made once per pair for the life of the process (a `ResourceInfo`
+/// holds static names).
+pub(crate) fn options_kind(kind: &str, name: &str) -> &'static str {
+    static MADE: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut chars = name.chars();
+    let title: String = chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default();
+    let wanted = format!("{kind}{title}Options");
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = made.iter().find(|k| **k == wanted) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(wanted.into_boxed_str());
+    made.push(leaked);
+    leaked
 }
 
 fn typed<O: SubresourceOptions>(request: Request) -> Result<SubresourceRequest<O>> {
