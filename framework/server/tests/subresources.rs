@@ -417,6 +417,49 @@ async fn actions_views_options_and_unknown_subresources() {
     assert_eq!(find("runs/log")["kind"], "Run");
     assert_eq!(find("runs/attach")["verbs"], json!(["create", "get"]));
     assert_eq!(find("runs/attach")["kind"], "RunAttachOptions");
+
+    // OpenAPI: their paths, query options and answers.
+    let (code, v2) = call(&client, "GET", "/openapi/v2", None).await;
+    assert_eq!(code, 200);
+    let item = |sub: &str| {
+        let path = format!("/apis/{GROUP}/v1/namespaces/{{namespace}}/runs/{{name}}/{sub}");
+        v2["paths"][&path].clone()
+    };
+    let log_item = item("log");
+    let log = &log_item["get"];
+    assert_eq!(log["operationId"], "readRunnerTestExampleComV1NamespacedRunLog", "{log}");
+    assert_eq!(log["produces"], json!(["text/plain"]));
+    assert_eq!(log["responses"]["200"]["schema"], json!({"type": "string"}));
+    // The parameters of an operation, or of its path when every operation shares them.
+    let param = |item: &Value, op: &str, name: &str| {
+        let shared = item["parameters"].as_array().cloned().unwrap_or_default();
+        let own = item[op]["parameters"].as_array().cloned().unwrap_or_default();
+        shared
+            .iter()
+            .chain(&own)
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {item}"))["type"]
+            .clone()
+    };
+    assert_eq!(param(&log_item, "get", "follow"), "boolean");
+    assert_eq!(param(&log_item, "get", "tailLines"), "integer");
+    let attach = item("attach");
+    // As kube names `connectCoreV1GetNamespacedPodAttach`.
+    assert_eq!(attach["get"]["operationId"], "connectRunnerTestExampleComV1GetNamespacedRunAttach");
+    assert_eq!(attach["post"]["x-kubernetes-action"], "connect");
+    assert_eq!(param(&attach, "get", "stdin"), "boolean");
+    let summary = &item("summary")["get"]["responses"]["200"]["schema"]["$ref"];
+    assert_eq!(summary, "#/definitions/com.example.test.runner.v1.RunSummary");
+    assert!(v2["definitions"]["com.example.test.runner.v1.RunSummary"].is_object());
+    let evict = &item("evict")["post"];
+    assert_eq!(evict["responses"]["201"]["schema"]["$ref"], "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.Status");
+    assert_eq!(evict["parameters"].as_array().unwrap().iter().find(|p| p["in"] == "body").unwrap()["schema"]["$ref"], "#/definitions/com.example.test.runner.v1.Eviction", "{evict}");
+    assert_eq!(item("cancel")["post"]["operationId"], "createRunnerTestExampleComV1NamespacedRunCancel");
+    let (code, v3) = call(&client, "GET", &format!("/openapi/v3/apis/{GROUP}/v1"), None).await;
+    assert_eq!(code, 200, "{v3}");
+    let path = format!("/apis/{GROUP}/v1/namespaces/{{namespace}}/runs/{{name}}/log");
+    let text = &v3["paths"][&path]["get"]["responses"]["200"]["content"]["text/plain"]["schema"];
+    assert_eq!(text, &json!({"type": "string"}), "{}", v3["paths"][&path]);
     server.stop().await;
 }
 

@@ -208,21 +208,25 @@ impl Subresource {
     }
 }
 
-/// `{Kind}{Name}Options`, made once per pair for the life of the process (a `ResourceInfo`
-/// holds static names).
+/// `{Kind}{Name}Options` (a `ResourceInfo` holds static names).
 pub(crate) fn options_kind(kind: &str, name: &str) -> &'static str {
-    static MADE: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
     let mut chars = name.chars();
     let title: String = chars
         .next()
         .map(|c| c.to_uppercase().chain(chars).collect())
         .unwrap_or_default();
-    let wanted = format!("{kind}{title}Options");
+    intern(&format!("{kind}{title}Options"))
+}
+
+/// `name`, made static once for the life of the process: the names of options kinds and
+/// parameters, which the static descriptions of discovery and OpenAPI hold.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static MADE: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
     let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = made.iter().find(|k| **k == wanted) {
+    if let Some(found) = made.iter().find(|k| **k == name) {
         return found;
     }
-    let leaked: &'static str = Box::leak(wanted.into_boxed_str());
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
     made.push(leaked);
     leaked
 }

@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::registry::context::RequestContext;
 use crate::runtime::{ObjectKind, Resource};
 
-pub(crate) use erased::{Erased, options_kind as erased_options_kind};
+pub(crate) use erased::{Erased, intern, options_kind as erased_options_kind};
 pub use erased::{KindOf, Subresource, SubresourceKind};
 pub use options::{NoOptions, decode_options};
 pub use session::{Channels, ExitStatus, Output, ResizeEvents, Session, Stdin, TerminalSize};
