@@ -39,7 +39,12 @@ const GROUP: &str = "runner.test.example.com";
 const RUNS: &str = "/apis/runner.test.example.com/v1/namespaces/default/runs";
 
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[resource(group = "runner.test.example.com", version = "v1", kind = "Run", namespaced)]
+#[resource(
+    group = "runner.test.example.com",
+    version = "v1",
+    kind = "Run",
+    namespaced
+)]
 pub struct Run {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -55,7 +60,12 @@ pub struct RunSpec {
 
 /// The computed view of a run: another kind, served nowhere else.
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[resource(group = "runner.test.example.com", version = "v1", kind = "RunSummary", namespaced)]
+#[resource(
+    group = "runner.test.example.com",
+    version = "v1",
+    kind = "RunSummary",
+    namespaced
+)]
 pub struct RunSummary {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -116,7 +126,10 @@ impl Action for Evict {
         Ok(Status {
             status: Some("Success".into()),
             code: Some(201),
-            message: Some(format!("evicted, options {:?}", body.delete_options.is_some())),
+            message: Some(format!(
+                "evicted, options {:?}",
+                body.delete_options.is_some()
+            )),
             ..Status::default()
         })
     }
@@ -322,7 +335,12 @@ async fn create_run(client: &kube::Client, name: &str) {
 }
 
 /// `method path` with an optional JSON body: the status and the body as JSON (or text).
-async fn call(client: &kube::Client, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+async fn call(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
     let request = http::Request::builder()
         .method(method)
@@ -364,7 +382,10 @@ async fn actions_views_options_and_unknown_subresources() {
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "deleteOptions": {}});
     let (code, body) = call(&client, "POST", &format!("{RUNS}/a/evict"), Some(eviction)).await;
     assert_eq!(code, 201, "{body}");
-    assert_eq!((body["kind"].as_str(), body["apiVersion"].as_str()), (Some("Status"), Some("v1")));
+    assert_eq!(
+        (body["kind"].as_str(), body["apiVersion"].as_str()),
+        (Some("Status"), Some("v1"))
+    );
     assert_eq!(body["status"], "Success");
     let (code, body) = call(&client, "POST", &format!("{RUNS}/a/evict"), None).await;
     assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")));
@@ -372,7 +393,9 @@ async fn actions_views_options_and_unknown_subresources() {
         let seen = seen.0.lock().unwrap();
         let creates: Vec<_> = seen.iter().filter(|s| s.1 == "evict").collect();
         assert!(
-            creates.iter().any(|s| s.0 == Operation::Create && s.2.as_deref() == Some("Eviction")),
+            creates
+                .iter()
+                .any(|s| s.0 == Operation::Create && s.2.as_deref() == Some("Eviction")),
             "{creates:?}"
         );
     }
@@ -380,7 +403,10 @@ async fn actions_views_options_and_unknown_subresources() {
     // A view of another kind.
     let (code, body) = call(&client, "GET", &format!("{RUNS}/a/summary"), None).await;
     assert_eq!(code, 200, "{body}");
-    assert_eq!((body["kind"].as_str(), body["lines"].as_i64()), (Some("RunSummary"), Some(2)));
+    assert_eq!(
+        (body["kind"].as_str(), body["lines"].as_i64()),
+        (Some("RunSummary"), Some(2))
+    );
     assert_eq!(body["metadata"]["name"], "a");
 
     // A stream without follow: the whole text.
@@ -388,15 +414,33 @@ async fn actions_views_options_and_unknown_subresources() {
     assert_eq!((code, body.as_str()), (200, Some("one\ntwo\n")));
     // A value that does not convert is the framework's 400; a bad one the handler's 422.
     let (code, body) = call(&client, "GET", &format!("{RUNS}/a/log?tailLines=ten"), None).await;
-    assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")), "{body}");
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{body}"
+    );
     assert_eq!(body["kind"], "Status");
-    assert!(body["message"].as_str().unwrap().contains(r#"parsing "ten": invalid syntax"#), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"parsing "ten": invalid syntax"#),
+        "{body}"
+    );
     let (code, body) = call(&client, "GET", &format!("{RUNS}/a/log?tailLines=-1"), None).await;
-    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")), "{body}");
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
 
     // An unknown subresource.
     let (code, body) = call(&client, "GET", &format!("{RUNS}/a/nope"), None).await;
-    assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")), "{body}");
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (404, Some("NotFound")),
+        "{body}"
+    );
 
     // Discovery lists each with its verbs and kind, as pods/log and pods/attach are.
     let (_, list) = call(&client, "GET", "/apis/runner.test.example.com/v1", None).await;
@@ -427,13 +471,19 @@ async fn actions_views_options_and_unknown_subresources() {
     };
     let log_item = item("log");
     let log = &log_item["get"];
-    assert_eq!(log["operationId"], "readRunnerTestExampleComV1NamespacedRunLog", "{log}");
+    assert_eq!(
+        log["operationId"], "readRunnerTestExampleComV1NamespacedRunLog",
+        "{log}"
+    );
     assert_eq!(log["produces"], json!(["text/plain"]));
     assert_eq!(log["responses"]["200"]["schema"], json!({"type": "string"}));
     // The parameters of an operation, or of its path when every operation shares them.
     let param = |item: &Value, op: &str, name: &str| {
         let shared = item["parameters"].as_array().cloned().unwrap_or_default();
-        let own = item[op]["parameters"].as_array().cloned().unwrap_or_default();
+        let own = item[op]["parameters"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         shared
             .iter()
             .chain(&own)
@@ -445,17 +495,44 @@ async fn actions_views_options_and_unknown_subresources() {
     assert_eq!(param(&log_item, "get", "tailLines"), "integer");
     let attach = item("attach");
     // As kube names `connectCoreV1GetNamespacedPodAttach`.
-    assert_eq!(attach["get"]["operationId"], "connectRunnerTestExampleComV1GetNamespacedRunAttach");
+    assert_eq!(
+        attach["get"]["operationId"],
+        "connectRunnerTestExampleComV1GetNamespacedRunAttach"
+    );
     assert_eq!(attach["post"]["x-kubernetes-action"], "connect");
     assert_eq!(param(&attach, "get", "stdin"), "boolean");
     let summary = &item("summary")["get"]["responses"]["200"]["schema"]["$ref"];
-    assert_eq!(summary, "#/definitions/com.example.test.runner.v1.RunSummary");
+    assert_eq!(
+        summary,
+        "#/definitions/com.example.test.runner.v1.RunSummary"
+    );
     assert!(v2["definitions"]["com.example.test.runner.v1.RunSummary"].is_object());
     let evict = &item("evict")["post"];
-    assert_eq!(evict["responses"]["201"]["schema"]["$ref"], "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.Status");
-    assert_eq!(evict["parameters"].as_array().unwrap().iter().find(|p| p["in"] == "body").unwrap()["schema"]["$ref"], "#/definitions/com.example.test.runner.v1.Eviction", "{evict}");
-    assert_eq!(item("cancel")["post"]["operationId"], "createRunnerTestExampleComV1NamespacedRunCancel");
-    let (code, v3) = call(&client, "GET", &format!("/openapi/v3/apis/{GROUP}/v1"), None).await;
+    assert_eq!(
+        evict["responses"]["201"]["schema"]["$ref"],
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.Status"
+    );
+    assert_eq!(
+        evict["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["in"] == "body")
+            .unwrap()["schema"]["$ref"],
+        "#/definitions/com.example.test.runner.v1.Eviction",
+        "{evict}"
+    );
+    assert_eq!(
+        item("cancel")["post"]["operationId"],
+        "createRunnerTestExampleComV1NamespacedRunCancel"
+    );
+    let (code, v3) = call(
+        &client,
+        "GET",
+        &format!("/openapi/v3/apis/{GROUP}/v1"),
+        None,
+    )
+    .await;
     assert_eq!(code, 200, "{v3}");
     let path = format!("/apis/{GROUP}/v1/namespaces/{{namespace}}/runs/{{name}}/log");
     let text = &v3["paths"][&path]["get"]["responses"]["200"]["content"]["text/plain"]["schema"];
@@ -465,18 +542,29 @@ async fn actions_views_options_and_unknown_subresources() {
 
 /// The value of `apiserver_longrunning_requests` for `runs/log` (0 when absent).
 async fn long_running_logs(client: &kube::Client) -> f64 {
+    long_running(client, "log").await
+}
+
+/// The value of `apiserver_longrunning_requests` for `runs/{sub}` (0 when absent).
+async fn long_running(client: &kube::Client, sub: &str) -> f64 {
+    let wanted = format!(r#"subresource="{sub}""#);
     let (_, text) = call(client, "GET", "/metrics", None).await;
     text.as_str()
         .unwrap_or_default()
         .lines()
         .filter(|l| l.starts_with("apiserver_longrunning_requests{"))
-        .filter(|l| l.contains(r#"resource="runs""#) && l.contains(r#"subresource="log""#))
+        .filter(|l| l.contains(r#"resource="runs""#) && l.contains(&wanted))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
 
+/// `apiserver_longrunning_requests` is one registry for the process: the tests that hold a
+/// `runs/log` stream open take turns.
+static LOG_STREAMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn a_followed_stream_is_read_as_written_and_dropped_with_its_client() {
+    let _turn = LOG_STREAMS.lock().await;
     let feed = LogFeed::default();
     let (lines, rx) = mpsc::channel(4);
     *feed.lines.lock().unwrap() = Some(rx);
@@ -533,7 +621,10 @@ async fn websocket(
         .to_str()
         .unwrap()
         .to_string();
-    let upgraded = timeout(WAIT, hyper::upgrade::on(response)).await.unwrap().unwrap();
+    let upgraded = timeout(WAIT, hyper::upgrade::on(response))
+        .await
+        .unwrap()
+        .unwrap();
     let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, None).await;
     Ok((protocol, socket))
 }
@@ -590,7 +681,8 @@ async fn websocket_v5_and_v4_carry_stdin_stdout_stderr_resize_and_the_exit_statu
     let client = server.client();
     create_run(&client, "ok").await;
     create_run(&client, "fail").await;
-    let attach = |name: &str| format!("{RUNS}/{name}/attach?stdin=true&stdout=1&stderr=true&tty=true");
+    let attach =
+        |name: &str| format!("{RUNS}/{name}/attach?stdin=true&stdout=1&stderr=true&tty=true");
 
     // v5, the client's first choice: stdin, a resize, the close of stdin, exit 0.
     let offered = "v5.channel.k8s.io, v4.channel.k8s.io";
@@ -598,9 +690,17 @@ async fn websocket_v5_and_v4_carry_stdin_stdout_stderr_resize_and_the_exit_statu
     assert_eq!(protocol, "v5.channel.k8s.io");
     socket.send(frame(0, b"abc\n")).await.unwrap();
     read_stdout(&mut socket, "ABC\n").await;
-    socket.send(frame(4, br#"{"Width":120,"Height":40}"#)).await.unwrap();
+    socket
+        .send(frame(4, br#"{"Width":120,"Height":40}"#))
+        .await
+        .unwrap();
     read_stdout(&mut socket, "resize 120x40\n").await;
-    socket.send(Message::Binary(vec![255, 0].into())).await.unwrap();
+    // The session counts as a long-running request while it lasts, not only its 101.
+    assert!(long_running(&client, "attach").await >= 1.0);
+    socket
+        .send(Message::Binary(vec![255, 0].into()))
+        .await
+        .unwrap();
     let (_, _, status) = read_until_exit(&mut socket, "").await;
     assert_eq!(status["status"], "Success", "{status}");
 
@@ -613,14 +713,19 @@ async fn websocket_v5_and_v4_carry_stdin_stdout_stderr_resize_and_the_exit_statu
     let stdout = read_stdout(&mut socket, "XYZ").await;
     assert!(stdout.starts_with("hello\n"), "{stdout}");
     // v4 has no close signal: [255, 0] is not one (a frame of channel 255, ignored).
-    socket.send(Message::Binary(vec![255, 0].into())).await.unwrap();
+    socket
+        .send(Message::Binary(vec![255, 0].into()))
+        .await
+        .unwrap();
     socket.send(frame(0, b"more")).await.unwrap();
     read_stdout(&mut socket, "MORE").await;
     drop(socket);
 
     // Without stdin the handler ends at once; stderr comes on channel 2; exit 3.
     let path = format!("{RUNS}/fail/attach?stdout=true&stderr=true");
-    let (_, mut socket) = websocket(&client, &path, "v4.channel.k8s.io").await.unwrap();
+    let (_, mut socket) = websocket(&client, &path, "v4.channel.k8s.io")
+        .await
+        .unwrap();
     let (stdout, stderr, status) = read_until_exit(&mut socket, "").await;
     assert_eq!((stdout.as_str(), stderr.as_str()), ("hello\n", "warning\n"));
     assert_eq!(status["status"], "Failure", "{status}");
@@ -629,9 +734,14 @@ async fn websocket_v5_and_v4_carry_stdin_stdout_stderr_resize_and_the_exit_statu
     assert_eq!(status["details"]["causes"][0]["message"], "3");
 
     // No supported subprotocol, no channel, no upgrade: kube's 400s.
-    let (code, body) = websocket(&client, &attach("ok"), "channel.k8s.io").await.unwrap_err();
+    let (code, body) = websocket(&client, &attach("ok"), "channel.k8s.io")
+        .await
+        .unwrap_err();
     assert_eq!(code, 400, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("not supported"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("not supported"),
+        "{body}"
+    );
     let (code, _) = websocket(&client, &format!("{RUNS}/ok/attach"), offered)
         .await
         .unwrap_err();
@@ -704,7 +814,13 @@ async fn each_subresource_is_authorized_with_its_name_through_delegated_reviews(
     assert_eq!(code, 200);
     let (code, body) = call(&reader, "GET", &format!("{RUNS}/a/log"), None).await;
     assert_eq!(code, 403, "{body}");
-    assert!(body["message"].as_str().unwrap().contains(r#"cannot get resource "runs/log""#), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"cannot get resource "runs/log""#),
+        "{body}"
+    );
     let offered = "v5.channel.k8s.io";
     let (code, body) = websocket(&reader, &format!("{RUNS}/a/attach?stdout=1"), offered)
         .await
@@ -714,20 +830,31 @@ async fn each_subresource_is_authorized_with_its_name_through_delegated_reviews(
     assert_eq!(code, 403);
 
     // Allowed `get runs/attach` only: the WebSocket GET also needs `create`, as kube >= 1.30.
-    core.allow(Rule::user("reader", &["get"], GROUP, &["runs/attach", "runs/log"]));
+    core.allow(Rule::user(
+        "reader",
+        &["get"],
+        GROUP,
+        &["runs/attach", "runs/log"],
+    ));
     let (code, _) = call(&reader, "GET", &format!("{RUNS}/a/log"), None).await;
     assert_eq!(code, 200);
     let (code, body) = websocket(&reader, &format!("{RUNS}/a/attach?stdout=1"), offered)
         .await
         .unwrap_err();
     assert_eq!(code, 403, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("cannot create"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("cannot create"),
+        "{body}"
+    );
     core.allow(Rule::user("reader", &["create"], GROUP, &["runs/attach"]));
     let (_, mut socket) = websocket(&reader, &format!("{RUNS}/a/attach?stdout=1"), offered)
         .await
         .unwrap();
     let (stdout, _, status) = read_until_exit(&mut socket, "").await;
-    assert_eq!((stdout.as_str(), status["status"].as_str()), ("hello\n", Some("Success")));
+    assert_eq!(
+        (stdout.as_str(), status["status"].as_str()),
+        ("hello\n", Some("Success"))
+    );
 
     // The reviews named the subresource and the verb.
     let reviews = core.access_reviews();
@@ -738,7 +865,48 @@ async fn each_subresource_is_authorized_with_its_name_through_delegated_reviews(
         })
     };
     assert!(asked("get", "log"), "{reviews:?}");
-    assert!(asked("get", "attach") && asked("create", "attach"), "{reviews:?}");
+    assert!(
+        asked("get", "attach") && asked("create", "attach"),
+        "{reviews:?}"
+    );
     assert!(asked("create", "cancel"), "{reviews:?}");
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_follow_outlives_the_request_timeout_and_ends_at_shutdown() {
+    let _turn = LOG_STREAMS.lock().await;
+    let feed = LogFeed::default();
+    let (lines, rx) = mpsc::channel(4);
+    *feed.lines.lock().unwrap() = Some(rx);
+    let group = group(feed.clone());
+    let server = TestServer::builder()
+        .group(group)
+        .options(|o| o.request_timeout_seconds = 1)
+        .start()
+        .await;
+    let client = server.client();
+    create_run(&client, "a").await;
+    let request = http::Request::get(format!("{RUNS}/a/log?follow=1"))
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = timeout(WAIT, client.send(request)).await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    // Past the 1 s bound of ordinary requests: the stream is long-running, not cut.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    lines.send(Bytes::from("late\n")).await.unwrap();
+    let frame = timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "late\n");
+
+    // Shutdown ends the body (the stream is dropped), so the server stops.
+    let stopping = tokio::spawn(server.stop());
+    loop {
+        match timeout(WAIT, body.frame()).await.unwrap() {
+            None | Some(Err(_)) => break,
+            Some(Ok(_)) => continue,
+        }
+    }
+    timeout(WAIT, stopping).await.unwrap().unwrap();
+    assert!(feed.dropped.load(Ordering::SeqCst));
 }

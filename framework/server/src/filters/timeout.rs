@@ -29,9 +29,16 @@ impl LongRunningSubresources {
         for group in groups {
             for resources in group.storage.values() {
                 for (path, storage) in resources {
-                    let Some(sub) = &storage.subresource else { continue };
-                    let Some((resource, name)) = path.split_once('/') else { continue };
-                    if matches!(sub.kind(), SubresourceKind::Stream | SubresourceKind::Connect) {
+                    let Some(sub) = &storage.subresource else {
+                        continue;
+                    };
+                    let Some((resource, name)) = path.split_once('/') else {
+                        continue;
+                    };
+                    if matches!(
+                        sub.kind(),
+                        SubresourceKind::Stream | SubresourceKind::Connect
+                    ) {
                         let key = (group.name.clone(), resource.into(), name.into());
                         map.insert(key, sub.kind());
                     }

@@ -291,7 +291,12 @@ fn collect_version(schemas: &mut BTreeMap<String, Value>, group: &str, version: 
         })
         .collect();
     let mut kinds = kinds;
-    kinds.extend(subresource_kinds(&mut generator, &mut renames, group, version));
+    kinds.extend(subresource_kinds(
+        &mut generator,
+        &mut renames,
+        group,
+        version,
+    ));
     let prefix = namespace(group, &version.version);
     let definitions = generator.take_definitions(false);
     add_definitions(schemas, definitions, &prefix, &mut renames);
@@ -309,14 +314,24 @@ fn subresource_kinds(
     group: &str,
     version: &ServedVersion,
 ) -> Vec<(ResourceInfo, Root)> {
-    let served: Vec<String> = version.resources.iter().map(|r| kind_name(&r.info)).collect();
+    let served: Vec<String> = version
+        .resources
+        .iter()
+        .map(|r| kind_name(&r.info))
+        .collect();
     let mut kinds = Vec::new();
     for resource in &version.resources {
-        for handler in resource.subresources.iter().filter_map(|s| s.handler.as_ref()) {
+        for handler in resource
+            .subresources
+            .iter()
+            .filter_map(|s| s.handler.as_ref())
+        {
             if let Some(body) = handler.body_schema() {
                 body(generator);
             }
-            let Some(answer) = handler.answer() else { continue };
+            let Some(answer) = handler.answer() else {
+                continue;
+            };
             let info = ResourceInfo {
                 group: answer.group,
                 version: answer.version,
@@ -336,10 +351,16 @@ fn subresource_kinds(
 
 /// The definition an action's body refers to, `{group version prefix}.{Type}`; `None` when the
 /// body is any JSON.
-pub(crate) fn body_name(parent: &ResourceInfo, body: crate::registry::served::SchemaFn) -> Option<String> {
+pub(crate) fn body_name(
+    parent: &ResourceInfo,
+    body: crate::registry::served::SchemaFn,
+) -> Option<String> {
     let root = body(&mut generator()).to_value();
     let target = local_ref(&root)?;
-    Some(format!("{}.{target}", namespace(parent.group, parent.version)))
+    Some(format!(
+        "{}.{target}",
+        namespace(parent.group, parent.version)
+    ))
 }
 
 /// The definition of a subresource's answer: `Status` as apimachinery names it.

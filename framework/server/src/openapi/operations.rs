@@ -20,7 +20,11 @@ fn options_params(handler: &Subresource) -> Vec<Param> {
             let mut generator = schemars::SchemaGenerator::default();
             (handler.options_schema())(&mut generator);
             let definitions = generator.take_definitions(false);
-            definitions.into_iter().next().map(|(_, d)| d).unwrap_or_default()
+            definitions
+                .into_iter()
+                .next()
+                .map(|(_, d)| d)
+                .unwrap_or_default()
         }
         None => schema,
     };
@@ -43,7 +47,11 @@ fn options_params(handler: &Subresource) -> Vec<Param> {
                 .get("description")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            params::query(crate::registry::subresource::intern(name), type_, description)
+            params::query(
+                crate::registry::subresource::intern(name),
+                type_,
+                description,
+            )
         })
         .collect()
 }
@@ -308,7 +316,12 @@ impl<'a> Routes<'a> {
     /// The operations of an action, view, stream or connection, named as kube's installer
     /// names `createNamespacedPodEviction`, `readNamespacedPodLog` and
     /// `connectGetNamespacedPodAttach`, with the options as query parameters.
-    fn handled(&self, path: &str, sub: &ServedSubresource, handler: &Subresource) -> Vec<Operation> {
+    fn handled(
+        &self,
+        path: &str,
+        sub: &ServedSubresource,
+        handler: &Subresource,
+    ) -> Vec<Operation> {
         let kind = self.info.kind;
         let options = options_params(handler);
         let answer = answer_name(&sub.info);
@@ -362,7 +375,11 @@ impl<'a> Routes<'a> {
             }
             SubresourceKind::Connect => {
                 for (method, verb) in [("get", "connectGet"), ("post", "connectPost")] {
-                    let doc = format!("connect {} requests to {} of {kind}", method.to_uppercase(), sub.name);
+                    let doc = format!(
+                        "connect {} requests to {} of {kind}",
+                        method.to_uppercase(),
+                        sub.name
+                    );
                     ops.push(add(method, "connect", verb, doc, "string", &["*/*"]));
                 }
             }

@@ -218,7 +218,11 @@ impl Connection {
                             None => { err_open = false; continue }
                         },
                     };
-                    if sink.send(Message::Binary(frame(channel, &data))).await.is_err() {
+                    if sink
+                        .send(Message::Binary(frame(channel, &data)))
+                        .await
+                        .is_err()
+                    {
                         return None;
                     }
                 }

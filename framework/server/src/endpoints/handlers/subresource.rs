@@ -19,11 +19,10 @@ use crate::registry::subresource::{ActionVerb, Subresource, SubresourceKind, Sub
 
 /// Serves `sub` at `{plural}/{name}/{subresource}`.
 pub(crate) async fn serve(mut call: Call, sub: Subresource) -> Result<Response> {
-    let pairs: Vec<(String, String)> = form_urlencoded::parse(
-        call.parts.uri.query().unwrap_or_default().as_bytes(),
-    )
-    .into_owned()
-    .collect();
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(call.parts.uri.query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
     let options = sub.handler().decode(&pairs)?;
     let request = SubresourceRequest {
         name: call.info.name.clone(),

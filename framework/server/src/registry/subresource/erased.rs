@@ -89,7 +89,12 @@ pub(crate) trait Erased: Send + Sync {
     fn channels(&self, _options: &Value) -> Result<Channels> {
         Err(Error::internal("not a connection"))
     }
-    async fn act(&self, _verb: ActionVerb, _request: Request, _body: Option<Value>) -> Result<Value> {
+    async fn act(
+        &self,
+        _verb: ActionVerb,
+        _request: Request,
+        _body: Option<Value>,
+    ) -> Result<Value> {
         Err(Error::internal("not an action"))
     }
     async fn get(&self, _request: Request) -> Result<Value> {
@@ -151,9 +156,12 @@ impl Subresource {
     /// stream, `create` and `get` for a connection (as `pods/attach`).
     pub fn verbs(&self) -> Vec<&'static str> {
         let mut verbs: Vec<&'static str> = match self.kind {
-            SubresourceKind::Action => {
-                self.handler.action_verbs().iter().map(|v| v.as_str()).collect()
-            }
+            SubresourceKind::Action => self
+                .handler
+                .action_verbs()
+                .iter()
+                .map(|v| v.as_str())
+                .collect(),
             SubresourceKind::View | SubresourceKind::Stream => vec!["get"],
             SubresourceKind::Connect => vec!["create", "get"],
         };
