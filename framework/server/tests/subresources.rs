@@ -287,9 +287,12 @@ fn group(feed: LogFeed) -> APIGroup {
     })
 }
 
-/// What the admission plugin saw: (operation, subresource, object kind).
+/// One call the admission plugin saw: operation, subresource, the object's kind.
+type SeenCall = (Operation, String, Option<String>);
+
+/// What the admission plugin saw.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(Operation, String, Option<String>)>>>);
+struct Seen(Arc<Mutex<Vec<SeenCall>>>);
 
 #[async_trait]
 impl AdmissionPlugin for Seen {

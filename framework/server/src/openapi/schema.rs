@@ -300,6 +300,15 @@ fn rewrite_ref(map: &mut Map<String, Value>, dialect: Dialect) {
     }
 }
 
+/// The names that stand for an inline schema of that type, not a definition.
+pub(crate) fn inline_type(name: &str) -> Option<&'static str> {
+    match name {
+        "string" => Some("string"),
+        "object" => Some("object"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,14 +409,5 @@ mod tests {
         );
         assert_eq!(v2["properties"]["any"], json!({}));
         assert_eq!(v2["additionalProperties"], json!(false));
-    }
-}
-
-/// The names that stand for an inline schema of that type, not a definition.
-pub(crate) fn inline_type(name: &str) -> Option<&'static str> {
-    match name {
-        "string" => Some("string"),
-        "object" => Some("object"),
-        _ => None,
     }
 }

@@ -6,6 +6,7 @@ pub mod converted;
 pub mod group;
 pub mod options;
 pub mod rest;
+pub(crate) mod schema;
 pub mod served;
 pub mod store;
 pub(crate) mod stores;

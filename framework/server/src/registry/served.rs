@@ -3,18 +3,9 @@
 //! The builder produces one [`ServedGroup`] per API group from the installed storages; the
 //! `discovery` and `openapi` modules turn them into documents once, at start.
 
-use schemars::{Schema, SchemaGenerator};
-
 use crate::runtime::ResourceInfo;
 
-/// Produces the JSON schema of a resource's type, registering the types it refers to in the
-/// generator's definitions. See [`schema_of`].
-pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
-
-/// A [`SchemaFn`] for `T`.
-pub fn schema_of<T: schemars::JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    generator.subschema_for::<T>()
-}
+pub use super::schema::{SchemaFn, schema_of};
 
 /// One subresource of a resource, e.g. `status`.
 #[derive(Clone, Debug)]

@@ -93,7 +93,7 @@ pub(super) async fn connect(
     }
     // kube's ConnectResource: CONNECT admission with the options as the object.
     let options_object = options_object(&call, &request.options);
-    super::subresource::admit(
+    super::admit::admit(
         &mut call,
         &sub,
         Operation::Connect,
@@ -179,11 +179,8 @@ impl Connection {
                     _ => continue,
                 };
                 match data.first().copied() {
-                    Some(STREAM_CLOSE) if v5 => {
-                        if data.get(1) == Some(&0) {
-                            stdin_tx = None;
-                        }
-                    }
+                    // The close of stdin; other channels are the server's to close.
+                    Some(STREAM_CLOSE) if v5 && data.get(1) == Some(&0) => stdin_tx = None,
                     Some(0) => {
                         if let Some(tx) = &stdin_tx {
                             if tx.send(data.slice(1..)).await.is_err() {

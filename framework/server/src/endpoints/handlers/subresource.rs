@@ -9,9 +9,10 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use super::Call;
+use super::admit::admit;
 use super::read::accept_header;
-use super::write::{admit_with, content_type, read_body};
-use crate::admission::{Attributes, Operation};
+use super::write::{content_type, read_body};
+use crate::admission::Operation;
 use crate::endpoints::negotiation::{Endpoint, body_encoding, negotiate, read_value};
 use crate::endpoints::response::respond;
 use crate::error::{Error, Result};
@@ -36,7 +37,7 @@ pub(crate) async fn serve(mut call: Call, sub: Subresource) -> Result<Response> 
             only_get(&call, &sub)?;
             let target = negotiate(accept_header(&call), Endpoint::Object)?;
             let answer = sub.handler().get(request).await?;
-            return respond(StatusCode::OK, target, &answer);
+            respond(StatusCode::OK, target, &answer)
         }
         SubresourceKind::Stream => {
             only_get(&call, &sub)?;
@@ -119,39 +120,6 @@ async fn read_action_body(call: &mut Call) -> Result<Option<Value>> {
     }
     let (value, _) = read_value(&bytes, encoding)?;
     Ok(Some(value))
-}
-
-/// Runs the chain's mutating then validating step on `object` (the body of an action, the
-/// options of a connection), as kube's handlers do for a subresource: the resource is the
-/// parent's, the kind the parent's.
-pub(super) async fn admit(
-    call: &mut Call,
-    sub: &Subresource,
-    operation: Operation,
-    options: Value,
-    object: Option<Value>,
-) -> Result<Option<Value>> {
-    admit_with(call, options);
-    let parent = sub.parent();
-    let step = |mutating| {
-        Attributes::of(
-            call.ctx.admission_request(),
-            (&parent, &parent),
-            (operation, mutating),
-            &call.info.name,
-        )
-    };
-    let mut object = object;
-    if let Some((chain, mut attributes)) = step(true) {
-        attributes.object = object.clone();
-        chain.admit(&mut attributes).await?;
-        object = attributes.object;
-    }
-    if let Some((chain, mut attributes)) = step(false) {
-        attributes.object = object.clone();
-        chain.validate(&attributes).await?;
-    }
-    Ok(object)
 }
 
 /// A stream's chunks as a chunked body: hyper polls the stream only when it can write, so

@@ -12,7 +12,7 @@ use super::{
     SubresourceOptions, SubresourceRequest, View, decode_options,
 };
 use crate::error::{Error, Result};
-use crate::registry::served::{SchemaFn, schema_of};
+use crate::registry::schema::{SchemaFn, schema_of};
 use crate::runtime::{ObjectKind, Resource, ResourceInfo};
 
 /// Which of the four a subresource is.
