@@ -259,6 +259,21 @@ fn to_json<K: ObjectKind>(answer: &K) -> Result<Value> {
     Ok(value)
 }
 
+/// The methods every handler has from its `Parent` and `Options` types.
+macro_rules! typed_handler {
+    ($handler:ident) => {
+        fn parent(&self) -> ResourceInfo {
+            <$handler::Parent as Resource>::INFO
+        }
+        fn options_schema(&self) -> SchemaFn {
+            schema_of::<$handler::Options>
+        }
+        fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
+            encode(decode_options::<$handler::Options>(pairs)?)
+        }
+    };
+}
+
 struct ActionOf<A>(A);
 struct ViewOf<V>(V);
 struct StreamOf<S>(S);
@@ -266,15 +281,7 @@ struct ConnectOf<C>(C);
 
 #[async_trait]
 impl<A: Action> Erased for ActionOf<A> {
-    fn parent(&self) -> ResourceInfo {
-        <A::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<A::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<A::Options>(pairs)?)
-    }
+    typed_handler!(A);
     fn answer(&self) -> Option<KindOf> {
         Some(KindOf::of::<A::Output>())
     }
@@ -299,15 +306,7 @@ impl<A: Action> Erased for ActionOf<A> {
 
 #[async_trait]
 impl<V: View> Erased for ViewOf<V> {
-    fn parent(&self) -> ResourceInfo {
-        <V::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<V::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<V::Options>(pairs)?)
-    }
+    typed_handler!(V);
     fn answer(&self) -> Option<KindOf> {
         Some(KindOf::of::<V::Output>())
     }
@@ -319,15 +318,7 @@ impl<V: View> Erased for ViewOf<V> {
 
 #[async_trait]
 impl<S: Streamer> Erased for StreamOf<S> {
-    fn parent(&self) -> ResourceInfo {
-        <S::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<S::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<S::Options>(pairs)?)
-    }
+    typed_handler!(S);
     fn answer(&self) -> Option<KindOf> {
         None
     }
@@ -341,15 +332,7 @@ impl<S: Streamer> Erased for StreamOf<S> {
 
 #[async_trait]
 impl<C: Connecter> Erased for ConnectOf<C> {
-    fn parent(&self) -> ResourceInfo {
-        <C::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<C::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<C::Options>(pairs)?)
-    }
+    typed_handler!(C);
     fn answer(&self) -> Option<KindOf> {
         None
     }
