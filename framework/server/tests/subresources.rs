@@ -169,6 +169,8 @@ pub struct LogOptions {
 /// dropped.
 #[derive(Clone, Default)]
 struct LogFeed {
+    /// `attach` sessions whose handler is still running.
+    sessions: Arc<AtomicUsize>,
     lines: Arc<Mutex<Option<mpsc::Receiver<Bytes>>>>,
     dropped: Arc<AtomicBool>,
     opened: Arc<AtomicUsize>,
@@ -226,7 +228,25 @@ pub struct AttachOptions {
 
 /// `attach`: says hello on stdout and stderr, reports resizes, echoes stdin upper-cased
 /// until its end, then exits with 3 for run `fail`, 0 otherwise.
-struct Attach;
+struct Attach {
+    sessions: Arc<AtomicUsize>,
+}
+
+/// Counts a running session until it is dropped.
+struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 #[async_trait]
 impl Connecter for Attach {
@@ -247,6 +267,7 @@ impl Connecter for Attach {
         request: SubresourceRequest<AttachOptions>,
         mut session: Session,
     ) -> extension_apiserver::Result<ExitStatus> {
+        let _live = Live::new(&self.sessions);
         session.stdout.write("hello\n").await?;
         session.stderr.write("warning\n").await?;
         if let Some(mut stdin) = session.stdin.take() {
@@ -276,6 +297,7 @@ impl Connecter for Attach {
 fn group(feed: LogFeed) -> APIGroup {
     APIGroup::new(GROUP).version("v1", move |v| {
         let feed = feed.clone();
+        let sessions = feed.sessions.clone();
         v.resource::<Run>()
             .action("cancel", |storage| Cancel {
                 runs: storage.reader(),
@@ -283,7 +305,9 @@ fn group(feed: LogFeed) -> APIGroup {
             .action("evict", |_| Evict)
             .view("summary", |_| Summary)
             .stream("log", move |_| Log { feed: feed.clone() })
-            .connect("attach", |_| Attach)
+            .connect("attach", move |_| Attach {
+                sessions: sessions.clone(),
+            })
     })
 }
 
@@ -377,6 +401,19 @@ async fn actions_views_options_and_unknown_subresources() {
     assert_eq!(body["metadata"]["name"], "a");
     let (code, body) = call(&client, "POST", &format!("{RUNS}/missing/cancel"), None).await;
     assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")));
+    // An action cannot be dry run: refused, not done.
+    let (code, body) = call(
+        &client,
+        "POST",
+        &format!("{RUNS}/a/cancel?dryRun=All"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{body}"
+    );
     // A method the action does not answer.
     let (code, body) = call(&client, "GET", &format!("{RUNS}/a/cancel"), None).await;
     assert_eq!(code, 405, "{body}");
@@ -680,7 +717,8 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 #[tokio::test]
 async fn websocket_v5_and_v4_carry_stdin_stdout_stderr_resize_and_the_exit_status() {
     let seen = Seen::default();
-    let server = start(LogFeed::default(), seen.clone()).await;
+    let feed = LogFeed::default();
+    let server = start(feed.clone(), seen.clone()).await;
     let client = server.client();
     create_run(&client, "ok").await;
     create_run(&client, "fail").await;
@@ -722,7 +760,10 @@ async fn websocket_v5_and_v4_carry_stdin_stdout_stderr_resize_and_the_exit_statu
         .unwrap();
     socket.send(frame(0, b"more")).await.unwrap();
     read_stdout(&mut socket, "MORE").await;
+    // The client goes away while the handler waits on stdin: the handler is dropped.
+    assert_eq!(feed.sessions.load(Ordering::SeqCst), 1);
     drop(socket);
+    assert!(eventually(|| async { feed.sessions.load(Ordering::SeqCst) == 0 }).await);
 
     // Without stdin the handler ends at once; stderr comes on channel 2; exit 3.
     let path = format!("{RUNS}/fail/attach?stdout=true&stderr=true");

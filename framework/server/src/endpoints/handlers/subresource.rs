@@ -84,6 +84,13 @@ async fn action(
 ) -> Result<Response> {
     let verb = action_verb(call, sub)?;
     let target = negotiate(accept_header(call), Endpoint::Object)?;
+    // An action has no dry run to offer: refused rather than done for real.
+    if call.query.write_options()?.dry_run {
+        return Err(Error::bad_request(format!(
+            "dryRun is not supported by {}/{}",
+            call.info.resource, call.info.subresource
+        )));
+    }
     let mut body = match verb {
         ActionVerb::Create | ActionVerb::Update => read_action_body(call).await?,
         ActionVerb::Get | ActionVerb::Delete => None,
