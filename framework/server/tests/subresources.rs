@@ -954,3 +954,46 @@ async fn a_follow_outlives_the_request_timeout_and_ends_at_shutdown() {
     timeout(WAIT, stopping).await.unwrap().unwrap();
     assert!(feed.dropped.load(Ordering::SeqCst));
 }
+
+#[tokio::test]
+async fn a_followed_stream_over_http2_is_read_as_written_and_reset_with_its_client() {
+    let _turn = LOG_STREAMS.lock().await;
+    let feed = LogFeed::default();
+    let (lines, rx) = mpsc::channel(4);
+    *feed.lines.lock().unwrap() = Some(rx);
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder()
+        .group(group(feed.clone()))
+        .dir(dir.path())
+        .start()
+        .await;
+    create_run(&server.client(), "a").await;
+    let mut h2 = crate::aggregator_compat::h2(&server, dir.path()).await;
+    let request = http::Request::get(format!("https://127.0.0.1{RUNS}/a/log?follow=true"))
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    let response = timeout(WAIT, h2.send_request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    for line in ["over\n", "h2\n"] {
+        lines.send(Bytes::from(line)).await.unwrap();
+        let frame = timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), line);
+    }
+    // Dropping the body resets the stream: the handler's stream is dropped, the connection
+    // stays for other requests.
+    drop(body);
+    assert!(eventually(|| async { feed.dropped.load(Ordering::SeqCst) }).await);
+    let request = http::Request::get(format!("https://127.0.0.1{RUNS}/a/summary"))
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    let response = timeout(WAIT, h2.send_request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    server.stop().await;
+}
