@@ -176,6 +176,30 @@ struct LogFeed {
     opened: Arc<AtomicUsize>,
 }
 
+impl LogFeed {
+    /// A feed for one follow, and the sender of its lines.
+    fn following() -> (LogFeed, mpsc::Sender<Bytes>) {
+        let feed = LogFeed::default();
+        let (lines, rx) = mpsc::channel(4);
+        *feed.lines.lock().unwrap() = Some(rx);
+        (feed, lines)
+    }
+}
+
+/// Sends each line and reads it back from `body` before the next: a stream read while it is
+/// written.
+async fn read_as_written<B>(lines: &mpsc::Sender<Bytes>, body: &mut B, each: &[&'static str])
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    for line in each {
+        lines.send(Bytes::from(*line)).await.unwrap();
+        let frame = timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), *line);
+    }
+}
+
 struct Log {
     feed: LogFeed,
 }
@@ -605,9 +629,7 @@ static LOG_STREAMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test]
 async fn a_followed_stream_is_read_as_written_and_dropped_with_its_client() {
     let _turn = LOG_STREAMS.lock().await;
-    let feed = LogFeed::default();
-    let (lines, rx) = mpsc::channel(4);
-    *feed.lines.lock().unwrap() = Some(rx);
+    let (feed, lines) = LogFeed::following();
     let server = start(feed.clone(), Seen::default()).await;
     let client = server.client();
     create_run(&client, "a").await;
@@ -620,11 +642,7 @@ async fn a_followed_stream_is_read_as_written_and_dropped_with_its_client() {
     assert_eq!(response.headers()["content-type"], "text/plain");
     let mut body = response.into_body();
     // Each line arrives while the stream is still open.
-    for line in ["first\n", "second\n"] {
-        lines.send(Bytes::from(line)).await.unwrap();
-        let frame = timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), line);
-    }
+    read_as_written(&lines, &mut body, &["first\n", "second\n"]).await;
     assert_eq!(long_running_logs(&client).await, 1.0);
     assert!(!feed.dropped.load(Ordering::SeqCst));
 
@@ -920,9 +938,7 @@ async fn each_subresource_is_authorized_with_its_name_through_delegated_reviews(
 #[tokio::test]
 async fn a_follow_outlives_the_request_timeout_and_ends_at_shutdown() {
     let _turn = LOG_STREAMS.lock().await;
-    let feed = LogFeed::default();
-    let (lines, rx) = mpsc::channel(4);
-    *feed.lines.lock().unwrap() = Some(rx);
+    let (feed, lines) = LogFeed::following();
     let group = group(feed.clone());
     let server = TestServer::builder()
         .group(group)
@@ -939,9 +955,7 @@ async fn a_follow_outlives_the_request_timeout_and_ends_at_shutdown() {
     let mut body = response.into_body();
     // Past the 1 s bound of ordinary requests: the stream is long-running, not cut.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    lines.send(Bytes::from("late\n")).await.unwrap();
-    let frame = timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
-    assert_eq!(frame.into_data().unwrap(), "late\n");
+    read_as_written(&lines, &mut body, &["late\n"]).await;
 
     // Shutdown ends the body (the stream is dropped), so the server stops.
     let stopping = tokio::spawn(server.stop());
@@ -958,9 +972,7 @@ async fn a_follow_outlives_the_request_timeout_and_ends_at_shutdown() {
 #[tokio::test]
 async fn a_followed_stream_over_http2_is_read_as_written_and_reset_with_its_client() {
     let _turn = LOG_STREAMS.lock().await;
-    let feed = LogFeed::default();
-    let (lines, rx) = mpsc::channel(4);
-    *feed.lines.lock().unwrap() = Some(rx);
+    let (feed, lines) = LogFeed::following();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::builder()
         .group(group(feed.clone()))
@@ -978,11 +990,7 @@ async fn a_followed_stream_over_http2_is_read_as_written_and_reset_with_its_clie
         .unwrap();
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
-    for line in ["over\n", "h2\n"] {
-        lines.send(Bytes::from(line)).await.unwrap();
-        let frame = timeout(WAIT, body.frame()).await.unwrap().unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), line);
-    }
+    read_as_written(&lines, &mut body, &["over\n", "h2\n"]).await;
     // Dropping the body resets the stream: the handler's stream is dropped, the connection
     // stays for other requests.
     drop(body);
