@@ -65,7 +65,7 @@ fn groups() -> Vec<APIGroup> {
 }
 
 /// An HTTP/2 connection to `server` with the admin client certificate.
-async fn h2(server: &TestServer, dir: &Path) -> SendRequest<Full<Bytes>> {
+pub(crate) async fn h2(server: &TestServer, dir: &Path) -> SendRequest<Full<Bytes>> {
     let certs = SelfSignedCerts::load_or_create(&dir.join("certs"), &[]).unwrap();
     let admin = CertKey::from_pem(
         certs.admin_cert_pem.as_bytes(),

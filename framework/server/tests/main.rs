@@ -25,6 +25,7 @@ mod storage_version;
 mod store_semantics;
 mod store_semantics_cached;
 mod strategy;
+mod subresources;
 mod tls_serving;
 mod tracing_export;
 mod trybuild;

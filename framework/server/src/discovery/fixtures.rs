@@ -141,6 +141,7 @@ fn flunders(version: &'static str) -> ServedResource {
             name: "status".into(),
             verbs: vec!["get", "patch", "update"],
             info: ResourceInfo { version, ..FLUNDER },
+            handler: None,
         }],
         patch_types: PATCH_TYPES.to_vec(),
         schema: schema_of::<Flunder>,

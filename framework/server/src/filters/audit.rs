@@ -68,7 +68,7 @@ pub fn record(
     }
     let audit = RequestAudit::new(auditor.clone(), event);
     request.extensions_mut().insert(audit.clone());
-    let long_running = info.verb == Verb::Watch;
+    let long_running = super::timeout::is_long_running(request, &config.long_running);
     Some(Recording {
         audit,
         info,

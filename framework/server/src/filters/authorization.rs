@@ -8,8 +8,9 @@ use tracing::Instrument;
 
 use super::FilterConfig;
 use crate::auth::{Attributes, UserInfo};
-use crate::endpoints::RequestInfo;
+use crate::endpoints::{RequestInfo, Verb};
 use crate::error::Error;
+use crate::registry::subresource::SubresourceKind;
 
 /// The step: the request goes on when the authorizer allows it; else 403 (500 when the
 /// authorizer fails).
@@ -24,6 +25,27 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
     ) else {
         return Err(Error::unauthorized().into_response());
     };
+    decide(config, &parts, user, info).await?;
+    // kube ≥ 1.30 (AuthorizePodWebsocketUpgradeCreatePermission): a connection opened by a
+    // GET (a WebSocket upgrade) needs `create` as well, as a POST would.
+    let connection = config.long_running.kind(info) == Some(SubresourceKind::Connect);
+    if connection && info.verb == Verb::Get {
+        let create = RequestInfo {
+            verb: Verb::Create,
+            ..info.clone()
+        };
+        decide(config, &parts, user, &create).await?;
+    }
+    Ok(Request::from_parts(parts, body))
+}
+
+/// One decision of the authorizer on `verb`: `Ok` when it allows.
+async fn decide(
+    config: &FilterConfig,
+    parts: &http::request::Parts,
+    user: &UserInfo,
+    info: &RequestInfo,
+) -> Result<(), Response> {
     let attributes = Attributes {
         user,
         verb: info.verb.as_str(),
@@ -54,7 +76,7 @@ pub async fn authorize(config: &FilterConfig, request: Request) -> Result<Reques
         .observe(started.elapsed().as_secs_f64());
     annotate_decision(&parts.extensions, &decided);
     match decided {
-        Ok(decision) if decision.is_allowed() => Ok(Request::from_parts(parts, body)),
+        Ok(decision) if decision.is_allowed() => Ok(()),
         Ok(decision) => Err(forbidden(user, info, &decision.reason).into_response()),
         Err(e) => {
             tracing::warn!(error = %e, "authorization failed");

@@ -15,6 +15,7 @@ use axum::response::Response;
 use hyper::body::{Body as _, Frame, SizeHint};
 use prometheus::IntGauge;
 
+use crate::endpoints::handlers::connect::HeldUntilClosed;
 use crate::endpoints::{RequestInfo, Verb};
 use crate::metrics::{COMPONENT, global};
 
@@ -69,6 +70,15 @@ pub(crate) fn finish(recording: Recording, long_running: bool, response: Respons
             response.status().as_u16(),
             response.body().size_hint().exact(),
         );
+        return response;
+    }
+    // An upgraded connection: counted until the session ends, not the 101 answer.
+    if let Some(held) = response.extensions().get::<HeldUntilClosed>() {
+        let code = response.status().as_u16();
+        held.hold(Box::new(Recorded {
+            body: Body::empty(),
+            recording: Some((recording, code)),
+        }));
         return response;
     }
     let (parts, body) = response.into_parts();

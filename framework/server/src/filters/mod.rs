@@ -19,7 +19,7 @@ pub(crate) mod metrics;
 pub(crate) mod panic_recovery;
 pub(crate) mod pretty;
 pub(crate) mod request_info;
-pub(crate) mod timeout;
+pub mod timeout;
 pub(crate) mod trace;
 
 use std::sync::Arc;
@@ -50,6 +50,9 @@ pub struct FilterConfig {
     pub inflight: Arc<inflight::InflightLimits>,
     /// The audit policy and backends (`--audit-policy-file`); `None`: nothing is audited.
     pub audit: Option<Arc<crate::audit::Auditor>>,
+    /// The installed streams and connections: long-running, and (connections) authorized
+    /// for `create` too when upgraded by a GET.
+    pub long_running: timeout::LongRunningSubresources,
 }
 
 impl std::fmt::Debug for FilterConfig {
@@ -88,7 +91,7 @@ async fn chain(
     let span = trace::request_span(&request, &audit_id);
     let audit = audit::record(&config, &mut request, &audit_id);
     let served = async move {
-        let long_running = timeout::is_long_running(&request);
+        let long_running = timeout::is_long_running(&request, &config.long_running);
         let limit = config.request_timeout;
         let admitted = async move {
             let request = match authentication::authenticate(&config, request).await {
@@ -205,6 +208,7 @@ mod tests {
                 request_timeout: Duration::from_millis(200),
                 inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
                 audit,
+                long_running: Default::default(),
             },
         )
     }

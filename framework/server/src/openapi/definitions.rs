@@ -290,12 +290,85 @@ fn collect_version(schemas: &mut BTreeMap<String, Value>, group: &str, version: 
             )
         })
         .collect();
+    let mut kinds = kinds;
+    kinds.extend(subresource_kinds(
+        &mut generator,
+        &mut renames,
+        group,
+        version,
+    ));
     let prefix = namespace(group, &version.version);
     let definitions = generator.take_definitions(false);
     add_definitions(schemas, definitions, &prefix, &mut renames);
     for (info, root) in kinds {
         add_kind(schemas, &info, root, &renames);
     }
+}
+
+/// The kinds the version's subresources answer that it serves nowhere else (a view's
+/// computed object), and the bodies of its actions (their definitions come with the
+/// generator's).
+fn subresource_kinds(
+    generator: &mut SchemaGenerator,
+    renames: &mut HashMap<String, String>,
+    group: &str,
+    version: &ServedVersion,
+) -> Vec<(ResourceInfo, Root)> {
+    let served: Vec<String> = version
+        .resources
+        .iter()
+        .map(|r| kind_name(&r.info))
+        .collect();
+    let mut kinds = Vec::new();
+    for resource in &version.resources {
+        for handler in resource
+            .subresources
+            .iter()
+            .filter_map(|s| s.handler.as_ref())
+        {
+            if let Some(body) = handler.body_schema() {
+                body(generator);
+            }
+            let Some(answer) = handler.answer() else {
+                continue;
+            };
+            let info = ResourceInfo {
+                group: answer.group,
+                version: answer.version,
+                kind: answer.kind,
+                ..resource.info
+            };
+            let ours = (answer.group, answer.version) == (group, version.version.as_str());
+            let name = kind_name(&info);
+            if ours && !served.contains(&name) && !kinds.iter().any(|(i, _)| kind_name(i) == name) {
+                let root = (answer.schema)(generator).to_value();
+                kinds.push((info, resolve_root(root, &info, renames)));
+            }
+        }
+    }
+    kinds
+}
+
+/// The definition an action's body refers to, `{group version prefix}.{Type}`; `None` when the
+/// body is any JSON.
+pub(crate) fn body_name(
+    parent: &ResourceInfo,
+    body: crate::registry::served::SchemaFn,
+) -> Option<String> {
+    let root = body(&mut generator()).to_value();
+    let target = local_ref(&root)?;
+    Some(format!(
+        "{}.{target}",
+        namespace(parent.group, parent.version)
+    ))
+}
+
+/// The definition of a subresource's answer: `Status` as apimachinery names it.
+pub(crate) fn answer_name(info: &ResourceInfo) -> String {
+    if info.kind == "Status" && info.group.is_empty() {
+        return meta::STATUS.into();
+    }
+    kind_name(info)
 }
 
 /// Decides where a kind's schema comes from; a referenced definition takes the kind's name.

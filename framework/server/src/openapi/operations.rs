@@ -2,10 +2,59 @@
 //! installer: which paths exist for which verbs, their operation ids, descriptions, actions,
 //! parameters, bodies and responses. Rendering to v2 or v3 JSON is in `render`.
 
-use super::definitions::{kind_name, list_name, meta};
+use super::definitions::{answer_name, body_name, kind_name, list_name, meta};
+use serde_json::Value;
+
 use super::params::{self, Param};
 use crate::registry::served::{ServedResource, ServedSubresource, ServedVersion};
+use crate::registry::subresource::{Subresource, SubresourceKind};
 use crate::runtime::ResourceInfo;
+
+/// The query parameters of a subresource's options, from their schema: kube's installer lists
+/// each field of `PodLogOptions` as one.
+fn options_params(handler: &Subresource) -> Vec<Param> {
+    let schema = (handler.options_schema())(&mut schemars::SchemaGenerator::default()).to_value();
+    let schema = match schema.get("$ref") {
+        // A named type: its definition, from a generator that keeps it.
+        Some(_) => {
+            let mut generator = schemars::SchemaGenerator::default();
+            (handler.options_schema())(&mut generator);
+            let definitions = generator.take_definitions(false);
+            definitions
+                .into_iter()
+                .next()
+                .map(|(_, d)| d)
+                .unwrap_or_default()
+        }
+        None => schema,
+    };
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let types: Vec<&str> = match property.get("type") {
+                Some(Value::String(t)) => vec![t.as_str()],
+                Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            let type_ = ["boolean", "integer", "number", "array"]
+                .into_iter()
+                .find(|t| types.contains(t))
+                .unwrap_or("string");
+            let description = property
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            params::query(
+                crate::registry::subresource::intern(name),
+                type_,
+                description,
+            )
+        })
+        .collect()
+}
 
 /// Media types of single objects.
 pub(crate) const OBJECT_TYPES: &[&str] = &["application/json", "application/yaml"];
@@ -257,8 +306,85 @@ impl<'a> Routes<'a> {
     /// `.../flunders/{name}/status`: the subresource's get, update and patch.
     fn subresource(&self, sub: &ServedSubresource) -> Option<PathItem> {
         let path = format!("{}/{}/{{name}}/{}", self.prefix(), self.scoped(), sub.name);
+        if let Some(handler) = &sub.handler {
+            return self.path_item(path.clone(), self.handled(&path, sub, handler));
+        }
         let ops = self.object_ops(&path, &sub.name, &sub.verbs, &sub.info);
         self.path_item(path, ops)
+    }
+
+    /// The operations of an action, view, stream or connection, named as kube's installer
+    /// names `createNamespacedPodEviction`, `readNamespacedPodLog` and
+    /// `connectGetNamespacedPodAttach`, with the options as query parameters.
+    fn handled(
+        &self,
+        path: &str,
+        sub: &ServedSubresource,
+        handler: &Subresource,
+    ) -> Vec<Operation> {
+        let kind = self.info.kind;
+        let options = options_params(handler);
+        let answer = answer_name(&sub.info);
+        let mut ops = Vec::new();
+        let add = |method, action, verb: &str, doc: String, reply: &str, produces| {
+            let mut op = self.op(method, action, self.named(verb, &sub.name), path, doc);
+            op.parameters.extend(options.iter().cloned());
+            op.responses = vec![ok(reply)];
+            op.produces = produces;
+            if let Some((_, gvk)) = &mut op.resource {
+                *gvk = sub.info;
+            }
+            op
+        };
+        match handler.kind() {
+            SubresourceKind::Action => {
+                for verb in sub.verbs.iter().copied() {
+                    let (method, action, named) = match verb {
+                        "get" => ("get", "get", "read"),
+                        "create" => ("post", "post", "create"),
+                        "update" => ("put", "put", "replace"),
+                        _ => ("delete", "delete", "delete"),
+                    };
+                    let doc = format!("{named} {} of the specified {kind}", sub.name);
+                    let mut op = add(method, action, named, doc, &answer, OBJECT_TYPES);
+                    if matches!(method, "post" | "put") {
+                        let body = handler.body_schema().and_then(|b| body_name(self.info, b));
+                        op.body = Some(Body {
+                            schema: body.unwrap_or_else(|| "object".into()),
+                            required: false,
+                            consumes: vec!["*/*"],
+                        });
+                    }
+                    if method == "post" {
+                        op.responses.push(created(&answer));
+                    }
+                    ops.push(op);
+                }
+            }
+            SubresourceKind::View => {
+                let doc = format!("read {} of the specified {kind}", sub.name);
+                ops.push(add("get", "get", "read", doc, &answer, OBJECT_TYPES));
+            }
+            SubresourceKind::Stream => {
+                let doc = format!("read {} of the specified {kind}", sub.name);
+                let produces: &'static [&'static str] = match handler.content_type() {
+                    "text/plain" => &["text/plain"],
+                    other => Box::leak(Box::new([other])),
+                };
+                ops.push(add("get", "get", "read", doc, "string", produces));
+            }
+            SubresourceKind::Connect => {
+                for (method, verb) in [("get", "connectGet"), ("post", "connectPost")] {
+                    let doc = format!(
+                        "connect {} requests to {} of {kind}",
+                        method.to_uppercase(),
+                        sub.name
+                    );
+                    ops.push(add(method, "connect", verb, doc, "string", &["*/*"]));
+                }
+            }
+        }
+        ops
     }
 
     /// get, update and patch of an object or of its subresource `sub`, which reads and writes

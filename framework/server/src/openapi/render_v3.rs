@@ -135,6 +135,11 @@ fn parameter(param: &Param) -> ReferenceOr<Parameter> {
 }
 
 fn reference(name: &str) -> ReferenceOr<Schema> {
+    if let Some(type_) = super::schema::inline_type(name) {
+        let schema = serde_json::from_value(serde_json::json!({ "type": type_ }))
+            .expect("a schema of one type");
+        return ReferenceOr::Item(schema);
+    }
     ReferenceOr::Reference {
         reference: format!("#/components/schemas/{name}"),
     }

@@ -21,6 +21,10 @@ pub(crate) enum Dialect {
 impl Dialect {
     /// `{"$ref": ...}` to the definition `name`.
     pub(crate) fn reference(self, name: &str) -> Value {
+        // Bodies of no definition: a stream's text, an action's body of any JSON.
+        if let Some(type_) = inline_type(name) {
+            return json!({ "type": type_ });
+        }
         let prefix = match self {
             Dialect::Swagger2 => "#/definitions/",
             Dialect::OpenApi3 => "#/components/schemas/",
@@ -293,6 +297,15 @@ fn rewrite_ref(map: &mut Map<String, Value>, dialect: Dialect) {
         map.insert("allOf".into(), json!([reference]));
     } else if let Value::Object(reference) = reference {
         map.extend(reference);
+    }
+}
+
+/// The names that stand for an inline schema of that type, not a definition.
+pub(crate) fn inline_type(name: &str) -> Option<&'static str> {
+    match name {
+        "string" => Some("string"),
+        "object" => Some("object"),
+        _ => None,
     }
 }
 

@@ -75,7 +75,11 @@ fn served_resources(paths: ResourcesStorageMap) -> Vec<ServedResource> {
                 Some(ServedSubresource {
                     name: name.to_string(),
                     verbs: s.verbs(),
-                    info: s.info,
+                    info: s
+                        .subresource
+                        .as_ref()
+                        .map_or(s.info, |sub| sub.served_info(name)),
+                    handler: s.subresource.clone(),
                 })
             })
             .collect();

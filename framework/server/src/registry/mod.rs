@@ -6,11 +6,12 @@ pub mod converted;
 pub mod group;
 pub mod options;
 pub mod rest;
+pub(crate) mod schema;
 pub mod served;
 pub mod store;
 pub(crate) mod stores;
-pub mod subresource;
 pub mod strategy;
+pub mod subresource;
 
 // The machinery's parts of API semantics (apimachinery and structured-merge-diff in
 // Kubernetes), where the registry's code names them.

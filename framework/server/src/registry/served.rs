@@ -3,18 +3,9 @@
 //! The builder produces one [`ServedGroup`] per API group from the installed storages; the
 //! `discovery` and `openapi` modules turn them into documents once, at start.
 
-use schemars::{Schema, SchemaGenerator};
-
 use crate::runtime::ResourceInfo;
 
-/// Produces the JSON schema of a resource's type, registering the types it refers to in the
-/// generator's definitions. See [`schema_of`].
-pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
-
-/// A [`SchemaFn`] for `T`.
-pub fn schema_of<T: schemars::JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    generator.subschema_for::<T>()
-}
+pub use super::schema::{SchemaFn, schema_of};
 
 /// One subresource of a resource, e.g. `status`.
 #[derive(Clone, Debug)]
@@ -24,8 +15,11 @@ pub struct ServedSubresource {
     /// The verbs the subresource supports, e.g. `["get", "patch", "update"]`.
     pub verbs: Vec<&'static str>,
     /// What it serves: the parent's kind (`status`), or another (`scale`: `autoscaling/v1`
-    /// `Scale`).
+    /// `Scale`; an action's or a view's answer; a connection's options,
+    /// `{Kind}{Subresource}Options` as `pods/attach` lists `PodAttachOptions`).
     pub info: ResourceInfo,
+    /// The action, view, stream or connection serving it, if it is one.
+    pub handler: Option<crate::registry::subresource::Subresource>,
 }
 
 /// One resource of one group version.

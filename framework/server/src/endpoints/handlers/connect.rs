@@ -21,6 +21,7 @@ use crate::admission::Operation;
 use crate::endpoints::request_info::Verb;
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
+use crate::registry::subresource::erased_options_kind as options_kind;
 use crate::registry::subresource::{
     Channels, ExitStatus, Output, ResizeEvents, Session, Stdin, Subresource, SubresourceRequest,
     TerminalSize,
@@ -92,7 +93,7 @@ pub(super) async fn connect(
     }
     // kube's ConnectResource: CONNECT admission with the options as the object.
     let options_object = options_object(&call, &request.options);
-    super::subresource::admit(
+    super::admit::admit(
         &mut call,
         &sub,
         Operation::Connect,
@@ -135,23 +136,11 @@ fn options_object(call: &Call, options: &Value) -> Value {
     let info = &call.resource.storage.info;
     let mut object = options.clone();
     if let Value::Object(map) = &mut object {
-        let kind = format!(
-            "{}{}Options",
-            info.kind,
-            title_case(&call.info.subresource)
-        );
+        let kind = options_kind(info.kind, &call.info.subresource);
         map.insert("apiVersion".into(), json!(info.api_version()));
         map.insert("kind".into(), json!(kind));
     }
     object
-}
-
-fn title_case(word: &str) -> String {
-    let mut chars = word.chars();
-    chars
-        .next()
-        .map(|first| first.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
 }
 
 struct Connection {
@@ -190,11 +179,8 @@ impl Connection {
                     _ => continue,
                 };
                 match data.first().copied() {
-                    Some(STREAM_CLOSE) if v5 => {
-                        if data.get(1) == Some(&0) {
-                            stdin_tx = None;
-                        }
-                    }
+                    // The close of stdin; other channels are the server's to close.
+                    Some(STREAM_CLOSE) if v5 && data.get(1) == Some(&0) => stdin_tx = None,
                     Some(0) => {
                         if let Some(tx) = &stdin_tx {
                             if tx.send(data.slice(1..)).await.is_err() {
@@ -229,7 +215,11 @@ impl Connection {
                             None => { err_open = false; continue }
                         },
                     };
-                    if sink.send(Message::Binary(frame(channel, &data))).await.is_err() {
+                    if sink
+                        .send(Message::Binary(frame(channel, &data)))
+                        .await
+                        .is_err()
+                    {
                         return None;
                     }
                 }

@@ -1,6 +1,7 @@
 //! Resource handlers: one per verb. Each decodes its parameters and body, calls the storage
 //! and encodes the answer; none touches storage directly.
 
+mod admit;
 pub(crate) mod connect;
 mod read;
 mod subresource;

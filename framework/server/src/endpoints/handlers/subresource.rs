@@ -9,9 +9,10 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use super::Call;
+use super::admit::admit;
 use super::read::accept_header;
-use super::write::{admit_with, content_type, read_body};
-use crate::admission::{Attributes, Operation};
+use super::write::{content_type, read_body};
+use crate::admission::Operation;
 use crate::endpoints::negotiation::{Endpoint, body_encoding, negotiate, read_value};
 use crate::endpoints::response::respond;
 use crate::error::{Error, Result};
@@ -19,11 +20,10 @@ use crate::registry::subresource::{ActionVerb, Subresource, SubresourceKind, Sub
 
 /// Serves `sub` at `{plural}/{name}/{subresource}`.
 pub(crate) async fn serve(mut call: Call, sub: Subresource) -> Result<Response> {
-    let pairs: Vec<(String, String)> = form_urlencoded::parse(
-        call.parts.uri.query().unwrap_or_default().as_bytes(),
-    )
-    .into_owned()
-    .collect();
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(call.parts.uri.query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
     let options = sub.handler().decode(&pairs)?;
     let request = SubresourceRequest {
         name: call.info.name.clone(),
@@ -37,7 +37,7 @@ pub(crate) async fn serve(mut call: Call, sub: Subresource) -> Result<Response> 
             only_get(&call, &sub)?;
             let target = negotiate(accept_header(&call), Endpoint::Object)?;
             let answer = sub.handler().get(request).await?;
-            return respond(StatusCode::OK, target, &answer);
+            respond(StatusCode::OK, target, &answer)
         }
         SubresourceKind::Stream => {
             only_get(&call, &sub)?;
@@ -84,6 +84,13 @@ async fn action(
 ) -> Result<Response> {
     let verb = action_verb(call, sub)?;
     let target = negotiate(accept_header(call), Endpoint::Object)?;
+    // An action has no dry run to offer: refused rather than done for real.
+    if call.query.write_options()?.dry_run {
+        return Err(Error::bad_request(format!(
+            "dryRun is not supported by {}/{}",
+            call.info.resource, call.info.subresource
+        )));
+    }
     let mut body = match verb {
         ActionVerb::Create | ActionVerb::Update => read_action_body(call).await?,
         ActionVerb::Get | ActionVerb::Delete => None,
@@ -120,39 +127,6 @@ async fn read_action_body(call: &mut Call) -> Result<Option<Value>> {
     }
     let (value, _) = read_value(&bytes, encoding)?;
     Ok(Some(value))
-}
-
-/// Runs the chain's mutating then validating step on `object` (the body of an action, the
-/// options of a connection), as kube's handlers do for a subresource: the resource is the
-/// parent's, the kind the parent's.
-pub(super) async fn admit(
-    call: &mut Call,
-    sub: &Subresource,
-    operation: Operation,
-    options: Value,
-    object: Option<Value>,
-) -> Result<Option<Value>> {
-    admit_with(call, options);
-    let parent = sub.parent();
-    let step = |mutating| {
-        Attributes::of(
-            call.ctx.admission_request(),
-            (&parent, &parent),
-            (operation, mutating),
-            &call.info.name,
-        )
-    };
-    let mut object = object;
-    if let Some((chain, mut attributes)) = step(true) {
-        attributes.object = object.clone();
-        chain.admit(&mut attributes).await?;
-        object = attributes.object;
-    }
-    if let Some((chain, mut attributes)) = step(false) {
-        attributes.object = object.clone();
-        chain.validate(&attributes).await?;
-    }
-    Ok(object)
 }
 
 /// A stream's chunks as a chunked body: hyper polls the stream only when it can write, so

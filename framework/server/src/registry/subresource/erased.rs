@@ -12,7 +12,7 @@ use super::{
     SubresourceOptions, SubresourceRequest, View, decode_options,
 };
 use crate::error::{Error, Result};
-use crate::registry::served::{SchemaFn, schema_of};
+use crate::registry::schema::{SchemaFn, schema_of};
 use crate::runtime::{ObjectKind, Resource, ResourceInfo};
 
 /// Which of the four a subresource is.
@@ -38,7 +38,7 @@ pub struct KindOf {
     /// `version`.
     pub version: &'static str,
     /// `kind`.
-    pub kind: String,
+    pub kind: &'static str,
     /// Its schema.
     pub schema: SchemaFn,
 }
@@ -49,7 +49,7 @@ impl KindOf {
             api_version: K::api_version(),
             group: K::group(),
             version: K::version(),
-            kind: K::kind().to_string(),
+            kind: K::kind(),
             schema: schema_of::<K>,
         }
     }
@@ -89,7 +89,12 @@ pub(crate) trait Erased: Send + Sync {
     fn channels(&self, _options: &Value) -> Result<Channels> {
         Err(Error::internal("not a connection"))
     }
-    async fn act(&self, _verb: ActionVerb, _request: Request, _body: Option<Value>) -> Result<Value> {
+    async fn act(
+        &self,
+        _verb: ActionVerb,
+        _request: Request,
+        _body: Option<Value>,
+    ) -> Result<Value> {
         Err(Error::internal("not an action"))
     }
     async fn get(&self, _request: Request) -> Result<Value> {
@@ -151,9 +156,12 @@ impl Subresource {
     /// stream, `create` and `get` for a connection (as `pods/attach`).
     pub fn verbs(&self) -> Vec<&'static str> {
         let mut verbs: Vec<&'static str> = match self.kind {
-            SubresourceKind::Action => {
-                self.handler.action_verbs().iter().map(|v| v.as_str()).collect()
-            }
+            SubresourceKind::Action => self
+                .handler
+                .action_verbs()
+                .iter()
+                .map(|v| v.as_str())
+                .collect(),
             SubresourceKind::View | SubresourceKind::Stream => vec!["get"],
             SubresourceKind::Connect => vec!["create", "get"],
         };
@@ -165,6 +173,27 @@ impl Subresource {
     /// What it answers (actions and views).
     pub fn answer(&self) -> Option<KindOf> {
         self.handler.answer()
+    }
+
+    /// The kind discovery lists for it as subresource `name`: an action's or a view's
+    /// answer, a stream's parent (as `pods/log` lists `Pod`), a connection's options
+    /// `{Kind}{Name}Options` in the parent's group version (as `pods/attach` lists
+    /// `PodAttachOptions`).
+    pub fn served_info(&self, name: &str) -> ResourceInfo {
+        let parent = self.parent();
+        match (self.kind, self.answer()) {
+            (SubresourceKind::Action | SubresourceKind::View, Some(answer)) => ResourceInfo {
+                group: answer.group,
+                version: answer.version,
+                kind: answer.kind,
+                ..parent
+            },
+            (SubresourceKind::Connect, _) => ResourceInfo {
+                kind: options_kind(parent.kind, name),
+                ..parent
+            },
+            _ => parent,
+        }
     }
 
     /// The schema of its options, for OpenAPI's query parameters.
@@ -187,6 +216,29 @@ impl Subresource {
     }
 }
 
+/// `{Kind}{Name}Options` (a `ResourceInfo` holds static names).
+pub(crate) fn options_kind(kind: &str, name: &str) -> &'static str {
+    let mut chars = name.chars();
+    let title: String = chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default();
+    intern(&format!("{kind}{title}Options"))
+}
+
+/// `name`, made static once for the life of the process: the names of options kinds and
+/// parameters, which the static descriptions of discovery and OpenAPI hold.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static MADE: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = made.iter().find(|k| **k == name) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    made.push(leaked);
+    leaked
+}
+
 fn typed<O: SubresourceOptions>(request: Request) -> Result<SubresourceRequest<O>> {
     let options = serde_json::from_value(request.options)
         .map_err(|e| Error::bad_request(format!("options: {e}")))?;
@@ -207,6 +259,21 @@ fn to_json<K: ObjectKind>(answer: &K) -> Result<Value> {
     Ok(value)
 }
 
+/// The methods every handler has from its `Parent` and `Options` types.
+macro_rules! typed_handler {
+    ($handler:ident) => {
+        fn parent(&self) -> ResourceInfo {
+            <$handler::Parent as Resource>::INFO
+        }
+        fn options_schema(&self) -> SchemaFn {
+            schema_of::<$handler::Options>
+        }
+        fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
+            encode(decode_options::<$handler::Options>(pairs)?)
+        }
+    };
+}
+
 struct ActionOf<A>(A);
 struct ViewOf<V>(V);
 struct StreamOf<S>(S);
@@ -214,15 +281,7 @@ struct ConnectOf<C>(C);
 
 #[async_trait]
 impl<A: Action> Erased for ActionOf<A> {
-    fn parent(&self) -> ResourceInfo {
-        <A::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<A::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<A::Options>(pairs)?)
-    }
+    typed_handler!(A);
     fn answer(&self) -> Option<KindOf> {
         Some(KindOf::of::<A::Output>())
     }
@@ -247,15 +306,7 @@ impl<A: Action> Erased for ActionOf<A> {
 
 #[async_trait]
 impl<V: View> Erased for ViewOf<V> {
-    fn parent(&self) -> ResourceInfo {
-        <V::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<V::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<V::Options>(pairs)?)
-    }
+    typed_handler!(V);
     fn answer(&self) -> Option<KindOf> {
         Some(KindOf::of::<V::Output>())
     }
@@ -267,15 +318,7 @@ impl<V: View> Erased for ViewOf<V> {
 
 #[async_trait]
 impl<S: Streamer> Erased for StreamOf<S> {
-    fn parent(&self) -> ResourceInfo {
-        <S::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<S::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<S::Options>(pairs)?)
-    }
+    typed_handler!(S);
     fn answer(&self) -> Option<KindOf> {
         None
     }
@@ -289,15 +332,7 @@ impl<S: Streamer> Erased for StreamOf<S> {
 
 #[async_trait]
 impl<C: Connecter> Erased for ConnectOf<C> {
-    fn parent(&self) -> ResourceInfo {
-        <C::Parent as Resource>::INFO
-    }
-    fn options_schema(&self) -> SchemaFn {
-        schema_of::<C::Options>
-    }
-    fn decode(&self, pairs: &[(String, String)]) -> Result<Value> {
-        encode(decode_options::<C::Options>(pairs)?)
-    }
+    typed_handler!(C);
     fn answer(&self) -> Option<KindOf> {
         None
     }

@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::registry::context::RequestContext;
 use crate::runtime::{ObjectKind, Resource};
 
-pub(crate) use erased::Erased;
+pub(crate) use erased::{Erased, intern, options_kind as erased_options_kind};
 pub use erased::{KindOf, Subresource, SubresourceKind};
 pub use options::{NoOptions, decode_options};
 pub use session::{Channels, ExitStatus, Output, ResizeEvents, Session, Stdin, TerminalSize};
@@ -194,9 +194,9 @@ pub trait Connecter: Send + Sync + 'static {
     /// Its query options (`stdin`, `stdout`, `stderr`, `tty`, `container` …).
     type Options: SubresourceOptions;
 
-    /// The channels the client asked for (default: stdout and stderr, as kube's
-    /// `PodAttachOptions` without parameters … but kube refuses a request with none: at
-    /// least one of stdin, stdout and stderr must be asked, or 400).
+    /// The channels the client asked for, read from its options (kube's `stdin`, `stdout`,
+    /// `stderr` and `tty` parameters). The default: stdout and stderr. A request asking for
+    /// none of stdin, stdout and stderr is kube's 400.
     fn channels(&self, options: &Self::Options) -> Channels {
         let _ = options;
         Channels::default()
@@ -204,7 +204,7 @@ pub trait Connecter: Send + Sync + 'static {
 
     /// Checks the parent and options before the upgrade (404 when the object does not
     /// exist, 400 for a refused option): an error here is answered as a `Status` instead of
-    /// the upgrade. The default accepts.
+    /// the upgrade. The framework does not read the parent itself. The default accepts.
     async fn check(&self, request: &SubresourceRequest<Self::Options>) -> Result<()> {
         let _ = request;
         Ok(())

@@ -88,11 +88,15 @@ fn scalar(property: &Value, value: &str) -> Result<Value> {
     let types = types(property);
     if types.contains(&"boolean") {
         // Only `0` and `false` (any case) are false; anything else, empty included, is true.
-        return Ok(Value::Bool(!(value == "0" || value.eq_ignore_ascii_case("false"))));
+        return Ok(Value::Bool(
+            !(value == "0" || value.eq_ignore_ascii_case("false")),
+        ));
     }
     if types.contains(&"integer") {
         return value.parse::<i64>().map(Value::from).map_err(|_| {
-            Error::bad_request(format!("strconv.ParseInt: parsing {value:?}: invalid syntax"))
+            Error::bad_request(format!(
+                "strconv.ParseInt: parsing {value:?}: invalid syntax"
+            ))
         });
     }
     if types.contains(&"number") {
@@ -102,7 +106,9 @@ fn scalar(property: &Value, value: &str) -> Result<Value> {
             .and_then(serde_json::Number::from_f64)
             .map(Value::Number)
             .ok_or_else(|| {
-                Error::bad_request(format!("strconv.ParseFloat: parsing {value:?}: invalid syntax"))
+                Error::bad_request(format!(
+                    "strconv.ParseFloat: parsing {value:?}: invalid syntax"
+                ))
             });
     }
     Ok(Value::String(value.to_string()))
@@ -124,7 +130,10 @@ mod tests {
     }
 
     fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
-        query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -144,16 +153,23 @@ mod tests {
         assert_eq!(o.tail_lines, Some(-3));
         assert_eq!(o.container.as_deref(), Some("c"));
         assert_eq!(o.command, ["sh", "-c"]);
-        let o: LogOptions = decode_options(&pairs(&[("follow", "0"), ("timestamps", "False")])).unwrap();
+        let o: LogOptions =
+            decode_options(&pairs(&[("follow", "0"), ("timestamps", "False")])).unwrap();
         assert!(!o.follow);
         assert_eq!(o.timestamps, Some(false));
-        assert_eq!(decode_options::<LogOptions>(&[]).unwrap(), LogOptions::default());
+        assert_eq!(
+            decode_options::<LogOptions>(&[]).unwrap(),
+            LogOptions::default()
+        );
     }
 
     #[test]
     fn a_bad_integer_is_400() {
         let e = decode_options::<LogOptions>(&pairs(&[("tailLines", "ten")])).unwrap_err();
         assert_eq!(e.code(), 400);
-        assert!(e.to_string().contains(r#"parsing "ten": invalid syntax"#), "{e}");
+        assert!(
+            e.to_string().contains(r#"parsing "ten": invalid syntax"#),
+            "{e}"
+        );
     }
 }

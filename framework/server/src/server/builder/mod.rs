@@ -992,6 +992,7 @@ impl APIServer {
                 self.options.max_mutating_requests_inflight,
             )),
             audit,
+            long_running: filters::timeout::LongRunningSubresources::new(groups),
         };
         filters::apply(router, config)
     }
