@@ -13,8 +13,9 @@ async fn cancel_ends_a_running_process_and_answers_the_run() {
     wait_for(&setup.runs, "nap", |r| phase(r) == RunPhase::Running).await;
     assert_eq!(setup.runner.running(), 1);
 
+    // 201, as kube-apiserver answers a POST to a subresource (pods/eviction).
     let (code, body) = post(&client, &path("nap", "cancel", ""), "{}").await;
-    assert_eq!(code, 200, "{body}");
+    assert_eq!(code, 201, "{body}");
     let run: Run = serde_json::from_str(&body).unwrap();
     let value: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(value["kind"], "Run");
@@ -23,7 +24,7 @@ async fn cancel_ends_a_running_process_and_answers_the_run() {
     assert_eq!(setup.runner.running(), 0, "the process is gone");
     // Again: the same run; a run that finished on its own cannot be cancelled.
     let (code, _) = post(&client, &path("nap", "cancel", ""), "{}").await;
-    assert_eq!(code, 200);
+    assert_eq!(code, 201);
     create(&setup.runs, "quick", &["/bin/sh", "-c", "true"], false).await;
     finished(&setup.runs, "quick").await;
     let (code, body) = post(&client, &path("quick", "cancel", ""), "{}").await;

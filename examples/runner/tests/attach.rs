@@ -56,7 +56,7 @@ async fn v4_stdout_stderr_and_a_non_zero_exit_code() {
     let status = got.status();
     assert_eq!(status["status"], "Failure", "{status}");
     assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
-    assert_eq!(status["details"]["causes"][0]["type"], "ExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode", "{status}");
     assert_eq!(status["details"]["causes"][0]["message"], "3", "{status}");
     let done = finished(&setup.runs, "sh").await.status.unwrap();
     assert_eq!((done.phase, done.exit_code), (RunPhase::Failed, Some(3)));
