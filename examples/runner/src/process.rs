@@ -85,14 +85,27 @@ impl Process {
             )
         };
         tokio::pin!(reading);
-        let status = tokio::select! {
-            status = child.wait() => status,
-            _ = self.kill.notified() => {
-                let _ = child.start_kill();
-                child.wait().await
+        let waiting = async {
+            tokio::select! {
+                status = child.wait() => status,
+                _ = self.kill.notified() => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
             }
         };
-        let _ = tokio::time::timeout(DRAIN, &mut reading).await;
+        tokio::pin!(waiting);
+        // Output is read while the process runs (a full pipe would stop it).
+        let mut read_all = false;
+        let status = loop {
+            tokio::select! {
+                status = &mut waiting => break status,
+                _ = &mut reading, if !read_all => read_all = true,
+            }
+        };
+        if !read_all {
+            let _ = tokio::time::timeout(DRAIN, &mut reading).await;
+        }
         self.output.close();
         let exit = Exit {
             code: status.map(exit_code).unwrap_or(-1),
@@ -174,6 +187,22 @@ mod tests {
         let (out, err) = process.output.totals();
         assert_eq!((out.lines, err.lines), (1, 1));
         assert!(process.output.read_from(0).closed);
+    }
+
+    #[tokio::test]
+    async fn output_is_read_while_the_process_runs() {
+        let sh = command(&["/bin/sh", "-c", "echo first; sleep 30"]);
+        let (process, child) = Process::start(&sh, false, 1024).unwrap();
+        let waiting = tokio::spawn({
+            let process = process.clone();
+            async move { process.wait(child).await }
+        });
+        let mut appended = process.output.appended();
+        while process.output.read_from(0).lines.is_empty() {
+            appended.changed().await.unwrap();
+        }
+        process.kill(false);
+        assert_eq!(waiting.await.unwrap().code, 128 + 9);
     }
 
     #[tokio::test]

@@ -299,15 +299,21 @@ impl Runs {
             _ => None,
         };
         let (stdout, stderr) = process
+            .as_ref()
             .map(|p| p.output.totals())
             .unwrap_or_default();
         let status = run.status.unwrap_or_default();
-        let duration = status.start_time.as_ref().map(|start| {
-            let end = status
-                .completion_time
+        // The process's own times when it ran here (the status keeps whole seconds).
+        let times = match &process {
+            Some(p) => Some((p.started, p.exit().borrow().map(|e| e.time))),
+            None => status
+                .start_time
                 .as_ref()
-                .map_or_else(Timestamp::now, |t| t.0);
-            end.duration_since(start.0).as_secs_f64()
+                .map(|start| (start.0, status.completion_time.as_ref().map(|t| t.0))),
+        };
+        let duration = times.map(|(start, end)| {
+            let end = end.unwrap_or_else(Timestamp::now);
+            end.duration_since(start).as_secs_f64()
         });
         Ok(RunSummary {
             metadata: ObjectMeta {
