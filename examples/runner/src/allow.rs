@@ -32,7 +32,11 @@ impl AllowedCommands {
             return None;
         }
         let allowed: Vec<&str> = self.allowed.iter().map(String::as_str).collect();
-        Some(FieldError::not_supported("spec.command[0]", program, &allowed))
+        Some(FieldError::not_supported(
+            "spec.command[0]",
+            program,
+            &allowed,
+        ))
     }
 }
 

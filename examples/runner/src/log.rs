@@ -178,7 +178,10 @@ mod tests {
         };
         let line = all(&output, stamped).await;
         let (time, text) = line.split_once(' ').unwrap();
-        assert!(time.ends_with('Z') && time.parse::<Timestamp>().is_ok(), "{line}");
+        assert!(
+            time.ends_with('Z') && time.parse::<Timestamp>().is_ok(),
+            "{line}"
+        );
         assert_eq!(text, "4\n");
     }
 

@@ -110,7 +110,10 @@ impl Process {
         let exit = Exit {
             code: status.map(exit_code).unwrap_or(-1),
             time: Timestamp::now(),
-            cancelled: *self.cancelled.lock().unwrap_or_else(PoisonError::into_inner),
+            cancelled: *self
+                .cancelled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
         };
         self.stdin.lock().await.take();
         self.exit.send_replace(Some(exit));
@@ -128,7 +131,10 @@ impl Process {
     /// Ends the process (SIGKILL); `cancelled` when `cancel` asked.
     pub fn kill(&self, cancelled: bool) {
         if cancelled {
-            *self.cancelled.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            *self
+                .cancelled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = true;
         }
         self.kill.notify_one();
     }

@@ -11,7 +11,7 @@ use extension_apiserver::lifecycle::ShutdownSignal;
 use extension_apiserver::prelude::*;
 use extension_apiserver::registry::context::RequestContext;
 use extension_apiserver::registry::options::{ListOptions, WriteOptions};
-use extension_apiserver::registry::rest::{RestStorage, Watcher as _, WatchEventType};
+use extension_apiserver::registry::rest::{RestStorage, WatchEventType, Watcher as _};
 use extension_apiserver::registry::store::Store;
 use futures::StreamExt as _;
 use jiff::Timestamp;
@@ -109,7 +109,11 @@ impl Runs {
         };
         loop {
             // No resourceVersion: every stored run first, as ADDED, then the changes.
-            match self.store().watch(&RequestContext::cluster(), &options).await {
+            match self
+                .store()
+                .watch(&RequestContext::cluster(), &options)
+                .await
+            {
                 Ok(mut events) => {
                     while let Some(event) = events.next().await {
                         self.handle(event.type_, event.object.to_value()).await;
@@ -122,7 +126,10 @@ impl Runs {
     }
 
     async fn handle(&self, type_: WatchEventType, object: extension_apiserver::Result<Value>) {
-        let Some(run) = object.ok().and_then(|v| serde_json::from_value::<Run>(v).ok()) else {
+        let Some(run) = object
+            .ok()
+            .and_then(|v| serde_json::from_value::<Run>(v).ok())
+        else {
             return;
         };
         let key = key_of(&run);
@@ -208,7 +215,11 @@ impl Runs {
     /// The process of run `name`, waiting a moment for a new run's to start. 400 as the
     /// kubelet answers for a container that has not started, or a run whose process ended
     /// with an earlier server.
-    pub async fn process(&self, namespace: &str, name: &str) -> extension_apiserver::Result<Arc<Process>> {
+    pub async fn process(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> extension_apiserver::Result<Arc<Process>> {
         let key = (namespace.to_string(), name.to_string());
         let mut started = self.shared.started.subscribe();
         let deadline = tokio::time::Instant::now() + START_WAIT;
@@ -292,7 +303,11 @@ impl Runs {
     }
 
     /// What run `name` wrote, and for how long it ran.
-    pub async fn summary(&self, namespace: &str, name: &str) -> extension_apiserver::Result<RunSummary> {
+    pub async fn summary(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> extension_apiserver::Result<RunSummary> {
         let run = self.get(namespace, name).await?;
         let process = match self.table().get(&(namespace.to_string(), name.to_string())) {
             Some(Entry::Started { process, .. }) => Some(process.clone()),
@@ -332,7 +347,10 @@ impl Runs {
 
     async fn write_status(&self, key: &Key, status: RunStatus) -> extension_apiserver::Result<Run> {
         let (_, storage) = self.shared.store.get().expect("runs are followed");
-        let updater = storage.updater.as_ref().expect("the status subresource updates");
+        let updater = storage
+            .updater
+            .as_ref()
+            .expect("the status subresource updates");
         let name = key.1.clone();
         let status = serde_json::to_value(&status).map_err(Error::internal)?;
         let update = Arc::new(move |current: Option<&Value>| {
@@ -350,7 +368,12 @@ impl Runs {
     }
 
     fn store(&self) -> &Store<Run> {
-        &self.shared.store.get().expect("runs are followed once the server has started").0
+        &self
+            .shared
+            .store
+            .get()
+            .expect("runs are followed once the server has started")
+            .0
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {

@@ -4,18 +4,18 @@
 
 use extension_apiserver::prelude::*;
 use extension_apiserver::registry::subresource::{
-    Action, ActionVerb, ByteStream, Channels, Connecter, ExitStatus, NoOptions, Session,
-    Streamer, SubresourceRequest, View,
+    Action, ActionVerb, ByteStream, Channels, Connecter, ExitStatus, NoOptions, Session, Streamer,
+    SubresourceRequest, View,
 };
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
+use crate::GROUP;
 use crate::log::{CONTAINER, LogRead};
 use crate::output::Stream as Std;
 use crate::runs::Runs;
 use crate::types::{Run, RunSummary};
-use crate::GROUP;
 
 /// `runs/{name}/log`'s options: `PodLogOptions`' query parameters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -60,10 +60,18 @@ impl RunLogOptions {
         }
         let mut errors = Vec::new();
         if let Some(n) = self.tail_lines.filter(|n| *n < 0) {
-            errors.push(FieldError::invalid("tailLines", n, "must be greater than or equal to 0"));
+            errors.push(FieldError::invalid(
+                "tailLines",
+                n,
+                "must be greater than or equal to 0",
+            ));
         }
         if let Some(n) = self.limit_bytes.filter(|n| *n < 1) {
-            errors.push(FieldError::invalid("limitBytes", n, "must be greater than 0"));
+            errors.push(FieldError::invalid(
+                "limitBytes",
+                n,
+                "must be greater than 0",
+            ));
         }
         match (self.since_seconds, &self.since_time) {
             (Some(_), Some(_)) => errors.push(FieldError::forbidden(
@@ -71,7 +79,11 @@ impl RunLogOptions {
                 "at most one of `sinceTime` or `sinceSeconds` may be specified",
             )),
             (Some(n), None) if n < 1 => {
-                errors.push(FieldError::invalid("sinceSeconds", n, "must be greater than 0"));
+                errors.push(FieldError::invalid(
+                    "sinceSeconds",
+                    n,
+                    "must be greater than 0",
+                ));
             }
             _ => {}
         }
@@ -302,7 +314,9 @@ mod tests {
         let error = negative.check("x").unwrap_err();
         assert_eq!(error.code(), 422);
         assert!(
-            error.message().contains("tailLines: Invalid value: -1: must be greater than or equal to 0"),
+            error
+                .message()
+                .contains("tailLines: Invalid value: -1: must be greater than or equal to 0"),
             "{}",
             error.message()
         );
@@ -311,7 +325,10 @@ mod tests {
             ..RunLogOptions::default()
         };
         let error = other.check("x").unwrap_err();
-        assert_eq!((error.code(), error.message()), (400, "container sidecar is not valid for run x"));
+        assert_eq!(
+            (error.code(), error.message()),
+            (400, "container sidecar is not valid for run x")
+        );
         let named = RunLogOptions {
             container: Some(CONTAINER.into()),
             tail_lines: Some(3),

@@ -94,7 +94,10 @@ fn validate_run(run: &Run) -> Vec<FieldError> {
     match run.spec.command.first() {
         None => vec![FieldError::required("spec.command", "the program to run")],
         Some(program) if program.is_empty() => {
-            vec![FieldError::required("spec.command[0]", "the program to run")]
+            vec![FieldError::required(
+                "spec.command[0]",
+                "the program to run",
+            )]
         }
         Some(_) => Vec::new(),
     }

@@ -15,7 +15,8 @@ async fn v5_stdin_to_cat_its_stdout_back_and_success_on_close() {
     let client = setup.server.client();
     create(&setup.runs, "cat", &["/bin/cat"], true).await;
     wait_for(&setup.runs, "cat", |r| phase(r) == RunPhase::Running).await;
-    let Ok(mut channels) = ws::connect(&client, &path("cat", "attach", ALL), "v5.channel.k8s.io").await
+    let Ok(mut channels) =
+        ws::connect(&client, &path("cat", "attach", ALL), "v5.channel.k8s.io").await
     else {
         panic!("no upgrade");
     };
@@ -33,7 +34,11 @@ async fn v5_stdin_to_cat_its_stdout_back_and_success_on_close() {
     assert_eq!(got.status()["status"], "Success", "{:?}", got.status());
     let done = finished(&setup.runs, "cat").await;
     assert_eq!(phase(&done), RunPhase::Succeeded);
-    assert_eq!(setup.runner.readers("default", "cat").1, 0, "the session is gone");
+    assert_eq!(
+        setup.runner.readers("default", "cat").1,
+        0,
+        "the session is gone"
+    );
     setup.server.stop().await;
 }
 
@@ -44,7 +49,8 @@ async fn v4_stdout_stderr_and_a_non_zero_exit_code() {
     let script = "read line; echo \"got $line\"; echo oops >&2; exit 3";
     create(&setup.runs, "sh", &["/bin/sh", "-c", script], true).await;
     wait_for(&setup.runs, "sh", |r| phase(r) == RunPhase::Running).await;
-    let Ok(mut channels) = ws::connect(&client, &path("sh", "attach", ALL), "v4.channel.k8s.io").await
+    let Ok(mut channels) =
+        ws::connect(&client, &path("sh", "attach", ALL), "v4.channel.k8s.io").await
     else {
         panic!("no upgrade");
     };
@@ -56,7 +62,10 @@ async fn v4_stdout_stderr_and_a_non_zero_exit_code() {
     let status = got.status();
     assert_eq!(status["status"], "Failure", "{status}");
     assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
-    assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode", "{status}");
+    assert_eq!(
+        status["details"]["causes"][0]["reason"], "ExitCode",
+        "{status}"
+    );
     assert_eq!(status["details"]["causes"][0]["message"], "3", "{status}");
     let done = finished(&setup.runs, "sh").await.status.unwrap();
     assert_eq!((done.phase, done.exit_code), (RunPhase::Failed, Some(3)));
@@ -70,9 +79,9 @@ async fn refused_before_the_upgrade() {
     create(&setup.runs, "quiet", &["/bin/sleep", "30"], false).await;
     let v5 = "v5.channel.k8s.io";
     let cases = [
-        ("quiet", ALL, 400),                                // spec.stdin is false
-        ("quiet", "stdout=true&tty=true", 400),             // no terminal
-        ("quiet", "stdout=true&container=sidecar", 400),    // no such container
+        ("quiet", ALL, 400),                             // spec.stdin is false
+        ("quiet", "stdout=true&tty=true", 400),          // no terminal
+        ("quiet", "stdout=true&container=sidecar", 400), // no such container
         ("missing", "stdout=true", 404),
     ];
     for (name, query, code) in cases {

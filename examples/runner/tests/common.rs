@@ -67,7 +67,8 @@ pub async fn finished(runs: &Api<Run>, name: &str) -> Run {
 
 /// The path of run `name`'s subresource, with a query.
 pub fn path(name: &str, subresource: &str, query: &str) -> String {
-    let base = format!("/apis/runner.example.com/v1alpha1/namespaces/default/runs/{name}/{subresource}");
+    let base =
+        format!("/apis/runner.example.com/v1alpha1/namespaces/default/runs/{name}/{subresource}");
     match query {
         "" => base,
         query => format!("{base}?{query}"),

@@ -45,7 +45,10 @@ async fn a_run_goes_from_pending_to_its_exit_code() {
     assert!(matches!(phase(&created), RunPhase::Pending));
     let ok = finished(runs, "ok").await;
     let status = ok.status.unwrap();
-    assert_eq!((status.phase, status.exit_code), (RunPhase::Succeeded, Some(0)));
+    assert_eq!(
+        (status.phase, status.exit_code),
+        (RunPhase::Succeeded, Some(0))
+    );
     assert!(status.start_time.is_some() && status.completion_time.is_some());
 
     create(runs, "bad", &["/bin/sh", "-c", "exit 7"], false).await;

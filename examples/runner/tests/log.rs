@@ -46,7 +46,9 @@ async fn each_option_of_pods_log() {
     assert_eq!(future, "");
 
     // kubectl reads it as it reads a pod's log.
-    let out = setup.server.kubectl(&["get", "--raw", &log("tailLines=1&timestamps=false")]);
+    let out = setup
+        .server
+        .kubectl(&["get", "--raw", &log("tailLines=1&timestamps=false")]);
     assert!(out.success, "{}", out.stderr);
     assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
     setup.server.stop().await;
@@ -62,22 +64,42 @@ async fn bad_options_get_kubes_400_and_422() {
 
     let (code, body) = get(&client, &log("tailLines=-1")).await;
     let invalid = status(&body);
-    assert_eq!((code, invalid["reason"].as_str()), (422, Some("Invalid")), "{body}");
-    assert_eq!(invalid["details"]["causes"][0]["field"], "tailLines", "{body}");
+    assert_eq!(
+        (code, invalid["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
+    assert_eq!(
+        invalid["details"]["causes"][0]["field"], "tailLines",
+        "{body}"
+    );
     let (code, body) = get(&client, &log("limitBytes=0&sinceSeconds=0")).await;
     assert_eq!(code, 422, "{body}");
-    assert_eq!(status(&body)["details"]["causes"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        status(&body)["details"]["causes"].as_array().unwrap().len(),
+        2
+    );
 
     let (code, body) = get(&client, &log("container=sidecar")).await;
     let bad = status(&body);
-    assert_eq!((code, bad["reason"].as_str()), (400, Some("BadRequest")), "{body}");
-    assert_eq!(bad["message"], "container sidecar is not valid for run count");
+    assert_eq!(
+        (code, bad["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{body}"
+    );
+    assert_eq!(
+        bad["message"],
+        "container sidecar is not valid for run count"
+    );
     let (code, body) = get(&client, &log("tailLines=ten")).await;
     assert_eq!(code, 400, "{body}");
     let (code, body) = get(&client, &log("previous=true")).await;
     assert_eq!(code, 400, "{body}");
     let (code, body) = get(&client, &path("missing", "log", "")).await;
-    assert_eq!((code, status(&body)["reason"].as_str()), (404, Some("NotFound")));
+    assert_eq!(
+        (code, status(&body)["reason"].as_str()),
+        (404, Some("NotFound"))
+    );
     setup.server.stop().await;
 }
 
@@ -95,9 +117,17 @@ async fn follow_streams_lines_as_the_process_writes_them() {
     assert_eq!(first, "1");
     // The first line came while the process still runs (it writes for another second).
     let run = setup.runs.get("slow").await.unwrap();
-    assert_eq!(phase(&run), RunPhase::Running, "the first line came only at the end");
+    assert_eq!(
+        phase(&run),
+        RunPhase::Running,
+        "the first line came only at the end"
+    );
     let rest: Vec<String> = lines.map(|line| line.unwrap()).collect().await;
-    assert_eq!(rest, ["2", "3"], "then the others, and the end with the process");
+    assert_eq!(
+        rest,
+        ["2", "3"],
+        "then the others, and the end with the process"
+    );
     let done = finished(&setup.runs, "slow").await;
     assert_eq!(phase(&done), RunPhase::Succeeded);
     setup.server.stop().await;
@@ -123,7 +153,10 @@ async fn a_follower_that_goes_away_leaves_no_reader() {
             async move { runner.readers("default", "ticks").0 == 0 }
         })
         .await;
-        assert!(gone, "the server still reads the log for a client that went away");
+        assert!(
+            gone,
+            "the server still reads the log for a client that went away"
+        );
     }
     setup.server.stop().await;
 }

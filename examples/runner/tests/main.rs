@@ -2,6 +2,7 @@
 
 mod actions;
 mod attach;
+mod authorization;
 mod common;
 mod lifecycle;
 mod log;
