@@ -3,12 +3,11 @@
 //! runs but is refused `runs/log`, `runs/attach`, `runs/cancel` and `runs/summary`; an
 //! operator allowed them uses them.
 
-use extension_apiserver::tls::certs::SelfSignedCerts;
 use extension_apiserver_testing::TestServer;
 use extension_apiserver_testing::fake_core::{AuthenticationConfig, FakeCore, Rule, TokenUser};
 use extension_apiserver_testing::pki::TestCa;
 use kube::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use runner::{Run, RunPhase, Runner, RunnerOptions};
 
 use crate::common::{self, ALLOWED, get, path, phase, post, wait_for};
@@ -16,26 +15,15 @@ use crate::ws;
 
 const CALLER: &str = "system:serviceaccount:runner:apiserver";
 
-async fn client_with_token(
-    dir: &std::path::Path,
-    server: &TestServer,
-    token: &str,
-) -> kube::Client {
-    let certs = SelfSignedCerts::load_or_create(&dir.join("certs"), &[]).unwrap();
-    let ca = dir.join("serving-ca.crt");
-    std::fs::write(&ca, &certs.serving_ca_pem).unwrap();
-    let kubeconfig = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "runner", "cluster": {
-            "server": format!("https://{}", server.addr),
-            "certificate-authority": ca,
-        }}],
-        "users": [{"name": "user", "user": {"token": token}}],
-        "contexts": [{"name": "runner", "context": {"cluster": "runner", "user": "user"}}],
-        "current-context": "runner",
-    });
-    let kubeconfig: Kubeconfig = serde_json::from_value(kubeconfig).unwrap();
+/// A client of `server` sending `token` (its admin kubeconfig, another user).
+async fn client_with_token(server: &TestServer, token: &str) -> kube::Client {
+    let mut kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    for user in &mut kubeconfig.auth_infos {
+        user.auth_info = Some(AuthInfo {
+            token: Some(token.to_string().into()),
+            ..AuthInfo::default()
+        });
+    }
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap();
@@ -90,8 +78,8 @@ async fn a_user_allowed_only_get_runs_is_refused_each_subresource() {
         .extend(move |server| runner.install(server))
         .start()
         .await;
-    let viewer = client_with_token(dir.path(), &server, "viewer-token").await;
-    let operator = client_with_token(dir.path(), &server, "operator-token").await;
+    let viewer = client_with_token(&server, "viewer-token").await;
+    let operator = client_with_token(&server, "operator-token").await;
 
     let runs: Api<Run> = Api::namespaced(operator.clone(), "default");
     common::create(&runs, "cat", &["/bin/cat"], true).await;
