@@ -19,6 +19,7 @@ mod runs;
 mod subresources;
 mod types;
 
+use extension_apiserver::aggregator::AggregatorOptions;
 use extension_apiserver::prelude::*;
 use extension_apiserver::server::ServerOptions;
 
@@ -40,6 +41,9 @@ pub struct Cli {
     /// Serving, TLS, storage, authentication and authorization.
     #[command(flatten)]
     pub server: ServerOptions,
+    /// The core API (`--kubeconfig`) and APIService registration.
+    #[command(flatten)]
+    pub aggregator: AggregatorOptions,
     /// What may run.
     #[command(flatten)]
     pub runner: RunnerOptions,
@@ -90,5 +94,27 @@ impl Runner {
                 .action("cancel", move |_| Cancel(cancel.clone()))
                 .view("summary", move |_| Summary(summary.clone()))
         })
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use clap::Parser as _;
+
+    /// Behind an aggregator the runner takes the framework's core-API flags, as every server
+    /// of the framework does.
+    #[test]
+    fn the_command_line_takes_the_core_api_flags() {
+        let cli = super::Cli::try_parse_from([
+            "runner",
+            "--kubeconfig=/etc/kubeconfig",
+            "--allow-command=/bin/sh",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.aggregator.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/etc/kubeconfig"))
+        );
+        assert_eq!(cli.runner.allow_commands, ["/bin/sh"]);
     }
 }

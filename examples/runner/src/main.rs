@@ -11,6 +11,8 @@ async fn main() -> Result<(), ServerError> {
         .long_about(None)
         .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let server = APIServer::new(cli.server).openapi_info("runner", env!("CARGO_PKG_VERSION"));
+    let server = APIServer::new(cli.server)
+        .aggregator_options(cli.aggregator)
+        .openapi_info("runner", env!("CARGO_PKG_VERSION"));
     Runner::new(cli.runner).install(server).run().await
 }
