@@ -2,6 +2,8 @@
 //! pods/log's options), `attach` (a [`Connecter`]: channel.k8s.io over WebSocket), `cancel` (an
 //! [`Action`], POST, answering the run) and `summary` (a [`View`] of kind `RunSummary`).
 
+use std::sync::Arc;
+
 use extension_apiserver::prelude::*;
 use extension_apiserver::registry::subresource::{
     Action, ActionVerb, ByteStream, Channels, Connecter, ExitStatus, NoOptions, Session, Streamer,
@@ -14,6 +16,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use crate::GROUP;
 use crate::log::{CONTAINER, LogRead};
 use crate::output::Stream as Std;
+use crate::process::Process;
 use crate::runs::Runs;
 use crate::types::{Run, RunSummary};
 
@@ -215,6 +218,9 @@ impl Connecter for Attach {
             stderr,
             ..
         } = session;
+        // As a container's `stdinOnce`: the end of the attached client's stdin is the
+        // process's, also when the client goes away and the framework drops this session.
+        let _close_stdin = stdin.is_some().then(|| CloseStdinOnDrop(process.clone()));
         let feed = {
             let process = process.clone();
             async move {
@@ -259,6 +265,19 @@ impl Connecter for Attach {
             Some(code) => ExitStatus::Code(code),
             None => ExitStatus::Failed("the process's end is unknown".into()),
         })
+    }
+}
+
+/// Closes a process's stdin when an attach that fed it ends, however it ends.
+struct CloseStdinOnDrop(Arc<Process>);
+
+impl Drop for CloseStdinOnDrop {
+    fn drop(&mut self) {
+        let process = self.0.clone();
+        // The pipe's lock is async; the runtime is there while sessions are.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { process.close_stdin().await });
+        }
     }
 }
 

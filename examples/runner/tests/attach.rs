@@ -73,6 +73,28 @@ async fn v4_stdout_stderr_and_a_non_zero_exit_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_v4_client_that_goes_away_ends_the_processs_stdin() {
+    let setup = common::start().await;
+    let client = setup.server.client();
+    create(&setup.runs, "cat4", &["/bin/cat"], true).await;
+    wait_for(&setup.runs, "cat4", |r| phase(r) == RunPhase::Running).await;
+    let Ok(mut channels) =
+        ws::connect(&client, &path("cat4", "attach", ALL), "v4.channel.k8s.io").await
+    else {
+        panic!("no upgrade");
+    };
+    let mut got = Received::default();
+    channels.send(ws::STDIN, b"bye\n").await;
+    channels.read_stdout_until(b"bye\n", &mut got).await;
+    // v4 has no close of stdin: kubectl closes the connection. As with a container's
+    // `stdinOnce`, the process then reads the end of its stdin, and cat exits 0.
+    drop(channels);
+    let done = finished(&setup.runs, "cat4").await;
+    assert_eq!(phase(&done), RunPhase::Succeeded);
+    setup.server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn refused_before_the_upgrade() {
     let setup = common::start().await;
     let client = setup.server.client();
