@@ -33,10 +33,16 @@ pub struct LogRead {
 impl LogRead {
     /// The lines `read` selects of `lines`, in order.
     fn select<'a>(&self, lines: &'a [Line], now: Timestamp) -> &'a [Line] {
+        // Further back than the clock reaches is everything (kube reads it so); never an
+        // overflow of the arithmetic.
         let since = self
             .since_seconds
-            .and_then(|s| i64::try_from(s).ok())
-            .map(|s| now - SignedDuration::from_secs(s))
+            .map(|s| {
+                i64::try_from(s)
+                    .ok()
+                    .and_then(|s| now.checked_sub(SignedDuration::from_secs(s)).ok())
+                    .unwrap_or(Timestamp::MIN)
+            })
             .or(self.since_time);
         let start = match since {
             Some(since) => lines.partition_point(|line| line.time < since),
@@ -183,6 +189,20 @@ mod tests {
             "{line}"
         );
         assert_eq!(text, "4\n");
+    }
+
+    /// A `sinceSeconds` reaching back past the earliest time there is selects everything, as
+    /// kube reads it, instead of overflowing the clock's arithmetic.
+    #[tokio::test]
+    async fn a_huge_since_seconds_selects_everything() {
+        let output = written("1\n2\n");
+        for seconds in [i64::MAX as u64, u64::MAX, 1 << 40] {
+            let since = LogRead {
+                since_seconds: Some(seconds),
+                ..LogRead::default()
+            };
+            assert_eq!(all(&output, since).await, "1\n2\n", "{seconds}");
+        }
     }
 
     #[tokio::test]
