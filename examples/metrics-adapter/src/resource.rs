@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::kubelet::{PodKey, Usage};
 use crate::quantity::{binary_bytes, decimal_nanos};
-use crate::sources::{State, lock};
+use crate::sources::{State, lock, synced_cluster};
 
 /// The [`ResourceMetricsProvider`] of the adapter.
 pub(crate) struct ResourceMetrics(pub(crate) Arc<State>);
@@ -21,7 +21,7 @@ pub(crate) struct ResourceMetrics(pub(crate) Arc<State>);
 #[async_trait]
 impl ResourceMetricsProvider for ResourceMetrics {
     async fn node_metrics(&self) -> Result<Vec<NodeMetrics>> {
-        let Some(cluster) = self.0.cluster.get() else {
+        let Some(cluster) = synced_cluster(&self.0)? else {
             return Ok(Vec::new());
         };
         let max_age = self.0.kubelet_max_age();
@@ -50,7 +50,7 @@ impl ResourceMetricsProvider for ResourceMetrics {
     }
 
     async fn pod_metrics(&self, namespace: Option<&str>) -> Result<Vec<PodMetrics>> {
-        let Some(cluster) = self.0.cluster.get() else {
+        let Some(cluster) = synced_cluster(&self.0)? else {
             return Ok(Vec::new());
         };
         let max_age = self.0.kubelet_max_age();

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 use crate::prometheus::Sample;
 use crate::quantity::decimal_value;
 use crate::resource::time;
-use crate::sources::{State, lock};
+use crate::sources::{State, lock, synced_cluster};
 
 /// One series of a page still fresh, with its time.
 struct Seen {
@@ -194,7 +194,7 @@ impl CustomMetricsProvider for CustomMetrics {
                 namespace,
                 selector,
             } => {
-                let Some(cluster) = self.0.cluster.get() else {
+                let Some(cluster) = synced_cluster(&self.0)? else {
                     return Ok(Vec::new());
                 };
                 let mut values = Vec::new();

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use extension_apiserver::Error;
 use extension_apiserver::core_api::{Followed, follow};
 use extension_apiserver::lifecycle::{NotReady, ShutdownSignal};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -55,6 +56,27 @@ pub(crate) struct Cluster {
     /// Only metadata: the labels and existence of pods is all the adapter needs.
     pub(crate) pods: Followed<PartialObjectMeta<Pod>>,
 }
+
+impl Cluster {
+    /// Whether the first lists of Nodes and Pods arrived: before that an empty cache means
+    /// "not known yet", not "none", and answering from it would tell an HPA that no pod has
+    /// the metric.
+    pub(crate) fn synced(&self) -> bool {
+        self.nodes.synced() && self.pods.synced()
+    }
+}
+
+/// The cluster's caches once they hold the first lists; 503 before (what a client retries).
+pub(crate) fn synced_cluster(state: &State) -> Result<Option<&Cluster>, Error> {
+    match state.cluster.get() {
+        None => Ok(None),
+        Some(cluster) if cluster.synced() => Ok(Some(cluster)),
+        Some(_) => Err(Error::service_unavailable(NOT_SYNCED)),
+    }
+}
+
+/// Why the adapter is not ready, and the message of its 503s, until the first lists arrive.
+const NOT_SYNCED: &str = "the core API's nodes and pods are not listed yet";
 
 /// Everything the providers read.
 pub(crate) struct State {
@@ -167,7 +189,7 @@ impl State {
         let Some(cluster) = self.cluster.get() else {
             return;
         };
-        if !cluster.nodes.synced() {
+        if !cluster.synced() {
             return;
         }
         let nodes = cluster.nodes.store().state();
@@ -279,10 +301,14 @@ impl State {
             .map_err(|e| format!("kubelet URL: {e}"))
     }
 
-    /// `/readyz`: fails while a `--scrape-url` has failed and has no good data left, or while
+    /// `/readyz`: fails until the first lists of Nodes and Pods arrived, while a `--scrape-url`
+    /// has failed and has no good data left, or while
     /// every kubelet has (a single kubelet down is the node's problem, not the adapter's, as
     /// metrics-server's readiness only asks for some data).
     pub(crate) fn readiness(&self) -> Result<(), NotReady> {
+        if self.cluster.get().is_some_and(|c| !c.synced()) {
+            return Err(NotReady::new(NOT_SYNCED));
+        }
         let mut problems = Vec::new();
         for scrape in lock(&self.pages).values() {
             problems.extend(failing(scrape, self.page_max_age(), "scrape of"));

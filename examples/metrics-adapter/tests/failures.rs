@@ -8,7 +8,7 @@ use extension_apiserver::metrics_apis::NodeMetrics;
 use extension_apiserver_testing::eventually;
 use kube::api::Api;
 
-use crate::common::{Breakage, FakeExporter, FakeKubelet, Setup, get_text, node};
+use crate::common::{Breakage, FakeExporter, FakeKubelet, Setup, get_raw, get_text, node};
 
 const READYZ: &str = "/readyz/metrics-scrapes";
 
@@ -70,7 +70,10 @@ async fn a_failing_exporter_is_named_in_readyz_and_the_server_stays_up() {
     let exporter = FakeExporter::start("queue_depth{queue=\"jobs\"} 7\n").await;
     let server = setup.adapter(setup.options(&[&exporter.url])).await;
     let client = server.client();
-    assert_eq!(get_text(&client, READYZ).await, (200, "ok".into()));
+    // Ready once the core's Nodes and Pods are listed and the page scraped.
+    let ready =
+        eventually(|| async { get_text(&client, READYZ).await == (200, "ok".into()) }).await;
+    assert!(ready, "{:?}", get_text(&client, READYZ).await);
 
     exporter.break_with(Breakage::Garbage("queue_depth{queue=\"jobs\" 7\n".into()));
     let unready = eventually(|| async { get_text(&client, READYZ).await.0 == 500 }).await;
@@ -133,4 +136,50 @@ async fn kubelet_certificates_are_checked_unless_insecure() {
     .await;
     assert!(served, "{:?}", nodes.get("node-a").await);
     insecure.stop().await;
+}
+
+/// Before the first lists of Nodes and Pods arrive (here: the core API refuses the adapter's
+/// token), an empty cache means "not known yet": `/readyz` says so, and the pod-selector and
+/// resource metrics answer 503, not an empty list an HPA would read as "no pod has it".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nothing_is_answered_from_core_caches_not_yet_listed() {
+    let setup = Setup::new().await;
+    let exporter = FakeExporter::start("requests{namespace=\"default\",pod=\"web-1\"} 3\n").await;
+    let kubeconfig = setup
+        .core
+        .kubeconfig("system:serviceaccount:kube-system:metrics-adapter");
+    let refused = std::fs::read_to_string(&kubeconfig).unwrap();
+    let token = refused
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .expect("a token in the kubeconfig")
+        .to_string();
+    let stranger = setup.dir.path().join("stranger.kubeconfig");
+    std::fs::write(&stranger, refused.replace(&token, "caller-nobody")).unwrap();
+    let server = setup
+        .adapter_with_core(setup.options(&[&exporter.url]), &stranger)
+        .await;
+    // kube-rs retries a 503 for minutes by default; this client takes the first answer.
+    let kubeconfig = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let options = kube::config::KubeConfigOptions::default();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    let (status, body) = get_text(&client, READYZ).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("nodes and pods are not listed yet"), "{body}");
+
+    let pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/%2A/requests?labelSelector=app%3Dweb";
+    let (status, answer) = get_raw(&client, pods).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["reason"], "ServiceUnavailable", "{answer}");
+    let (status, answer) = get_raw(&client, "/apis/metrics.k8s.io/v1beta1/nodes").await;
+    assert_eq!(status, 503, "{answer}");
+    // What needs no core object is served: the series itself.
+    let external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/requests";
+    let served = eventually(|| async { get_raw(&client, external).await.0 == 200 }).await;
+    assert!(served, "{:?}", get_raw(&client, external).await);
+    server.stop().await;
 }

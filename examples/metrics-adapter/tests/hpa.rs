@@ -7,7 +7,7 @@
 use extension_apiserver_testing::eventually;
 use serde_json::Value;
 
-use crate::common::{FakeExporter, Setup, get_raw, pod};
+use crate::common::{FakeExporter, Setup, get_raw, get_text, pod};
 
 const PAGE: &str = "\
 # HELP queue_messages_ready Messages waiting.
@@ -88,6 +88,9 @@ async fn setup_with_exporter() -> (Setup, FakeExporter, extension_apiserver_test
     })
     .await;
     assert!(scraped);
+    // The pods listed from the core: before, pod-selector queries answer 503.
+    let ready = eventually(|| async { get_text(&client, "/readyz").await.0 == 200 }).await;
+    assert!(ready, "{:?}", get_text(&client, "/readyz").await);
     (setup, exporter, server)
 }
 

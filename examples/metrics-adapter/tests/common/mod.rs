@@ -385,7 +385,16 @@ impl Setup {
         let kubeconfig = self
             .core
             .kubeconfig("system:serviceaccount:kube-system:metrics-adapter");
-        let core = core_client(&kubeconfig).await;
+        self.adapter_with_core(options, &kubeconfig).await
+    }
+
+    /// The adapter started with `options`, reaching its core API with `kubeconfig`.
+    pub async fn adapter_with_core(
+        &self,
+        options: AdapterOptions,
+        kubeconfig: &Path,
+    ) -> TestServer {
+        let core = core_client(kubeconfig).await;
         let adapter = Adapter::new(options, Some(core)).expect("adapter options");
         TestServer::builder()
             .dir(self.dir.path().join("adapter"))
