@@ -9,6 +9,9 @@
 //!   JSONPath, object helpers;
 //! - [`error`]: errors as kube-apiserver's `Status`; [`codec`]: typed objects to and from
 //!   JSON, and between a served version and the storage version;
+//! - [`cel`]: the Common Expression Language with Kubernetes' libraries and cost limits, as
+//!   `x-kubernetes-validations`, ValidatingAdmissionPolicy and webhooks' `matchConditions`
+//!   evaluate it;
 //! - [`selector`] (label and field selectors), [`validation`] (names, labels, annotations),
 //!   [`patch`] (JSON, merge and strategic merge patches, apply), [`fieldmanager`]
 //!   (managedFields and server-side apply), [`warning`] (the client's warnings);
@@ -20,6 +23,7 @@
 //! [`Error`] an axum response, for the server crate).
 #![warn(missing_docs)]
 
+pub mod cel;
 pub mod codec;
 pub mod error;
 pub mod fieldmanager;

@@ -1,0 +1,229 @@
+//! The Common Expression Language as Kubernetes evaluates it (`k8s.io/apiserver/pkg/cel`):
+//! the environment with kube's libraries, compilation with kube's error wording, values from
+//! JSON objects, and cost limits, so that a rule that loops or explodes is refused or cut,
+//! never a hung request.
+//!
+//! Three users above share it: the registry's schema rules (`x-kubernetes-validations`),
+//! and admission's ValidatingAdmissionPolicy and webhooks' `matchConditions`. Each declares
+//! its variables ([`Environment::new`]), compiles once ([`Environment::compile`]), and
+//! evaluates per request with an [`Activation`] and a [`Budget`].
+//!
+//! - [`library`]: the functions kube adds to CEL's standard ones (strings, lists, regex,
+//!   URLs, IP and CIDR, quantity, format, sets);
+//! - [`cost`]: estimated cost of an expression (from the sizes a schema allows) and the
+//!   runtime cost of an evaluation, in kube's units;
+//! - [`convert`]: JSON to CEL values and back.
+
+pub mod convert;
+pub mod cost;
+pub mod library;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use cel::Value;
+
+use self::cost::{Budget, CostEstimate, Sizes};
+
+/// Per-expression runtime cost limit of admission CEL (`PerCallLimit` in
+/// `k8s.io/apiserver/pkg/apis/cel/config.go`).
+pub const PER_CALL_LIMIT: u64 = 1_000_000;
+
+/// Runtime cost budget of one request's CEL in admission (`RuntimeCELCostBudget`).
+pub const RUNTIME_COST_BUDGET: u64 = 10_000_000;
+
+/// Estimated cost limit of one `x-kubernetes-validations` rule (`PerCallLimit` as the CRD
+/// validator applies it statically: `StaticEstimatedCostLimit`).
+pub const STATIC_ESTIMATED_COST_LIMIT: u64 = 10_000_000;
+
+/// Estimated cost limit of all rules of one type (`StaticEstimatedCRDCostLimit`).
+pub const STATIC_ESTIMATED_TOTAL_COST_LIMIT: u64 = 100_000_000;
+
+/// Longest expression accepted (`MaxRequestSizeBytes`-derived limit kube applies to a rule's
+/// source: `celconfig.MaxRequestSizeBytes`).
+pub const MAX_EXPRESSION_LENGTH: usize = 3 * 1024 * 1024;
+
+/// An environment: CEL's standard library, kube's libraries, and the variables the user of
+/// this environment declares (`self` and `oldSelf` for schema rules; `object`, `oldObject`,
+/// `request`, `params`, `namespaceObject`, `variables`, `authorizer` for admission).
+#[derive(Clone)]
+pub struct Environment {
+    env: Arc<cel::Env>,
+    variables: Arc<[&'static str]>,
+}
+
+impl fmt::Debug for Environment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Environment")
+            .field("variables", &self.variables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Environment {
+    /// CEL with kube's libraries and `variables` declared.
+    pub fn new(variables: &[&'static str]) -> Self {
+        let mut env = cel::Env::stdlib().with_optional_support(true);
+        library::install(&mut env);
+        Self {
+            env: Arc::new(env),
+            variables: variables.into(),
+        }
+    }
+
+    /// The variables declared.
+    pub fn variables(&self) -> &[&'static str] {
+        &self.variables
+    }
+
+    /// Compiles `source`: a syntax error, or a reference to a variable this environment does
+    /// not declare, is a [`CompileError`] in kube's words.
+    pub fn compile(&self, source: &str) -> Result<Expression, CompileError> {
+        if source.len() > MAX_EXPRESSION_LENGTH {
+            return Err(CompileError::new(format!(
+                "expression too long ({} bytes, at most {MAX_EXPRESSION_LENGTH})",
+                source.len()
+            )));
+        }
+        let program = self
+            .env
+            .compile(source)
+            .map_err(|e| CompileError::new(format!("ERROR: {e}")))?;
+        for name in program.references().variables() {
+            if !self.variables.contains(&name) {
+                return Err(CompileError::new(format!(
+                    "ERROR: <input>: undeclared reference to '{name}' (in container '')"
+                )));
+            }
+        }
+        Ok(Expression {
+            program: Arc::new(program),
+            source: source.into(),
+            env: self.env.clone(),
+        })
+    }
+}
+
+/// A compiled expression, cheap to clone and share between requests.
+#[derive(Clone)]
+pub struct Expression {
+    program: Arc<cel::Program>,
+    source: Arc<str>,
+    env: Arc<cel::Env>,
+}
+
+impl fmt::Debug for Expression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Expression").field(&self.source).finish()
+    }
+}
+
+impl Expression {
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The expression's syntax tree (for cost estimation and inspection).
+    pub fn ast(&self) -> &cel::common::ast::Expr {
+        &self.program.expression().expr
+    }
+
+    /// Its estimated cost, with the largest sizes the variables may have.
+    pub fn estimated_cost(&self, sizes: &dyn Sizes) -> CostEstimate {
+        cost::estimate(self.program.expression(), sizes)
+    }
+
+    /// Evaluates the expression with `activation`'s variables, charging `budget`: an
+    /// evaluation whose cost would exceed the budget is not run to the end but refused with
+    /// [`EvalError::CostExceeded`].
+    pub fn evaluate(
+        &self,
+        activation: &Activation,
+        budget: &mut Budget,
+    ) -> Result<Value, EvalError> {
+        budget.charge(cost::runtime_bound(self.program.expression(), activation))?;
+        let mut context = cel::Context::with_env(self.env.clone());
+        for (name, value) in &activation.variables {
+            context.add_variable_from_value(name.as_str(), value.clone());
+        }
+        self.program
+            .execute(&context)
+            .map_err(|e| EvalError::Runtime(e.to_string()))
+    }
+}
+
+/// The values of an evaluation's variables.
+#[derive(Debug, Clone, Default)]
+pub struct Activation {
+    variables: Vec<(String, Value)>,
+}
+
+impl Activation {
+    /// No variables.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Binds `name` to `value`.
+    pub fn with(mut self, name: &str, value: Value) -> Self {
+        self.set(name, value);
+        self
+    }
+
+    /// Binds `name` to `value`, replacing an earlier binding.
+    pub fn set(&mut self, name: &str, value: Value) {
+        if let Some(slot) = self.variables.iter_mut().find(|(n, _)| n == name) {
+            slot.1 = value;
+        } else {
+            self.variables.push((name.to_string(), value));
+        }
+    }
+
+    /// Binds `name` to the CEL value of a JSON value.
+    pub fn with_json(self, name: &str, value: &serde_json::Value) -> Self {
+        self.with(name, convert::from_json(value))
+    }
+
+    /// The value bound to `name`.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.variables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// An expression that does not compile, in kube's words (`compilation failed: ERROR: …`
+/// is how the callers above word it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CompileError {
+    message: String,
+}
+
+impl CompileError {
+    /// An error with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// An evaluation that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// The evaluation would exceed its cost budget (kube: `operation cancelled: actual cost
+    /// limit exceeded`).
+    #[error("operation cancelled: actual cost limit exceeded")]
+    CostExceeded,
+    /// An error of the expression itself (no such key, no matching overload, …).
+    #[error("{0}")]
+    Runtime(String),
+}
