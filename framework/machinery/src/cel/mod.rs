@@ -63,8 +63,15 @@ impl fmt::Debug for Environment {
 impl Environment {
     /// CEL with kube's libraries and `variables` declared.
     pub fn new(variables: &[&'static str]) -> Self {
+        Self::with_libraries(variables, |_| {})
+    }
+
+    /// CEL with kube's libraries, the functions `extra` adds (admission's `authorizer`), and
+    /// `variables` declared.
+    pub fn with_libraries(variables: &[&'static str], extra: impl FnOnce(&mut cel::Env)) -> Self {
         let mut env = cel::Env::stdlib().with_optional_support(true);
         library::install(&mut env);
+        extra(&mut env);
         Self {
             env: Arc::new(env),
             variables: variables.into(),
