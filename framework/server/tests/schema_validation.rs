@@ -71,6 +71,8 @@ pub struct Plain {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct PlainSpec {
     pub size: Option<i64>,
+    pub count: u32,
+    pub small: Option<u8>,
     pub kind: Option<PlainKind>,
 }
 

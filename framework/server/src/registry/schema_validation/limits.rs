@@ -70,6 +70,16 @@ impl Limits {
         } else if let Some(max) = number("maximum") {
             self.maximum = Some((max, flag("exclusiveMaximum")));
         }
+        // The bounds schemars writes for a Rust integer type (`u32`: `minimum: 0`) are its
+        // type's, which decoding enforced already: no work for them.
+        if let Some((low, high)) = schema
+            .get("format")
+            .and_then(Value::as_str)
+            .and_then(rust_integer_range)
+        {
+            self.minimum = self.minimum.filter(|(m, x)| *x || *m != low);
+            self.maximum = self.maximum.filter(|(m, x)| *x || *m != high);
+        }
         self.multiple_of = number("multipleOf")
             .filter(|m| *m > 0.0)
             .or(self.multiple_of);
@@ -214,6 +224,21 @@ impl Limits {
             errors.push(invalid(name, &Value::from(count), detail));
         }
     }
+}
+
+/// The range of the Rust integer type a schemars `format` names.
+fn rust_integer_range(format: &str) -> Option<(f64, f64)> {
+    Some(match format {
+        "int8" => (i8::MIN.into(), i8::MAX.into()),
+        "int16" => (i16::MIN.into(), i16::MAX.into()),
+        "int32" => (i32::MIN.into(), i32::MAX.into()),
+        "int64" | "int" => (i64::MIN as f64, i64::MAX as f64),
+        "uint8" => (0.0, u8::MAX.into()),
+        "uint16" => (0.0, u16::MAX.into()),
+        "uint32" => (0.0, u32::MAX.into()),
+        "uint64" | "uint" => (0.0, u64::MAX as f64),
+        _ => return None,
+    })
 }
 
 /// `field.Invalid(path, value, detail)`.
