@@ -51,7 +51,11 @@ async fn the_flunder_rule_answers_as_a_crd(backend: Backend) {
     let file = write(dir.path(), "good.yaml", &good);
     ok(server.kubectl(&["apply", "-f", &file]));
 
-    let v3 = ok(server.kubectl(&["get", "--raw", "/openapi/v3/apis/wardle.example.com/v1alpha1"]));
+    let v3 = ok(server.kubectl(&[
+        "get",
+        "--raw",
+        "/openapi/v3/apis/wardle.example.com/v1alpha1",
+    ]));
     let v3: serde_json::Value = serde_json::from_str(&v3).unwrap();
     let schemas = v3["components"]["schemas"].as_object().unwrap();
     let (_, flunder) = schemas
@@ -62,7 +66,10 @@ async fn the_flunder_rule_answers_as_a_crd(backend: Backend) {
     assert_eq!(rules[0]["fieldPath"], ".spec.reference");
     assert_eq!(rules[0]["reason"], "FieldValueRequired");
     let explain = ok(server.kubectl(&["explain", "flunder.spec.referenceType"]));
-    assert!(explain.contains("Flunder") && explain.contains("Fischer"), "{explain}");
+    assert!(
+        explain.contains("Flunder") && explain.contains("Fischer"),
+        "{explain}"
+    );
     server.stop().await;
 }
 
