@@ -1,54 +1,14 @@
 //! A JSON schema (schemars', 2020-12, `$ref`s into its `$defs`) to the tree of
 //! [`Node`](super::Node)s that have something to check, once per type at start.
 
-use std::fmt;
-
 use serde_json::{Map, Value};
 
-use super::Node;
+use super::error::SchemaError;
 use super::rules::{self, Rule};
+use super::{Node, join};
 
 /// Deepest nesting of schemas followed; a type that contains itself stops there.
 const MAX_DEPTH: usize = 48;
-
-/// A schema that cannot be enforced: a rule that does not compile or costs too much, a
-/// `pattern` that is no regular expression.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct SchemaError {
-    kind: Option<String>,
-    path: String,
-    message: String,
-}
-
-impl fmt::Display for SchemaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(kind) = &self.kind {
-            write!(f, "the schema of {kind}: ")?;
-        }
-        let at = if self.path.is_empty() {
-            "<root>"
-        } else {
-            &self.path
-        };
-        write!(f, "{at}: {}", self.message)
-    }
-}
-
-impl SchemaError {
-    pub(super) fn new(path: &str, message: impl Into<String>) -> Self {
-        Self {
-            kind: None,
-            path: path.to_string(),
-            message: message.into(),
-        }
-    }
-
-    /// The same error, naming the kind whose schema it is.
-    pub(super) fn for_kind(mut self, kind: &str) -> Self {
-        self.kind = Some(kind.to_string());
-        self
-    }
-}
 
 pub(super) fn compile(document: &Value) -> Result<Node, SchemaError> {
     let mut compiler = Compiler {
@@ -247,13 +207,5 @@ fn type_of(object: &Map<String, Value>) -> &'static str {
         Some("number") => "number",
         Some("boolean") => "boolean",
         _ => "",
-    }
-}
-
-pub(super) fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
     }
 }

@@ -8,7 +8,7 @@
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use super::SchemaError;
+use super::error::SchemaError;
 use super::formats::Format;
 use crate::runtime::{FieldError, FieldErrorType};
 

@@ -14,6 +14,7 @@
 //! - `rules`: the CEL rules.
 
 mod compile;
+mod error;
 mod formats;
 mod limits;
 mod rules;
@@ -28,7 +29,7 @@ use crate::runtime::{FieldError, Resource};
 use limits::Limits;
 use rules::{Budget, Rule};
 
-pub use compile::SchemaError;
+pub use error::SchemaError;
 
 /// The compiled value validation of one type.
 #[derive(Debug)]
@@ -196,5 +197,14 @@ impl Walk {
                 self.node(additional, v, old_v, old_v == Some(v), child_path(key));
             }
         }
+    }
+}
+
+/// `key` under `path` (`spec` + `replicas` = `spec.replicas`).
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
     }
 }

@@ -14,9 +14,9 @@ use extension_apiserver_machinery::cel::{
 };
 use serde_json::Value;
 
-use super::compile::join;
 use super::limits::render;
-use super::{Node, SchemaError, Walk};
+use super::error::SchemaError;
+use super::{Node, Walk, join};
 use crate::runtime::{FieldError, FieldErrorType};
 
 /// Estimated cost limit of all rules of one type (kube's `StaticEstimatedCRDCostLimit`).
