@@ -14,8 +14,8 @@ use extension_apiserver_machinery::cel::{
 };
 use serde_json::Value;
 
-use super::limits::render;
 use super::error::SchemaError;
+use super::limits::render;
 use super::{Node, Walk, join};
 use crate::runtime::{FieldError, FieldErrorType};
 
