@@ -147,14 +147,10 @@ impl Walk {
         if value.is_null() {
             return; // kube validates only non-null values
         }
-        let mut errors = Vec::new();
-        node.limits.check(value, &path, &mut errors);
-        if unchanged {
-            self.findings
-                .warnings
-                .extend(errors.iter().map(ToString::to_string));
-        } else {
-            self.findings.errors.extend(errors);
+        // kube's ratcheting drops the schema's errors of an unchanged value silently
+        // (`validation/ratcheting.go`); only rules' errors become warnings.
+        if !unchanged {
+            node.limits.check(value, &path, &mut self.findings.errors);
         }
         if !node.rules.is_empty() && !self.stopped {
             rules::evaluate(self, node, value, old, unchanged, &path);
