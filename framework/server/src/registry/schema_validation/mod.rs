@@ -9,7 +9,7 @@
 //! check, regexes and CEL programs compiled. A type that declares no limit and no rule has
 //! no validator, and its writes do no work here.
 //!
-//! - [`compile`](self::compile): the schema to the tree;
+//! - `compile`: the schema to the tree (and `error`: why it may not compile);
 //! - `limits`: the value limits and `format`s;
 //! - `rules`: the CEL rules.
 
@@ -32,6 +32,23 @@ use rules::{Budget, Rule};
 pub use error::SchemaError;
 
 /// The compiled value validation of one type.
+///
+/// ```
+/// use extension_apiserver::registry::schema_validation::SchemaValidator;
+/// use serde_json::json;
+///
+/// let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+///     "x-kubernetes-validations": [{"rule": "self.size <= 10", "message": "too big"}],
+///     "properties": {"size": {"type": "integer", "minimum": 0}}}}});
+/// let validator = SchemaValidator::compile(&schema).unwrap().expect("it checks something");
+/// let found = validator.validate(&json!({"spec": {"size": -1}}), None);
+/// let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+/// assert_eq!(errors, [
+///     "spec.size: Invalid value: -1: spec.size in body should be greater than or equal to 0",
+/// ]);
+/// let found = validator.validate(&json!({"spec": {"size": 11}}), None);
+/// assert_eq!(found.errors[0].to_string(), "spec: Invalid value: too big");
+/// ```
 #[derive(Debug)]
 pub struct SchemaValidator {
     root: Node,
