@@ -14,6 +14,7 @@
 //!   runtime cost of an evaluation, in kube's units;
 //! - [`convert`]: JSON to CEL values and back.
 
+mod check;
 pub mod convert;
 pub mod cost;
 pub mod library;
@@ -92,17 +93,13 @@ impl Environment {
                 source.len()
             )));
         }
+        // cel-rust's parser refuses nesting deeper than its recursion limit (96) with an
+        // error, before the evaluator could overflow a stack on it.
         let program = self
             .env
             .compile(source)
             .map_err(|e| CompileError::new(format!("ERROR: {e}")))?;
-        for name in program.references().variables() {
-            if !self.variables.contains(&name) {
-                return Err(CompileError::new(format!(
-                    "ERROR: <input>: undeclared reference to '{name}' (in container '')"
-                )));
-            }
-        }
+        check::references(program.expression(), program.source_info(), &self.variables)?;
         Ok(Expression {
             program: Arc::new(program),
             source: source.into(),
