@@ -15,6 +15,8 @@ mod regex;
 mod sets;
 mod urls;
 
+pub(crate) use self::format::max_regex_size as format_max_regex_size;
+
 use cel::common::types::Type;
 use cel::common::value::{CowVal, Val};
 use cel::{Env, ExecutionError, Value};
