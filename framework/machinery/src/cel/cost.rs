@@ -418,8 +418,14 @@ impl Estimator<'_> {
             | "isQuantity" | "isURL" => Node::cost(base.add(traversal)),
             "ip" if target.is_none() => Node::cost(base.add(traversal)),
             "ip.isCanonical" => Node::cost(base.add(subject_size.factor(2.0 * STRING_TRAVERSAL))),
-            "replace" => Node::cost(base.add(subject_size.factor(2.0 * STRING_TRAVERSAL)))
-                .sized(subject_size),
+            "replace" if args.len() >= 2 => {
+                let size = replaced_size(
+                    subject_size,
+                    args[0].size_or_unbounded(),
+                    args[1].size_or_unbounded(),
+                );
+                Node::cost(base.add(subject_size.factor(2.0 * STRING_TRAVERSAL))).sized(size)
+            }
             "split" => Node::cost(base.add(subject_size.factor(2.0 * STRING_TRAVERSAL)))
                 .sized(subject_size),
             "join" => {
@@ -466,6 +472,22 @@ impl Estimator<'_> {
             p
         });
         self.size_at(&path)
+    }
+}
+
+/// The largest string `replace` makes (kube's formula): an empty needle puts the
+/// replacement around every character, a shorter one replaces as often as it fits.
+fn replaced_size(text: Range, needle: Range, with: Range) -> Range {
+    let (count, retained) = if needle.min == 0 {
+        (text.max.saturating_add(1), text.max)
+    } else if with.max <= needle.min {
+        (0, text.max)
+    } else {
+        (text.max.div_ceil(needle.min), 0)
+    };
+    Range {
+        min: 0,
+        max: count.saturating_mul(with.max).saturating_add(retained),
     }
 }
 
@@ -670,6 +692,18 @@ mod tests {
         let rows: Vec<_> = vec![row; 1000];
         let large = Activation::new().with_json("self", &json!(rows));
         assert!(runtime_bound(expression_ast(&expression), &large) > crate::cel::PER_CALL_LIMIT);
+    }
+
+    /// A string grown by `replace` over and over is priced by the size it may reach, so
+    /// the chain is refused before it fills memory.
+    #[test]
+    fn replace_chains_are_priced_by_what_they_make() {
+        let source = format!("'a'{}.size() > 0", ".replace('', 'aaaaaaaa')".repeat(12));
+        let expression = Environment::new(&["self"]).compile(&source).unwrap();
+        assert_eq!(
+            expression.evaluate(&Activation::new(), &mut Budget::admission()),
+            Err(EvalError::CostExceeded)
+        );
     }
 
     fn expression_ast(expression: &crate::cel::Expression) -> &cel::IdedExpr {
