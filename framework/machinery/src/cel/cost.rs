@@ -36,6 +36,12 @@ use super::{Activation, EvalError};
 
 /// The largest sizes values may have, as a schema's `maxItems`, `maxLength` and
 /// `maxProperties` bound them.
+///
+/// To estimate as kube does (`k8s.io/apiserver/pkg/cel/common/schemas.go`), a schema's
+/// sizes are given in kube's terms: a string's [`string_size`] of its `maxLength`, and for
+/// a list or map without `maxItems` or `maxProperties` the most a request holds
+/// ([`max_items_per_request`], [`max_properties_per_request`]). `None` is a value with
+/// no bound (sized as a whole request where a size matters) or without a size.
 pub trait Sizes {
     /// The largest size of the value at `path` (variable name then fields, `[]` for list
     /// items and for a map's values), if bounded: a string's length, a list's items, a
@@ -65,6 +71,24 @@ pub struct CostEstimate {
 /// The largest size of a value no bound is known for: a string or list filling a whole
 /// request (kube's `DefaultMaxRequestSizeBytes`, 3 MiB, less its quotes or brackets).
 pub const UNBOUNDED_SIZE: u64 = 3 * 1024 * 1024 - 2;
+
+/// The size kube gives a string of at most `max_length` characters: four bytes each, as
+/// a code point may take (`estimateMaxElementsFromMaxLength`).
+pub fn string_size(max_length: u64) -> u64 {
+    max_length.saturating_mul(4)
+}
+
+/// The most items of at least `min_item_size` serialized bytes a request holds
+/// (`estimateMaxArrayItemsFromMinSize`).
+pub fn max_items_per_request(min_item_size: u64) -> u64 {
+    UNBOUNDED_SIZE / (min_item_size + 1)
+}
+
+/// The most properties with values of at least `min_value_size` serialized bytes a
+/// request holds (`estimateMaxAdditionalPropertiesFromMinSize`).
+pub fn max_properties_per_request(min_value_size: u64) -> u64 {
+    UNBOUNDED_SIZE / (min_value_size + 6)
+}
 
 /// cel-go's `StringTraversalCostFactor`.
 const STRING_TRAVERSAL: f64 = 0.1;
@@ -322,7 +346,7 @@ impl Estimator<'_> {
         let format = target.and_then(format_name);
         let range = match args.first().map(|a| &a.expr) {
             Some(Expr::Literal(LiteralValue::Int(n))) => {
-                Range::fixed((i64::from(n.clone()).max(0) as u64).min(MAX_RANGE))
+                Range::fixed((i64::from(*n).max(0) as u64).min(MAX_RANGE))
             }
             _ => Range {
                 min: 0,

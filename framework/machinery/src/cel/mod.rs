@@ -85,8 +85,10 @@ impl Environment {
         &self.variables
     }
 
-    /// Compiles `source`: a syntax error, or a reference to a variable this environment does
-    /// not declare, is a [`CompileError`] in kube's words.
+    /// Compiles `source`: a syntax error (with cel-rust's position), a reference to a
+    /// variable this environment does not declare or to a function it does not know
+    /// (`undeclared reference to 'foo'`), or nesting deeper than [`MAX_NESTING`] (or 96
+    /// brackets, cel-rust's parser's limit) is a [`CompileError`] in kube's words.
     pub fn compile(&self, source: &str) -> Result<Expression, CompileError> {
         if source.len() > MAX_EXPRESSION_LENGTH {
             return Err(CompileError::new(format!(

@@ -4,7 +4,7 @@
 //! lists, regex, URLs, IP and CIDR, quantity, format, sets.
 //!
 //! Each function is written over [`Value`]s and bridged to cel-rust's overload table by
-//! [`call`]; kube's own types (URL, IP, CIDR, Quantity, Format) are opaque values
+//! `call`; kube's own types (URL, IP, CIDR, Quantity, Format) are opaque values
 //! ([`Value::Opaque`]) whose CEL type names are kube's (`kubernetes.URL`, `net.IP`, …).
 
 mod format;

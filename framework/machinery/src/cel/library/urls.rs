@@ -63,7 +63,7 @@ impl Url {
         };
         let (scheme, rest) = match rest.split_once(':') {
             Some((scheme, rest)) if is_scheme(scheme) => (scheme.to_ascii_lowercase(), rest),
-            Some((scheme, _)) if scheme.is_empty() => {
+            Some(("", _)) => {
                 return Err(format!("parse {source:?}: missing protocol scheme"));
             }
             _ => (String::new(), rest),
@@ -145,9 +145,7 @@ fn valid_encoded(raw: &str) -> bool {
     while i < bytes.len() {
         let b = bytes[i];
         if b == b'%' {
-            if !(bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
-            {
+            if hex_byte(&bytes[i + 1..]).is_none() {
                 return false;
             }
             i += 3;
@@ -163,30 +161,30 @@ fn valid_encoded(raw: &str) -> bool {
 }
 
 fn unescape(s: &str, plus_is_space: bool) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
+    let mut out = Vec::with_capacity(s.len());
+    let mut rest = s.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        match (b, hex_byte(tail)) {
+            (b'%', Some(decoded)) => {
+                out.push(decoded);
+                rest = &tail[2..];
             }
-            b'+' if plus_is_space => out.push(b' '),
-            b => out.push(b),
+            _ => {
+                out.push(if b == b'+' && plus_is_space { b' ' } else { b });
+                rest = tail;
+            }
         }
-        i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The byte two hex digits at the start of `s` write.
+fn hex_byte(s: &[u8]) -> Option<u8> {
+    let digits = s.get(..2)?;
+    if !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u8::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
 }
 
 /// Go's `EscapedPath`: the path as written when it is a valid escaping, else the path
