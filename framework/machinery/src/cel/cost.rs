@@ -365,11 +365,8 @@ impl Estimator<'_> {
         let fixed = |n: u64| Node::cost(base.add(Range::fixed(n)));
 
         match function {
-            "_&&_" | "_||_" => {
-                let (lhs, rhs) = (
-                    args[0].cost,
-                    args.get(1).map_or(Range::default(), |a| a.cost),
-                );
+            "_&&_" | "_||_" if args.len() == 2 => {
+                let (lhs, rhs) = (args[0].cost, args[1].cost);
                 Node::cost(Range {
                     min: lhs.min,
                     max: lhs.max.saturating_add(rhs.max),
