@@ -433,8 +433,9 @@ impl Estimator<'_> {
             "startsWith" | "endsWith" if !args.is_empty() => {
                 Node::cost(base.add(args[0].size_or_unbounded().factor(STRING_TRAVERSAL)))
             }
-            "lowerAscii" | "upperAscii" | "trim" | "substring" | "url" | "strings.quote"
-            | "reverse" => Node::cost(base.add(traversal)).sized(subject_size),
+            "lowerAscii" | "upperAscii" | "trim" | "substring" | "url" | "strings.quote" => {
+                Node::cost(base.add(traversal)).sized(subject_size)
+            }
             "format" | "bytes" | "string" | "cidr" | "isIP" | "isCIDR" | "quantity"
             | "isQuantity" | "isURL" => Node::cost(base.add(traversal)),
             "ip" if target.is_none() => Node::cost(base.add(traversal)),
@@ -474,6 +475,22 @@ impl Estimator<'_> {
                 Node::cost(base.add(text.multiply(regex)))
             }
             "lists.range" => Node::cost(base.add(range)).sized(range),
+            // cel-go's lists extension: a pass over the list, `sort` n·log n, `distinct`
+            // a comparison of every pair (cel-rust's is quadratic).
+            "reverse" | "slice" | "flatten" => Node::cost(base.add(subject_size)),
+            "sort" | "@sortByAssociatedKeys" => {
+                let log = u64::from(u64::BITS - subject_size.max.leading_zeros()).max(1);
+                Node::cost(base.add(subject_size.multiply(Range::fixed(log)))).sized(subject_size)
+            }
+            "distinct" => {
+                Node::cost(base.add(subject_size.multiply(subject_size))).sized(subject_size)
+            }
+            "sets.contains" | "sets.equivalent" | "sets.intersects" if args.len() == 2 => {
+                let pairs = args[0]
+                    .size_or_unbounded()
+                    .multiply(args[1].size_or_unbounded());
+                Node::cost(base.add(pairs))
+            }
             "check" => fixed(AUTHZ_CHECK),
             _ => fixed(1),
         }
@@ -724,6 +741,25 @@ mod tests {
         assert_eq!(
             expression.evaluate(&Activation::new(), &mut Budget::admission()),
             Err(EvalError::CostExceeded)
+        );
+    }
+
+    /// cel-rust's `distinct` compares every pair: priced so, a long list is refused.
+    #[test]
+    fn quadratic_list_functions_are_priced_so() {
+        let expression = Environment::new(&["self"])
+            .compile("lists.range(100000).distinct().size() > 0")
+            .unwrap();
+        assert_eq!(
+            expression.evaluate(&Activation::new(), &mut Budget::admission()),
+            Err(EvalError::CostExceeded)
+        );
+        let small = Environment::new(&["self"])
+            .compile("[1, 1, 2].distinct() == [1, 2] && [2, 1].sort() == [1, 2]")
+            .unwrap();
+        assert_eq!(
+            small.evaluate(&Activation::new(), &mut Budget::admission()),
+            Ok(Value::Bool(true))
         );
     }
 
