@@ -140,8 +140,9 @@ impl extension_apiserver_machinery::cel::cost::Sizes for SchemaSizes<'_> {
     fn max_size(&self, path: &[&str]) -> Option<u64> {
         let mut at = resolve(self.document, self.schema);
         for segment in path.iter().skip(1) {
+            // `[]` is a list's items or a map's values.
             let next = if *segment == "[]" {
-                at.get("items")
+                at.get("items").or_else(|| at.get("additionalProperties"))
             } else {
                 at.get("properties")
                     .and_then(|p| p.get(*segment))
@@ -149,7 +150,14 @@ impl extension_apiserver_machinery::cel::cost::Sizes for SchemaSizes<'_> {
             };
             at = resolve(self.document, next?);
         }
-        ["maxLength", "maxItems", "maxProperties"]
+        // A string's size is its bytes: up to four per character of `maxLength`, as kube
+        // sizes it.
+        if let Some(length) = at.get("maxLength").and_then(Value::as_u64) {
+            return Some(extension_apiserver_machinery::cel::cost::string_size(
+                length,
+            ));
+        }
+        ["maxItems", "maxProperties"]
             .iter()
             .find_map(|k| at.get(*k).and_then(Value::as_u64))
     }
