@@ -150,7 +150,7 @@ impl<'a> Checker<'a> {
         let expected: Vec<&str> = types.into_iter().filter(|t| *t != "null").collect();
         let actual = type_name(value);
         self.errors.push(FieldError {
-            type_: FieldErrorType::Invalid,
+            type_: FieldErrorType::TypeInvalid,
             field: path.to_string(),
             value: Some(format!("{actual:?}")),
             detail: format!(

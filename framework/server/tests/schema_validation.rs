@@ -125,21 +125,68 @@ async fn limits_and_rules_answer_as_a_crd_does() {
 
     let bad = gadget(
         "g",
-        json!({"replicas": 20000, "maxReplicas": 10, "name": "Bad-Name1", "size": 13,
-               "tags": ["a", "b", "c"]}),
+        json!({"replicas": 20000, "maxReplicas": 10, "name": "Bad-Name", "size": 13}),
     );
     assert_eq!(
         refused(api.create(&pp, &bad).await),
         concat!(
             r#"Gadget.schema.example.com "g" is invalid: ["#,
-            "spec.name: Too long: may not be more than 8 bytes, ",
-            r#"spec.name: Invalid value: "Bad-Name1": spec.name in body should match '^[a-z]+$', "#,
+            r#"spec.name: Invalid value: "Bad-Name": spec.name in body should match '^[a-z]+$', "#,
             "spec.replicas: Invalid value: 20000: spec.replicas in body should be less than or equal to 16384, ",
-            "spec.tags: Too many: 3: must have at most 2 items, ",
             // The value of the rule's node (the object) is left out, as kube does.
             "spec.replicas: Invalid value: may not exceed maxReplicas, ",
             "spec: Forbidden: size 13 is unlucky]",
         )
+    );
+
+    // A value too long, too many or of the wrong type: the rules do not run, and kube says so
+    // (apiextensions' `hasBlockingErr`).
+    let blocked = gadget(
+        "g",
+        json!({"replicas": 20000, "maxReplicas": 10, "name": "badnamess", "size": 13,
+               "tags": ["a", "b", "c"]}),
+    );
+    assert_eq!(
+        refused(api.create(&pp, &blocked).await),
+        concat!(
+            r#"Gadget.schema.example.com "g" is invalid: ["#,
+            "spec.name: Too long: may not be more than 8 bytes, ",
+            "spec.replicas: Invalid value: 20000: spec.replicas in body should be less than or equal to 16384, ",
+            "spec.tags: Too many: 3: must have at most 2 items, ",
+            "<nil>: Invalid value: null: some validation rules were not checked because the object ",
+            "was invalid; correct the existing errors to complete validation]",
+        )
+    );
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("schema.example.com", "v1", "Gadget"),
+        "gadgets",
+    );
+    let dynamic: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(server.client(), "default", &resource);
+    let wrong_type: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "schema.example.com/v1", "kind": "Gadget", "metadata": {"name": "g"},
+        "spec": {"replicas": "many", "maxReplicas": 10, "name": "a"}}))
+    .unwrap();
+    let status = match dynamic.create(&pp, &wrong_type).await {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!("{other:?}"),
+    };
+    let causes: Vec<(String, String)> = status
+        .details
+        .unwrap()
+        .causes
+        .into_iter()
+        .map(|c| (c.field, c.reason))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (
+                "spec.replicas".to_string(),
+                "FieldValueTypeInvalid".to_string()
+            ),
+            ("<nil>".to_string(), "FieldValueInvalid".to_string()),
+        ]
     );
 
     let good = gadget(

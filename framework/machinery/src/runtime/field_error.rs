@@ -14,6 +14,9 @@ pub enum FieldErrorType {
     Duplicate,
     /// `FieldValueInvalid`.
     Invalid,
+    /// `FieldValueTypeInvalid`: a value of the wrong type or format, as a structural schema
+    /// reports it.
+    TypeInvalid,
     /// `FieldValueNotSupported`.
     NotSupported,
     /// `FieldValueForbidden`.
@@ -34,6 +37,7 @@ impl FieldErrorType {
             Self::Required => "FieldValueRequired",
             Self::Duplicate => "FieldValueDuplicate",
             Self::Invalid => "FieldValueInvalid",
+            Self::TypeInvalid => "FieldValueTypeInvalid",
             Self::NotSupported => "FieldValueNotSupported",
             Self::Forbidden => "FieldValueForbidden",
             Self::TooLong => "FieldValueTooLong",
@@ -47,7 +51,7 @@ impl FieldErrorType {
             Self::NotFound => "Not found",
             Self::Required => "Required value",
             Self::Duplicate => "Duplicate value",
-            Self::Invalid => "Invalid value",
+            Self::Invalid | Self::TypeInvalid => "Invalid value",
             Self::NotSupported => "Unsupported value",
             Self::Forbidden => "Forbidden",
             Self::TooLong => "Too long",
@@ -90,6 +94,16 @@ impl FieldError {
     pub fn invalid(field: &str, value: impl fmt::Debug, detail: &str) -> Self {
         Self::new(
             FieldErrorType::Invalid,
+            field,
+            Some(format!("{value:?}")),
+            detail,
+        )
+    }
+
+    /// `Invalid value: "value": detail` with the reason `FieldValueTypeInvalid`.
+    pub fn type_invalid(field: &str, value: impl fmt::Debug, detail: &str) -> Self {
+        Self::new(
+            FieldErrorType::TypeInvalid,
             field,
             Some(format!("{value:?}")),
             detail,

@@ -412,12 +412,12 @@ async fn bodies_that_do_not_fit_the_type_are_invalid_per_field() {
         [
             (
                 "spec.color",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 r#"Invalid value: "integer": spec.color in body must be of type string: "integer""#
             ),
             (
                 "spec.size",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 r#"Invalid value: "string": spec.size in body must be of type integer: "string""#
             ),
         ]

@@ -188,7 +188,10 @@ impl Limits {
         }
         if let Some(format) = self.format.filter(|f| !f.accepts(s)) {
             let detail = format!("{name} in body must be of type {}: {s:?}", format.name());
-            errors.push(invalid(name, value, detail));
+            errors.push(FieldError {
+                type_: FieldErrorType::TypeInvalid,
+                ..invalid(name, value, detail)
+            });
         }
     }
 

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::runtime::{FieldError, Resource};
+use crate::runtime::{FieldError, FieldErrorType, Resource};
 use limits::Limits;
 use rules::{Budget, Rule};
 
@@ -52,6 +52,8 @@ pub use error::SchemaError;
 #[derive(Debug)]
 pub struct SchemaValidator {
     root: Node,
+    /// Whether any node has rules (kube's CRD has a CEL validator).
+    has_rules: bool,
 }
 
 /// One node of the schema with something to check at it or below.
@@ -67,6 +69,13 @@ struct Node {
 }
 
 impl Node {
+    fn has_rules(&self) -> bool {
+        !self.rules.is_empty()
+            || self.properties.iter().any(|(_, n)| n.has_rules())
+            || self.additional.as_ref().is_some_and(|n| n.has_rules())
+            || self.items.as_ref().is_some_and(|n| n.has_rules())
+    }
+
     fn is_empty(&self) -> bool {
         self.limits.is_empty()
             && self.rules.is_empty()
@@ -97,7 +106,8 @@ impl SchemaValidator {
     /// The validator of a JSON schema (`$ref`s resolved within it).
     pub fn compile(schema: &Value) -> Result<Option<Arc<Self>>, SchemaError> {
         let root = compile::compile(schema)?;
-        Ok((!root.is_empty()).then(|| Arc::new(Self { root })))
+        let has_rules = root.has_rules();
+        Ok((!root.is_empty()).then(|| Arc::new(Self { root, has_rules })))
     }
 
     /// Checks `object`, and on update its `old` version: every error on a value that did
@@ -112,8 +122,42 @@ impl SchemaValidator {
         };
         let unchanged = old.is_some_and(|o| o == object);
         walk.node(&self.root, object, old, unchanged, String::new());
-        walk.findings.errors.append(&mut walk.rule_errors);
+        if self.has_rules && walk.findings.errors.iter().any(blocks_rules) {
+            // kube runs no rule of an object the schema already refuses this way
+            // (`hasBlockingErr` in apiextensions' customresource strategy), and says so.
+            walk.findings.warnings.clear();
+            walk.findings.errors.push(rules_not_checked());
+        } else {
+            walk.findings.errors.append(&mut walk.rule_errors);
+        }
         walk.findings
+    }
+}
+
+/// Whether a schema error stops the rules from running: a value of the wrong type, missing,
+/// not among the supported, too long or too many.
+pub(crate) fn blocks_rules(error: &FieldError) -> bool {
+    matches!(
+        error.type_,
+        FieldErrorType::NotSupported
+            | FieldErrorType::Required
+            | FieldErrorType::TooLong
+            | FieldErrorType::TooMany
+            | FieldErrorType::TypeInvalid
+    )
+}
+
+/// kube's error when rules were skipped: `<nil>: Invalid value: null: some validation rules
+/// were not checked because the object was invalid; correct the existing errors to complete
+/// validation`.
+pub(crate) fn rules_not_checked() -> FieldError {
+    FieldError {
+        type_: FieldErrorType::Invalid,
+        field: "<nil>".into(),
+        value: Some("null".into()),
+        detail: "some validation rules were not checked because the object was invalid; \
+                 correct the existing errors to complete validation"
+            .into(),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::registry::options::FieldValidation;
 use serde_path_to_error::Segment;
 
 use crate::registry::schema_errors::schema_errors;
+use crate::registry::schema_validation;
 use crate::runtime::jsonpath::go_json;
 use crate::runtime::object::{self, metadata_mut, set_meta};
 use crate::runtime::{FieldError, FieldErrorType, Resource, ResourceInfo};
@@ -369,6 +370,15 @@ fn decode_error<T: Resource>(object: &Value, e: serde_json::Error) -> Error {
     }
     if errors.is_empty() {
         return cannot_handle(&T::INFO, e);
+    }
+    // The type's rules did not run: kube says so when its CRD has any (an error path, so the
+    // schema is looked at only here).
+    if errors.iter().any(schema_validation::blocks_rules)
+        && schema_validation::resource_root_schema::<T>()
+            .to_string()
+            .contains("\"x-kubernetes-validations\"")
+    {
+        errors.push(schema_validation::rules_not_checked());
     }
     Error::invalid(&T::INFO, name, &errors)
 }
