@@ -22,14 +22,17 @@
 //! Built in, on whenever the server has a core kube-apiserver: [`NamespaceLifecycle`] first,
 //! and after the server's own plugins [`MutatingAdmissionWebhook`] and
 //! [`ValidatingAdmissionWebhook`], which call the cluster's admission webhooks
-//! ([`webhook`]). Plugins of your own are added with
+//! ([`webhook`]), then [`ValidatingAdmissionPolicy`], which evaluates the cluster's
+//! ValidatingAdmissionPolicies in CEL ([`policy`]). Plugins of your own are added with
 //! [`APIServer::admission_plugin`](crate::server::APIServer::admission_plugin); all of them
 //! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
 //! ([`AdmissionOptions`]).
 
 pub(crate) mod attributes;
+pub(crate) mod cel;
 pub(crate) mod namespace;
 pub(crate) mod options;
+pub mod policy;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -45,10 +48,16 @@ pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation
 pub use namespace::*;
 pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
+pub use policy::ValidatingAdmissionPolicy;
 pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// The plugins built into the framework, as the admission flags name them.
-pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
+pub const BUILT_IN_PLUGINS: &[&str] = &[
+    namespace::NAME,
+    webhook::MUTATING,
+    webhook::VALIDATING,
+    policy::NAME,
+];
 
 /// One admission plugin, as kube's `admission.Interface` with its `ValidationInterface`: it
 /// looks at the requests it [`handles`](Self::handles) and may refuse them in
@@ -263,9 +272,10 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 
 /// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
 /// server has a core API to follow namespaces in, then the server's own plugins (`own`) in
-/// the order they were added, then, with a core API, MutatingAdmissionWebhook and
-/// ValidatingAdmissionWebhook (so webhooks run after the in-process plugins of their step),
-/// each on unless disabled.
+/// the order they were added, then, with a core API, MutatingAdmissionWebhook,
+/// ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so webhooks and policies run
+/// after the in-process plugins of their step, as kube orders its validating plugins), each
+/// on unless disabled.
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
@@ -281,7 +291,7 @@ pub fn build(
     }
     options.validate(&known)?;
     let mut admission = Admission::new();
-    let wanted = [namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
+    let wanted = BUILT_IN_PLUGINS;
     // One follower of the core cluster's namespaces for every plugin that reads them.
     let namespaces = core
         .filter(|_| wanted.iter().any(|name| options.enabled(name, true)))
@@ -298,7 +308,12 @@ pub fn build(
         }
     }
     if let (Some(client), Some(namespaces)) = (core, namespaces) {
-        admission = with_webhooks(admission, options, client, namespaces, shutdown);
+        admission = with_webhooks(admission, options, client, namespaces.clone(), shutdown);
+        if options.enabled(policy::NAME, true) {
+            let plugin =
+                ValidatingAdmissionPolicy::start(client.clone(), namespaces, shutdown.clone());
+            admission = admission.with(Plugin::shared_validating(plugin));
+        }
     }
     Ok(admission)
 }

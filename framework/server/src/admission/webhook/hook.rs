@@ -9,6 +9,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::admission::cel::MatchConditions;
+
 /// kube's `timeoutSeconds` default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// kube refuses larger timeouts at validation; one read from elsewhere is capped.
@@ -34,6 +36,8 @@ pub(crate) struct Hook {
     pub(crate) client_config: WebhookClientConfig,
     /// `reinvocationPolicy: IfNeeded` (mutating only; the default is `Never`).
     pub(crate) reinvoke_if_needed: bool,
+    /// `matchConditions`, compiled once per configuration seen.
+    pub(crate) match_conditions: MatchConditions,
 }
 
 impl Hook {
@@ -58,6 +62,9 @@ impl Hook {
             ignore_failures: hook.failure_policy.as_deref() == Some("Ignore"),
             client_config: hook.client_config.clone(),
             reinvoke_if_needed: hook.reinvocation_policy.as_deref() == Some("IfNeeded"),
+            match_conditions: MatchConditions::compile(
+                hook.match_conditions.as_deref().unwrap_or_default(),
+            ),
         }
     }
 
@@ -75,6 +82,9 @@ impl Hook {
             ignore_failures: hook.failure_policy.as_deref() == Some("Ignore"),
             client_config: hook.client_config.clone(),
             reinvoke_if_needed: false,
+            match_conditions: MatchConditions::compile(
+                hook.match_conditions.as_deref().unwrap_or_default(),
+            ),
         }
     }
 

@@ -25,8 +25,8 @@
 mod client;
 mod hook;
 mod review;
-mod rules;
-mod selectors;
+pub(crate) mod rules;
+pub(crate) mod selectors;
 
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -44,6 +44,7 @@ use self::client::Clients;
 use self::hook::Hook;
 use self::review::Answer;
 use self::rules::Invocation;
+use crate::admission::cel::{self, Matched};
 use crate::admission::namespace::CoreNamespaces;
 use crate::admission::{AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation};
 use crate::core_api::{self, Followed};
@@ -349,7 +350,43 @@ impl WebhookContext {
         }
         namespace?;
         object?;
+        if !hook.match_conditions.is_empty()
+            && !self.conditions_match(hook, &invocation, attributes)?
+        {
+            return Ok(None);
+        }
         Ok(Some(invocation))
+    }
+
+    /// kube's `matchConditions` of a webhook, on the objects in the version its rules matched:
+    /// all true calls it, one false skips it; an error skips it with `failurePolicy: Ignore`
+    /// and is kube's 403 (`NewForbidden` of the matcher's error) with `Fail`.
+    fn conditions_match(
+        &self,
+        hook: &Hook,
+        invocation: &Invocation,
+        attributes: &Attributes,
+    ) -> Result<bool> {
+        let convert = |object: &Option<Value>| -> Result<Option<Value>> {
+            match (object, &invocation.convertor) {
+                (Some(o), Some(c)) => c.to_served(o).map(Some),
+                (object, _) => Ok(object.clone()),
+            }
+        };
+        let object = convert(&attributes.object)?;
+        let old_object = convert(&attributes.old_object)?;
+        let request = cel::request(attributes, &invocation.resource, &invocation.kind);
+        let activation = cel::activation(object.as_ref(), old_object.as_ref(), &request);
+        let mut budget = extension_apiserver_machinery::cel::cost::Budget::admission();
+        match hook.match_conditions.evaluate(&activation, &mut budget) {
+            Matched::Yes => Ok(true),
+            Matched::No(_) => Ok(false),
+            Matched::Error(_) if hook.ignore_failures => Ok(false),
+            Matched::Error(why) => {
+                tracing::warn!(webhook = %hook.name, "failed evaluating match conditions, failing closed: {why}");
+                Err(attributes.forbidden(why))
+            }
+        }
     }
 
     /// One mutating webhook; `Ok(true)` when it changed the object.

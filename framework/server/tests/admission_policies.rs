@@ -1,0 +1,469 @@
+//! ValidatingAdmissionPolicies of the core cluster: policies and bindings held by the fake
+//! core kube-apiserver, evaluated in CEL for the server's own resources, with kube-rs's client
+//! and kubectl. Only loopback addresses.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use extension_apiserver::aggregator::AggregatorOptions;
+use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use extension_apiserver::{APIGroup, Resource};
+use extension_apiserver_testing::TestServer;
+use extension_apiserver_testing::fake_core::FakeCore;
+use http_body_util::BodyExt as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[resource(
+    group = "wardle.example.com",
+    version = "v1alpha1",
+    kind = "Flunder",
+    namespaced
+)]
+struct Flunder {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Spec,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+struct Spec {
+    #[serde(default)]
+    reference: String,
+}
+
+const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+
+fn group() -> APIGroup {
+    APIGroup::new("wardle.example.com").version("v1alpha1", |v| v.resource::<Flunder>())
+}
+
+async fn start(
+    dir: &Path,
+    core: &FakeCore,
+    configure: impl FnOnce(&mut extension_apiserver::server::ServerOptions),
+) -> TestServer {
+    let aggregator = AggregatorOptions {
+        kubeconfig: Some(core.kubeconfig("system:serviceaccount:wardle:apiserver")),
+        ..AggregatorOptions::default()
+    };
+    let mut options = TestServer::options(dir);
+    configure(&mut options);
+    TestServer::start_configured(options, move |server| {
+        server.aggregator_options(aggregator).group(group())
+    })
+    .await
+}
+
+/// `(code, body, warnings)` of a POST of a flunder as the admin.
+async fn create(server: &TestServer, name: &str, reference: &str) -> (u16, Value, Vec<String>) {
+    create_labelled(server, name, reference, json!({})).await
+}
+
+async fn create_labelled(
+    server: &TestServer,
+    name: &str,
+    reference: &str,
+    labels: Value,
+) -> (u16, Value, Vec<String>) {
+    let body = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+                      "metadata": {"name": name, "labels": labels},
+                      "spec": {"reference": reference}});
+    let request = http::Request::post(FLUNDERS)
+        .header("content-type", "application/json")
+        .body(body.to_string().into_bytes())
+        .unwrap();
+    let response = server.client().send(request.map(Into::into)).await.unwrap();
+    let code = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (code, body, warnings)
+}
+
+/// A policy on flunders' creates with `spec` added.
+fn policy(name: &str, spec: Value) -> Value {
+    let mut policy = json!({
+        "metadata": {"name": name},
+        "spec": {"matchConstraints": {"resourceRules": [{
+            "apiGroups": ["wardle.example.com"], "apiVersions": ["*"],
+            "operations": ["CREATE"], "resources": ["flunders"],
+        }]}},
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        policy["spec"][k] = v.clone();
+    }
+    policy
+}
+
+fn binding(name: &str, policy: &str, actions: &[&str], extra: Value) -> Value {
+    let mut binding = json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": policy, "validationActions": actions},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        binding["spec"][k] = v.clone();
+    }
+    binding
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    core: FakeCore,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    Setup { dir, core }
+}
+
+impl Setup {
+    async fn server(&self) -> TestServer {
+        start(&self.dir.path().join("server"), &self.core, |_| {}).await
+    }
+}
+
+fn denial(code: u16, reason: &str, message: &str) -> Value {
+    let full = format!("flunders.wardle.example.com \"a\" is forbidden: {message}");
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": full, "reason": reason, "code": code,
+        "details": {"name": "a", "group": "wardle.example.com", "kind": "flunders",
+                    "causes": [{"message": message}]},
+    })
+}
+
+// Several threads: kubectl blocks the test's thread while the server answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_is_kubes_status_422_invalid_or_the_reason_given() {
+    let s = setup().await;
+    s.core.set_validating_admission_policy(policy(
+        "no-bad",
+        json!({"validations": [{"expression": "object.spec.reference != 'bad'"}]}),
+    ));
+    s.core.set_validating_admission_policy_binding(binding(
+        "no-bad-binding",
+        "no-bad",
+        &["Deny"],
+        json!({}),
+    ));
+    s.core.set_validating_admission_policy(policy(
+        "no-worse",
+        json!({"validations": [{"expression": "object.spec.reference != 'worse'",
+                                "message": "worse is forbidden", "reason": "Forbidden"}]}),
+    ));
+    s.core.set_validating_admission_policy_binding(binding(
+        "no-worse-binding",
+        "no-worse",
+        &["Deny"],
+        json!({}),
+    ));
+    let server = s.server().await;
+
+    let (code, status, _) = create(&server, "a", "bad").await;
+    let message = "ValidatingAdmissionPolicy 'no-bad' with binding 'no-bad-binding' denied request: failed expression: object.spec.reference != 'bad'";
+    assert_eq!(status, denial(422, "Invalid", message));
+    assert_eq!(code, 422);
+    let (code, status, _) = create(&server, "a", "worse").await;
+    let message = "ValidatingAdmissionPolicy 'no-worse' with binding 'no-worse-binding' denied request: worse is forbidden";
+    assert_eq!(status, denial(403, "Forbidden", message));
+    assert_eq!(code, 403);
+    let (code, body, _) = create(&server, "a", "good").await;
+    assert_eq!(code, 201, "{body}");
+
+    // Through kubectl, as a user sees it.
+    let file = s.dir.path().join("flunder.json");
+    let flunder = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+                         "metadata": {"name": "k", "namespace": "default"}, "spec": {"reference": "bad"}});
+    std::fs::write(&file, flunder.to_string()).unwrap();
+    let out = server.kubectl(&["create", "-f", file.to_str().unwrap()]);
+    assert!(!out.success);
+    assert!(
+        out.stderr.contains("ValidatingAdmissionPolicy 'no-bad' with binding 'no-bad-binding' denied request: failed expression: object.spec.reference != 'bad'"),
+        "{}",
+        out.stderr
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warn_reaches_kubectl_and_audit_the_audit_log() {
+    let s = setup().await;
+    s.core.set_validating_admission_policy(policy(
+        "short",
+        json!({
+            "variables": [{"name": "length", "expression": "size(object.spec.reference)"}],
+            "validations": [{"expression": "variables.length < 4",
+                             "messageExpression": "'reference too long: ' + string(variables.length)"}],
+            "auditAnnotations": [{"key": "length", "valueExpression": "string(variables.length)"}],
+        }),
+    ));
+    s.core.set_validating_admission_policy_binding(binding(
+        "short-binding",
+        "short",
+        &["Warn", "Audit"],
+        json!({}),
+    ));
+    let audit_policy = s.dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &audit_policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = s.dir.path().join("audit.log");
+    let log_path = log.display().to_string();
+    let server = start(&s.dir.path().join("server"), &s.core, move |o| {
+        o.audit.policy_file = Some(audit_policy);
+        o.audit.log_path = Some(log_path);
+    })
+    .await;
+
+    let (code, body, warnings) = create(&server, "a", "longer").await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"Validation failed for ValidatingAdmissionPolicy 'short' with binding 'short-binding': reference too long: 6\""
+        ]
+    );
+    let file = s.dir.path().join("flunder.json");
+    let flunder = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+                         "metadata": {"name": "k", "namespace": "default"}, "spec": {"reference": "longest"}});
+    std::fs::write(&file, flunder.to_string()).unwrap();
+    let out = server.kubectl(&["create", "-f", file.to_str().unwrap()]);
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("Warning: Validation failed for ValidatingAdmissionPolicy 'short' with binding 'short-binding': reference too long: 7"),
+        "{}",
+        out.stderr
+    );
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let created = events
+        .iter()
+        .find(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["verb"] == "create"
+                && e["objectRef"]["name"] == "a"
+        })
+        .expect("the create's event");
+    let annotations = &created["annotations"];
+    assert_eq!(annotations["short/length"], "6", "{annotations}");
+    let failure: Value = serde_json::from_str(
+        annotations["validation.policy.admission.k8s.io/validation_failure"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        failure,
+        json!([{"message": "reference too long: 6", "policy": "short", "binding": "short-binding",
+                "expressionIndex": 0, "validationActions": ["Warn", "Audit"]}])
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn params_from_a_configmap_of_the_core() {
+    let s = setup().await;
+    s.core.set_configmap(
+        "default",
+        "limits",
+        BTreeMap::from([("forbidden".to_string(), "x".to_string())]),
+    );
+    let spec = json!({
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "validations": [{"expression": "object.spec.reference != params.data.forbidden",
+                         "messageExpression": "'reference ' + params.data.forbidden + ' is forbidden'"}],
+    });
+    s.core
+        .set_validating_admission_policy(policy("limits", spec));
+    s.core.set_validating_admission_policy_binding(binding(
+        "limits",
+        "limits",
+        &["Deny"],
+        json!({"paramRef": {"name": "limits", "parameterNotFoundAction": "Deny"}}),
+    ));
+    let server = s.server().await;
+    let (code, status, _) = create(&server, "a", "x").await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        "flunders.wardle.example.com \"a\" is forbidden: ValidatingAdmissionPolicy 'limits' with binding 'limits' denied request: reference x is forbidden"
+    );
+    assert_eq!(create(&server, "a", "y").await.0, 201);
+
+    // A param that is not there, with `parameterNotFoundAction: Deny`.
+    s.core.set_validating_admission_policy_binding(binding(
+        "limits",
+        "limits",
+        &["Deny"],
+        json!({"paramRef": {"name": "missing", "parameterNotFoundAction": "Deny"}}),
+    ));
+    let expected = "flunders.wardle.example.com \"b\" is forbidden: ValidatingAdmissionPolicy 'limits' with binding 'limits' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction";
+    let refused = extension_apiserver_testing::eventually(|| async {
+        let (_, status, _) = create(&server, "b", "z").await;
+        status["message"] == expected
+    })
+    .await;
+    assert!(refused);
+    // With `Allow`, nothing to evaluate: admitted.
+    s.core.set_validating_admission_policy_binding(binding(
+        "limits",
+        "limits",
+        &["Deny"],
+        json!({"paramRef": {"name": "missing", "parameterNotFoundAction": "Allow"}}),
+    ));
+    let admitted = extension_apiserver_testing::eventually(|| async {
+        create(&server, "c", "x").await.0 == 201
+    })
+    .await;
+    assert!(admitted);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn selectors_and_match_conditions_choose_the_requests() {
+    let s = setup().await;
+    s.core.set_namespace_labels(
+        "default",
+        BTreeMap::from([("env".to_string(), "prod".to_string())]),
+    );
+    let never = json!([{"expression": "false", "message": "refused"}]);
+    let constraints = |selectors: Value| {
+        let mut c = json!({"resourceRules": [{"apiGroups": ["wardle.example.com"], "apiVersions": ["*"],
+                                               "operations": ["CREATE"], "resources": ["flunders"]}]});
+        for (k, v) in selectors.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    };
+    let policies = [
+        (
+            "labelled",
+            json!({"matchConstraints": constraints(json!({"objectSelector": {"matchLabels": {"checked": "yes"}}})),
+                   "validations": never}),
+        ),
+        (
+            "test-namespaces",
+            json!({"matchConstraints": constraints(json!({"namespaceSelector": {"matchLabels": {"env": "test"}}})),
+                   "validations": never}),
+        ),
+        (
+            "named",
+            json!({"matchConditions": [{"name": "mc", "expression": "object.metadata.name.startsWith('mc-')"}],
+                   "validations": never}),
+        ),
+    ];
+    for (name, spec) in policies {
+        s.core.set_validating_admission_policy(policy(name, spec));
+        s.core
+            .set_validating_admission_policy_binding(binding(name, name, &["Deny"], json!({})));
+    }
+    let server = s.server().await;
+    let (code, body, _) = create(&server, "plain", "r").await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body, _) = create_labelled(&server, "a", "r", json!({"checked": "yes"})).await;
+    assert_eq!(code, 422);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("ValidatingAdmissionPolicy 'labelled'"),
+        "{body}"
+    );
+    let (code, body, _) = create(&server, "mc-a", "r").await;
+    assert_eq!(code, 422);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("ValidatingAdmissionPolicy 'named'"),
+        "{body}"
+    );
+    s.core.set_namespace_labels(
+        "default",
+        BTreeMap::from([("env".to_string(), "test".to_string())]),
+    );
+    let refused = extension_apiserver_testing::eventually(|| async {
+        let (code, body, _) = create(&server, "ns", "r").await;
+        code == 422
+            && body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("'test-namespaces'")
+    })
+    .await;
+    assert!(refused);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn runtime_errors_follow_the_failure_policy() {
+    let s = setup().await;
+    let broken = |failure: &str| {
+        json!({"failurePolicy": failure,
+               "validations": [{"expression": "object.spec.nothing == 1"}]})
+    };
+    s.core
+        .set_validating_admission_policy(policy("fails", broken("Fail")));
+    s.core
+        .set_validating_admission_policy_binding(binding("fails", "fails", &["Deny"], json!({})));
+    s.core
+        .set_validating_admission_policy(policy("ignores", broken("Ignore")));
+    s.core.set_validating_admission_policy_binding(binding(
+        "ignores",
+        "ignores",
+        &["Deny"],
+        json!({}),
+    ));
+    let server = s.server().await;
+    let (code, body, _) = create(&server, "a", "r").await;
+    assert_eq!(code, 422, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("flunders.wardle.example.com \"a\" is forbidden: ValidatingAdmissionPolicy 'fails' with binding 'fails' denied request: expression 'object.spec.nothing == 1' resulted in error: "),
+        "{message}"
+    );
+    s.core.delete_validating_admission_policy("fails");
+    let admitted = extension_apiserver_testing::eventually(|| async {
+        create(&server, "b", "r").await.0 == 201
+    })
+    .await;
+    assert!(admitted, "the Ignore policy lets the request through");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_plugin_can_be_disabled() {
+    let s = setup().await;
+    s.core.set_validating_admission_policy(policy(
+        "never",
+        json!({"validations": [{"expression": "false"}]}),
+    ));
+    s.core
+        .set_validating_admission_policy_binding(binding("never", "never", &["Deny"], json!({})));
+    let server = start(&s.dir.path().join("server"), &s.core, |o| {
+        o.admission.disable_admission_plugins = vec!["ValidatingAdmissionPolicy".into()];
+    })
+    .await;
+    let (code, body, _) = create(&server, "a", "r").await;
+    assert_eq!(code, 201, "{body}");
+    let (lists, _) = s
+        .core
+        .lists_and_watches("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies");
+    assert_eq!(lists, 0, "not followed when disabled");
+    server.stop().await;
+}
