@@ -186,8 +186,9 @@ async fn a_denial_is_kubes_status_422_invalid_or_the_reason_given() {
     std::fs::write(&file, flunder.to_string()).unwrap();
     let out = server.kubectl(&["create", "-f", file.to_str().unwrap()]);
     assert!(!out.success);
+    // kubectl words a 422 from its causes, as it does kube-apiserver's.
     assert!(
-        out.stderr.contains("ValidatingAdmissionPolicy 'no-bad' with binding 'no-bad-binding' denied request: failed expression: object.spec.reference != 'bad'"),
+        out.stderr.contains("The flunders \"k\" is invalid: : ValidatingAdmissionPolicy 'no-bad' with binding 'no-bad-binding' denied request: failed expression: object.spec.reference != 'bad'"),
         "{}",
         out.stderr
     );
@@ -465,5 +466,74 @@ async fn the_plugin_can_be_disabled() {
         .core
         .lists_and_watches("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies");
     assert_eq!(lists, 0, "not followed when disabled");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_authorizer_asks_the_servers_authorizer() {
+    let s = setup().await;
+    s.core
+        .allow(extension_apiserver_testing::fake_core::Rule::user(
+            "system:serviceaccount:default:robot",
+            &["create"],
+            "wardle.example.com",
+            &["fischers"],
+        ));
+    // The test's client is anonymous to the core's authorizer.
+    s.core
+        .allow(extension_apiserver_testing::fake_core::Rule::user(
+            "system:anonymous",
+            &["create"],
+            "wardle.example.com",
+            &["flunders"],
+        ));
+    // The service account is the flunder's reference.
+    let check = "authorizer.serviceAccount('default', object.spec.reference).group('wardle.example.com').resource('fischers').namespace('default').check('create')";
+    s.core.set_validating_admission_policy(policy(
+        "may-create-fischers",
+        json!({"validations": [{"expression": format!("{check}.allowed()"),
+                                "messageExpression": format!("'may not create fischers: ' + string({check}.allowed())")}]}),
+    ));
+    s.core.set_validating_admission_policy_binding(binding(
+        "may-create-fischers",
+        "may-create-fischers",
+        &["Deny"],
+        json!({}),
+    ));
+    // Authorization delegated to the core: its SubjectAccessReviews answer the checks.
+    let kubeconfig = s.core.kubeconfig("system:serviceaccount:wardle:apiserver");
+    let server = start(&s.dir.path().join("server"), &s.core, move |o| {
+        o.auth.authorization_kubeconfig = Some(kubeconfig);
+    })
+    .await;
+    let (code, body, _) = create(&server, "a", "robot").await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body, _) = create(&server, "b", "intruder").await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("denied request: may not create fischers: false"),
+        "{body}"
+    );
+    let reviews = s.core.access_reviews();
+    let asked = reviews
+        .iter()
+        .find(|spec| spec["user"] == "system:serviceaccount:default:intruder")
+        .expect("a SubjectAccessReview for the service account");
+    let attributes = &asked["resourceAttributes"];
+    assert_eq!(attributes["group"], "wardle.example.com", "{asked}");
+    assert_eq!(attributes["resource"], "fischers", "{asked}");
+    assert_eq!(attributes["namespace"], "default", "{asked}");
+    assert_eq!(attributes["verb"], "create", "{asked}");
+    assert_eq!(
+        asked["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
     server.stop().await;
 }

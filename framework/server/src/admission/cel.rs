@@ -1,9 +1,19 @@
 //! CEL in admission, as kube's `admission/plugin/cel` and `plugin/webhook/matchconditions`:
 //! the environment ValidatingAdmissionPolicy and webhooks' `matchConditions` compile in, the
 //! variables of a request (`object`, `oldObject`, `request`, `params`, `namespaceObject`,
-//! `variables`), and `matchConditions` themselves.
+//! `variables`, `authorizer`), and `matchConditions` themselves.
+//!
+//! `authorizer` asks the core cluster with SubjectAccessReviews for the requester, as the
+//! server's delegated authorizer does; CEL is synchronous, so expressions that may call it
+//! are evaluated on a blocking thread ([`evaluate_blocking`]), which waits for the answer.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use extension_apiserver_machinery::cel::authz::{self, Authorize, Check, Decision};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{
@@ -23,6 +33,7 @@ pub(crate) const VARIABLES: &[&str] = &[
     "params",
     "namespaceObject",
     "variables",
+    "authorizer",
 ];
 
 /// kube's limit of `matchConditions` per webhook or policy.
@@ -31,7 +42,7 @@ pub(crate) const MAX_MATCH_CONDITIONS: usize = 64;
 /// The environment of admission CEL, built once.
 pub(crate) fn environment() -> &'static Environment {
     static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
-    ENVIRONMENT.get_or_init(|| Environment::new(VARIABLES))
+    ENVIRONMENT.get_or_init(|| Environment::with_libraries(VARIABLES, authz::install))
 }
 
 /// The `request` variable: kube's `CreateAdmissionRequest`, an `admission.k8s.io/v1`
@@ -86,6 +97,138 @@ pub(crate) fn activation(
             "variables",
             std::collections::HashMap::<String, Value>::new().into(),
         )
+}
+
+/// How admission CEL's `authorizer` asks the server's authorizer whether a user may do what
+/// a check says (kube hands admission its authorizer the same way): the builder makes one of
+/// the server's authorizer; [`core_authorizer`] asks the core cluster directly.
+pub type AdmissionAuthorizer = Arc<
+    dyn Fn(crate::user::UserInfo, Check) -> futures::future::BoxFuture<'static, Decision>
+        + Send
+        + Sync,
+>;
+
+/// An [`AdmissionAuthorizer`] asking the core cluster with SubjectAccessReviews.
+pub fn core_authorizer(client: kube::Client) -> AdmissionAuthorizer {
+    let api: kube::Api<SubjectAccessReview> = kube::Api::all(client);
+    Arc::new(move |user, check| {
+        let api = api.clone();
+        Box::pin(async move {
+            let review = subject_access_review(&user, &check);
+            match api.create(&Default::default(), &review).await {
+                Ok(answer) => {
+                    let status = answer.status.unwrap_or_default();
+                    Decision {
+                        allowed: status.allowed && status.denied != Some(true),
+                        reason: status.reason.unwrap_or_default(),
+                        error: status.evaluation_error.unwrap_or_default(),
+                    }
+                }
+                Err(e) => Decision {
+                    error: e.to_string(),
+                    ..Decision::default()
+                },
+            }
+        })
+    })
+}
+
+fn given(field: &str) -> Option<String> {
+    (!field.is_empty()).then(|| field.to_string())
+}
+
+fn subject_access_review(user: &crate::user::UserInfo, check: &Check) -> SubjectAccessReview {
+    let non_resource = !check.path.is_empty();
+    SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            groups: Some(user.groups.clone()),
+            uid: given(&user.uid),
+            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+            non_resource_attributes: non_resource.then(|| NonResourceAttributes {
+                path: Some(check.path.clone()),
+                verb: Some(check.verb.clone()),
+            }),
+            // Empty fields left out, as Go's `omitempty` sends them.
+            resource_attributes: (!non_resource).then(|| ResourceAttributes {
+                group: given(&check.group),
+                resource: given(&check.resource),
+                subresource: given(&check.subresource),
+                namespace: given(&check.namespace),
+                name: given(&check.name),
+                verb: given(&check.verb),
+                version: Some("*".into()),
+                ..Default::default()
+            }),
+        },
+        ..Default::default()
+    }
+}
+
+/// The requester's `authorizer`: the server's authorizer for the requester (or the service
+/// account a check names), each check asked once per request (kube's caching authorizer).
+pub(crate) struct RequestAuthorizer {
+    ask: AdmissionAuthorizer,
+    user: crate::user::UserInfo,
+    runtime: tokio::runtime::Handle,
+    answers: Mutex<HashMap<String, Decision>>,
+}
+
+impl RequestAuthorizer {
+    /// An authorizer for `user`; it must be called on a blocking thread of this runtime.
+    pub(crate) fn new(ask: &AdmissionAuthorizer, user: &crate::user::UserInfo) -> Arc<Self> {
+        Arc::new(Self {
+            ask: ask.clone(),
+            user: user.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            answers: Mutex::default(),
+        })
+    }
+
+    /// Who is asked about: the requester, or `serviceAccount(namespace, name)` as kube names it.
+    fn user(&self, check: &Check) -> crate::user::UserInfo {
+        match &check.service_account {
+            Some((namespace, name)) => crate::user::UserInfo {
+                name: format!("system:serviceaccount:{namespace}:{name}"),
+                groups: vec![
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{namespace}"),
+                    "system:authenticated".to_string(),
+                ],
+                ..Default::default()
+            },
+            None => self.user.clone(),
+        }
+    }
+}
+
+impl Authorize for RequestAuthorizer {
+    fn authorize(&self, check: &Check) -> Decision {
+        let key = format!("{check:?}");
+        let answers = || self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = answers().get(&key) {
+            return known.clone();
+        }
+        let decision = self
+            .runtime
+            .block_on((self.ask)(self.user(check), check.clone()));
+        answers().insert(key, decision.clone());
+        decision
+    }
+}
+
+/// Binds `authorizer` in `activation` to `authorize`.
+pub(crate) fn with_authorizer(activation: Activation, authorize: Arc<dyn Authorize>) -> Activation {
+    activation.with("authorizer", authz::authorizer(authorize))
+}
+
+/// Runs `work` (CEL that may call the authorizer) on a blocking thread.
+pub(crate) async fn evaluate_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> crate::error::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| crate::error::Error::internal(format!("evaluating admission CEL: {e}")))
 }
 
 /// An expression as compiled, or why it did not compile.

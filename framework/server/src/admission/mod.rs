@@ -45,6 +45,7 @@ use crate::error::Result;
 // Each part's public items, under this module's name (the parts themselves are private).
 pub use attributes::*;
 pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
+pub use cel::{AdmissionAuthorizer, core_authorizer};
 pub use namespace::*;
 pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
@@ -275,12 +276,14 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 /// the order they were added, then, with a core API, MutatingAdmissionWebhook,
 /// ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so webhooks and policies run
 /// after the in-process plugins of their step, as kube orders its validating plugins), each
-/// on unless disabled.
+/// on unless disabled. CEL's `authorizer` asks `authorizer` (the server's), or without one
+/// the core cluster ([`core_authorizer`]).
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
     shutdown: &crate::lifecycle::ShutdownSignal,
     own: Vec<Plugin>,
+    authorizer: Option<AdmissionAuthorizer>,
 ) -> std::result::Result<Admission, AdmissionOptionsError> {
     let mut known: Vec<&str> = BUILT_IN_PLUGINS.to_vec();
     for plugin in &own {
@@ -308,10 +311,16 @@ pub fn build(
         }
     }
     if let (Some(client), Some(namespaces)) = (core, namespaces) {
-        admission = with_webhooks(admission, options, client, namespaces.clone(), shutdown);
+        let authorizer = authorizer.unwrap_or_else(|| core_authorizer(client.clone()));
+        let core = (client, &namespaces, authorizer.clone());
+        admission = with_webhooks(admission, options, core, shutdown);
         if options.enabled(policy::NAME, true) {
-            let plugin =
-                ValidatingAdmissionPolicy::start(client.clone(), namespaces, shutdown.clone());
+            let plugin = ValidatingAdmissionPolicy::start(
+                client.clone(),
+                namespaces.clone(),
+                authorizer,
+                shutdown.clone(),
+            );
             admission = admission.with(Plugin::shared_validating(plugin));
         }
     }
@@ -322,8 +331,7 @@ pub fn build(
 fn with_webhooks(
     mut admission: Admission,
     options: &AdmissionOptions,
-    client: &kube::Client,
-    namespaces: CoreNamespaces,
+    (client, namespaces, authorizer): (&kube::Client, &CoreNamespaces, AdmissionAuthorizer),
     shutdown: &crate::lifecycle::ShutdownSignal,
 ) -> Admission {
     let mutating = options.enabled(webhook::MUTATING, true);
@@ -331,7 +339,7 @@ fn with_webhooks(
     if !mutating && !validating {
         return admission;
     }
-    let context = webhook::WebhookContext::new(namespaces);
+    let context = webhook::WebhookContext::new(namespaces.clone(), authorizer);
     if mutating {
         let plugin =
             MutatingAdmissionWebhook::start(client.clone(), context.clone(), shutdown.clone());

@@ -8,7 +8,8 @@
 //! `namespaceSelector`, `objectSelector`, `matchPolicy`: the webhooks' matching) and to each of
 //! its bindings whose `matchResources` match too; each binding is evaluated once per param its
 //! `paramRef` names or selects (read from the core cluster), `matchConditions` first, then
-//! `variables` (only those read, in order), `validations`, `auditAnnotations`. A failed
+//! `variables` (only those read, in order), `validations`, `auditAnnotations`; `authorizer`
+//! asks the server's authorizer (see [`AdmissionAuthorizer`](crate::admission::AdmissionAuthorizer)). A failed
 //! validation acts as the binding's `validationActions` say:
 //!
 //! - `Deny`: kube's Status, `ValidatingAdmissionPolicy 'p' with binding 'b' denied request: …`,
@@ -101,6 +102,7 @@ fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
 
 /// The `ValidatingAdmissionPolicy` plugin; see the module documentation.
 pub struct ValidatingAdmissionPolicy {
+    authorizer: cel::AdmissionAuthorizer,
     namespaces: CoreNamespaces,
     params: CoreParams,
     followed: (
@@ -112,10 +114,12 @@ pub struct ValidatingAdmissionPolicy {
 }
 
 impl ValidatingAdmissionPolicy {
-    /// Starts following the policies and bindings behind `client`.
+    /// Starts following the policies and bindings behind `client`; params are read there,
+    /// `authorizer` checks asked of `authorizer`.
     pub fn start(
         client: kube::Client,
         namespaces: CoreNamespaces,
+        authorizer: cel::AdmissionAuthorizer,
         shutdown: ShutdownSignal,
     ) -> Arc<Self> {
         let policies: Policies = Arc::default();
@@ -147,6 +151,7 @@ impl ValidatingAdmissionPolicy {
             },
         );
         Arc::new(Self {
+            authorizer,
             namespaces,
             params: CoreParams::new(client),
             followed: (followed_policies, followed_bindings),
@@ -219,6 +224,7 @@ impl AdmissionPlugin for ValidatingAdmissionPolicy {
         let mut denials = Vec::new();
         let mut work = Vec::new();
         let mut namespace_object: Option<Value> = None;
+        let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
         for policy in policies.values() {
             let bound: Vec<&Binding> = bindings
                 .iter()
@@ -278,6 +284,7 @@ impl AdmissionPlugin for ValidatingAdmissionPolicy {
                 "namespaceObject",
                 namespace_object.as_ref().unwrap_or(&Value::Null),
             );
+            let base = cel::with_authorizer(base, authorizer.clone());
             for binding in bound {
                 if let Some(resources) = &binding.spec.match_resources {
                     match matching::matches(resources, &self.namespaces, attributes).await {
@@ -329,7 +336,7 @@ async fn evaluate(work: Vec<Work>) -> Result<Vec<(Work, Vec<Outcome>)>> {
     if work.is_empty() {
         return Ok(Vec::new());
     }
-    tokio::task::spawn_blocking(move || {
+    cel::evaluate_blocking(move || {
         let mut budget = Budget::admission();
         work.into_iter()
             .map(|w| {
@@ -343,7 +350,6 @@ async fn evaluate(work: Vec<Work>) -> Result<Vec<(Work, Vec<Outcome>)>> {
             .collect()
     })
     .await
-    .map_err(|e| Error::internal(format!("evaluating admission policies: {e}")))
 }
 
 /// Acts on what the evaluations found, as kube's dispatcher: failures by the binding's

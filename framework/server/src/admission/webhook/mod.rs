@@ -56,17 +56,21 @@ pub const MUTATING: &str = "MutatingAdmissionWebhook";
 /// The validating plugin's name.
 pub const VALIDATING: &str = "ValidatingAdmissionWebhook";
 
-/// What both plugins share: the core cluster's namespaces and the webhook clients.
+/// What both plugins share: the core cluster's namespaces, the authorizer of
+/// `matchConditions`' `authorizer`, and the webhook clients.
 pub struct WebhookContext {
     namespaces: CoreNamespaces,
+    authorizer: cel::AdmissionAuthorizer,
     clients: Clients,
 }
 
 impl WebhookContext {
-    /// A context reading `namespaces` (followed by the caller, shared with other plugins).
-    pub fn new(namespaces: CoreNamespaces) -> Arc<Self> {
+    /// A context reading `namespaces` (followed by the caller, shared with other plugins) and
+    /// asking `authorizer` for `authorizer` checks.
+    pub fn new(namespaces: CoreNamespaces, authorizer: cel::AdmissionAuthorizer) -> Arc<Self> {
         Arc::new(Self {
             namespaces,
+            authorizer,
             clients: Clients::default(),
         })
     }
@@ -351,7 +355,7 @@ impl WebhookContext {
         namespace?;
         object?;
         if !hook.match_conditions.is_empty()
-            && !self.conditions_match(hook, &invocation, attributes)?
+            && !self.conditions_match(hook, &invocation, attributes).await?
         {
             return Ok(None);
         }
@@ -361,7 +365,7 @@ impl WebhookContext {
     /// kube's `matchConditions` of a webhook, on the objects in the version its rules matched:
     /// all true calls it, one false skips it; an error skips it with `failurePolicy: Ignore`
     /// and is kube's 403 (`NewForbidden` of the matcher's error) with `Fail`.
-    fn conditions_match(
+    async fn conditions_match(
         &self,
         hook: &Hook,
         invocation: &Invocation,
@@ -377,8 +381,15 @@ impl WebhookContext {
         let old_object = convert(&attributes.old_object)?;
         let request = cel::request(attributes, &invocation.resource, &invocation.kind);
         let activation = cel::activation(object.as_ref(), old_object.as_ref(), &request);
-        let mut budget = extension_apiserver_machinery::cel::cost::Budget::admission();
-        match hook.match_conditions.evaluate(&activation, &mut budget) {
+        let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
+        let activation = cel::with_authorizer(activation, authorizer);
+        let conditions = hook.match_conditions.clone();
+        let matched = cel::evaluate_blocking(move || {
+            let mut budget = extension_apiserver_machinery::cel::cost::Budget::admission();
+            conditions.evaluate(&activation, &mut budget)
+        })
+        .await?;
+        match matched {
             Matched::Yes => Ok(true),
             Matched::No(_) => Ok(false),
             Matched::Error(_) if hook.ignore_failures => Ok(false),
