@@ -54,7 +54,9 @@ pub const NAME: &str = "ValidatingAdmissionPolicy";
 /// The audit annotation of a failure under the `Audit` action.
 const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
 
-type Policies = Arc<RwLock<Option<Arc<BTreeMap<String, Arc<CompiledPolicy>>>>>>;
+/// The policies as last seen, compiled, by name.
+type Compiled = Arc<BTreeMap<String, Arc<CompiledPolicy>>>;
+type Policies = Arc<RwLock<Option<Compiled>>>;
 type Bindings = Arc<RwLock<Option<Arc<[Binding]>>>>;
 
 /// A binding as the dispatcher reads it.
@@ -168,7 +170,7 @@ impl ValidatingAdmissionPolicy {
             && read(&self.bindings).is_some()
     }
 
-    fn current(&self) -> Option<(Arc<BTreeMap<String, Arc<CompiledPolicy>>>, Arc<[Binding]>)> {
+    fn current(&self) -> Option<(Compiled, Arc<[Binding]>)> {
         Some((read(&self.policies)?, read(&self.bindings)?))
     }
 
@@ -177,7 +179,7 @@ impl ValidatingAdmissionPolicy {
     async fn wait_until_ready(
         &self,
         attributes: &Attributes,
-    ) -> Result<(Arc<BTreeMap<String, Arc<CompiledPolicy>>>, Arc<[Binding]>)> {
+    ) -> Result<(Compiled, Arc<[Binding]>)> {
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         loop {
             if let Some(current) = self.current() {

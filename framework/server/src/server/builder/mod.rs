@@ -1079,6 +1079,43 @@ fn follow_serving_certificate(
     });
 }
 
+/// Admission CEL's `authorizer` asks the server's own authorizer (always-allowed groups, then
+/// SubjectAccessReview in delegated mode), as kube hands admission its authorizer; kube's
+/// library asks of any API version (`*`).
+fn admission_authorizer(
+    authorizer: Arc<dyn crate::auth::Authorizer>,
+) -> crate::admission::AdmissionAuthorizer {
+    use extension_apiserver_machinery::cel::authz::Decision;
+    Arc::new(move |user, check| {
+        let authorizer = authorizer.clone();
+        Box::pin(async move {
+            let attributes = crate::auth::authorizer::Attributes {
+                user: &user,
+                verb: &check.verb,
+                resource_request: check.path.is_empty(),
+                api_group: &check.group,
+                api_version: "*",
+                resource: &check.resource,
+                subresource: &check.subresource,
+                namespace: &check.namespace,
+                name: &check.name,
+                path: &check.path,
+            };
+            match authorizer.authorize(&attributes).await {
+                Ok(answer) => Decision {
+                    allowed: answer.is_allowed(),
+                    reason: answer.reason,
+                    error: String::new(),
+                },
+                Err(e) => Decision {
+                    error: e.to_string(),
+                    ..Decision::default()
+                },
+            }
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1262,41 +1299,4 @@ mod tests {
         };
         assert!(message.contains("a resource of wardle.example.com/v2 was registered under wardle.example.com/v1alpha1"), "{message}");
     }
-}
-
-/// Admission CEL's `authorizer` asks the server's own authorizer (always-allowed groups, then
-/// SubjectAccessReview in delegated mode), as kube hands admission its authorizer; kube's
-/// library asks of any API version (`*`).
-fn admission_authorizer(
-    authorizer: Arc<dyn crate::auth::Authorizer>,
-) -> crate::admission::AdmissionAuthorizer {
-    use extension_apiserver_machinery::cel::authz::Decision;
-    Arc::new(move |user, check| {
-        let authorizer = authorizer.clone();
-        Box::pin(async move {
-            let attributes = crate::auth::authorizer::Attributes {
-                user: &user,
-                verb: &check.verb,
-                resource_request: check.path.is_empty(),
-                api_group: &check.group,
-                api_version: "*",
-                resource: &check.resource,
-                subresource: &check.subresource,
-                namespace: &check.namespace,
-                name: &check.name,
-                path: &check.path,
-            };
-            match authorizer.authorize(&attributes).await {
-                Ok(answer) => Decision {
-                    allowed: answer.is_allowed(),
-                    reason: answer.reason,
-                    error: String::new(),
-                },
-                Err(e) => Decision {
-                    error: e.to_string(),
-                    ..Decision::default()
-                },
-            }
-        })
-    })
 }
