@@ -1,61 +1,18 @@
 //! ValidatingAdmissionPolicies of the core cluster: policies and bindings held by the fake
-//! core kube-apiserver, evaluated in CEL for the server's own resources, with kube-rs's client
-//! and kubectl. Only loopback addresses.
+//! core kube-apiserver, evaluated in CEL for the server's own resources (the webhook tests'
+//! server), with kube-rs's client and kubectl. Only loopback addresses.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use extension_apiserver::aggregator::AggregatorOptions;
-use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use extension_apiserver::{APIGroup, Resource};
 use extension_apiserver_testing::TestServer;
 use extension_apiserver_testing::fake_core::FakeCore;
 use http_body_util::BodyExt as _;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[resource(
-    group = "wardle.example.com",
-    version = "v1alpha1",
-    kind = "Flunder",
-    namespaced
-)]
-struct Flunder {
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default)]
-    spec: Spec,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-struct Spec {
-    #[serde(default)]
-    reference: String,
-}
+// The server of the webhook tests: flunders stored as v1alpha1, served as v1beta1 too.
+use super::admission_webhooks::start;
 
 const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
-
-fn group() -> APIGroup {
-    APIGroup::new("wardle.example.com").version("v1alpha1", |v| v.resource::<Flunder>())
-}
-
-async fn start(
-    dir: &Path,
-    core: &FakeCore,
-    configure: impl FnOnce(&mut extension_apiserver::server::ServerOptions),
-) -> TestServer {
-    let aggregator = AggregatorOptions {
-        kubeconfig: Some(core.kubeconfig("system:serviceaccount:wardle:apiserver")),
-        ..AggregatorOptions::default()
-    };
-    let mut options = TestServer::options(dir);
-    configure(&mut options);
-    TestServer::start_configured(options, move |server| {
-        server.aggregator_options(aggregator).group(group())
-    })
-    .await
-}
 
 /// `(code, body, warnings)` of a POST of a flunder as the admin.
 async fn create(server: &TestServer, name: &str, reference: &str) -> (u16, Value, Vec<String>) {

@@ -251,7 +251,9 @@ async fn answer(
 // The server
 // ---------------------------------------------------------------------------------------
 
-async fn start(
+/// The server with `group()`, delegating to `core`, with its options as `configure` leaves them
+/// (shared with the ValidatingAdmissionPolicy tests).
+pub(crate) async fn start(
     dir: &std::path::Path,
     core: &FakeCore,
     configure: impl FnOnce(&mut extension_apiserver::server::ServerOptions),
