@@ -289,6 +289,97 @@ async fn params_from_a_configmap_of_the_core() {
     })
     .await;
     assert!(admitted);
+    // Read from an informer of ConfigMaps, as kube's param informers: listed and watched,
+    // never fetched one by one.
+    let (lists, watches) = s.core.lists_and_watches("/api/v1/configmaps");
+    assert!(
+        lists >= 1 && watches >= 1,
+        "{lists} lists, {watches} watches"
+    );
+    assert_eq!(s.core.count("/configmaps/limits"), 0);
+    assert_eq!(s.core.count("/configmaps/missing"), 0);
+    server.stop().await;
+}
+
+/// A flunder of the server labelled as a rule.
+async fn create_rule(server: &TestServer, name: &str, reference: &str) {
+    let (code, body, _) = create_labelled(server, name, reference, json!({"role": "rules"})).await;
+    assert_eq!(code, 201, "{body}");
+}
+
+#[tokio::test]
+async fn params_of_the_servers_own_kinds_are_read_in_process() {
+    let s = setup().await;
+    // Params selected among the server's flunders, in the version served converted
+    // (`spec.flunderReference`); the fake core knows no such kind.
+    let spec = json!({
+        "paramKind": {"apiVersion": "wardle.example.com/v1beta1", "kind": "Flunder"},
+        "validations": [{"expression": "object.spec.reference != params.spec.flunderReference",
+                         "messageExpression": "'reference ' + params.spec.flunderReference + ' is banned by ' + params.metadata.name + ' (' + params.apiVersion + ')'"}],
+    });
+    s.core
+        .set_validating_admission_policy(policy("banned", spec));
+    s.core.set_validating_admission_policy_binding(binding(
+        "banned",
+        "banned",
+        &["Deny"],
+        json!({"paramRef": {"selector": {"matchLabels": {"role": "rules"}},
+                            "parameterNotFoundAction": "Allow"}}),
+    ));
+    // One param by name, in the storage version.
+    let spec = json!({
+        "paramKind": {"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder"},
+        "validations": [{"expression": "object.metadata.name != params.spec.reference + '-copy'",
+                         "message": "no copies"}],
+    });
+    s.core
+        .set_validating_admission_policy(policy("no-copy", spec));
+    s.core.set_validating_admission_policy_binding(binding(
+        "no-copy",
+        "no-copy",
+        &["Deny"],
+        json!({"paramRef": {"name": "r1", "parameterNotFoundAction": "Allow"}}),
+    ));
+    let server = s.server().await;
+    // Each rule is admitted by the rules before it.
+    create_rule(&server, "r1", "x").await;
+    create_rule(&server, "r2", "y").await;
+    let prefix = "flunders.wardle.example.com \"a\" is forbidden: ValidatingAdmissionPolicy";
+    let (code, status, _) = create(&server, "a", "x").await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        format!(
+            "{prefix} 'banned' with binding 'banned' denied request: reference x is banned by r1 (wardle.example.com/v1beta1)"
+        )
+    );
+    let (code, status, _) = create(&server, "a", "y").await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        format!(
+            "{prefix} 'banned' with binding 'banned' denied request: reference y is banned by r2 (wardle.example.com/v1beta1)"
+        )
+    );
+    let (code, status, _) = create(&server, "x-copy", "z").await;
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("'no-copy' with binding 'no-copy' denied request: no copies"),
+        "{status}"
+    );
+    let (code, body, _) = create(&server, "a", "z").await;
+    assert_eq!(code, 201, "{body}");
+    // Read in process: the core was never asked about flunders.
+    let asked = s.core.calls();
+    assert!(
+        !asked
+            .iter()
+            .any(|c| c.path.starts_with("/apis/wardle.example.com")),
+        "{asked:?}"
+    );
     server.stop().await;
 }
 

@@ -31,6 +31,7 @@
 pub(crate) mod attributes;
 pub(crate) mod cel;
 pub(crate) mod namespace;
+pub(crate) mod objects;
 pub(crate) mod options;
 pub mod policy;
 pub mod webhook;
@@ -48,6 +49,7 @@ pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation
 pub use cel::{AdmissionAuthorizer, core_authorizer};
 pub use namespace::*;
 pub use namespace::{CoreNamespaces, NamespaceLifecycle};
+pub use objects::{ObjectReader, OwnObjects};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
 pub use policy::ValidatingAdmissionPolicy;
 pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
@@ -277,13 +279,15 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 /// ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so webhooks and policies run
 /// after the in-process plugins of their step, as kube orders its validating plugins), each
 /// on unless disabled. CEL's `authorizer` asks `authorizer` (the server's), or without one
-/// the core cluster ([`core_authorizer`]).
+/// the core cluster ([`core_authorizer`]). A policy's params of a kind the server serves are
+/// read from `objects`, in process.
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
     shutdown: &crate::lifecycle::ShutdownSignal,
     own: Vec<Plugin>,
     authorizer: Option<AdmissionAuthorizer>,
+    objects: OwnObjects,
 ) -> std::result::Result<Admission, AdmissionOptionsError> {
     let mut known: Vec<&str> = BUILT_IN_PLUGINS.to_vec();
     for plugin in &own {
@@ -319,6 +323,7 @@ pub fn build(
                 client.clone(),
                 namespaces.clone(),
                 authorizer,
+                objects,
                 shutdown.clone(),
             );
             admission = admission.with(Plugin::shared_validating(plugin));

@@ -7,7 +7,8 @@
 //! A request goes to a policy whose `matchConstraints` match it (rules, `excludeResourceRules`,
 //! `namespaceSelector`, `objectSelector`, `matchPolicy`: the webhooks' matching) and to each of
 //! its bindings whose `matchResources` match too; each binding is evaluated once per param its
-//! `paramRef` names or selects (read from the core cluster), `matchConditions` first, then
+//! `paramRef` names or selects (of a kind the server serves, read in process; else followed in
+//! the core cluster), `matchConditions` first, then
 //! `variables` (only those read, in order), `validations`, `auditAnnotations`; `authorizer`
 //! asks the server's authorizer (see [`AdmissionAuthorizer`](crate::admission::AdmissionAuthorizer)). A failed
 //! validation acts as the binding's `validationActions` say:
@@ -41,8 +42,9 @@ use kube_core::response::StatusCause;
 use serde_json::{Value, json};
 
 use self::compiled::{CompiledPolicy, Outcome};
-use self::params::CoreParams;
+use self::params::Params;
 use crate::admission::namespace::CoreNamespaces;
+use crate::admission::objects::OwnObjects;
 use crate::admission::{AdmissionPlugin, Attributes, Operation, cel};
 use crate::core_api::{self, Followed};
 use crate::error::{Error, Result};
@@ -106,7 +108,7 @@ fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
 pub struct ValidatingAdmissionPolicy {
     authorizer: cel::AdmissionAuthorizer,
     namespaces: CoreNamespaces,
-    params: CoreParams,
+    params: Params,
     followed: (
         Followed<registration::ValidatingAdmissionPolicy>,
         Followed<registration::ValidatingAdmissionPolicyBinding>,
@@ -116,12 +118,14 @@ pub struct ValidatingAdmissionPolicy {
 }
 
 impl ValidatingAdmissionPolicy {
-    /// Starts following the policies and bindings behind `client`; params are read there,
-    /// `authorizer` checks asked of `authorizer`.
+    /// Starts following the policies and bindings behind `client`; params of the server's own
+    /// kinds are read from `objects`, others in the core cluster; `authorizer` checks asked
+    /// of `authorizer`.
     pub fn start(
         client: kube::Client,
         namespaces: CoreNamespaces,
         authorizer: cel::AdmissionAuthorizer,
+        objects: OwnObjects,
         shutdown: ShutdownSignal,
     ) -> Arc<Self> {
         let policies: Policies = Arc::default();
@@ -144,7 +148,7 @@ impl ValidatingAdmissionPolicy {
             Api::<registration::ValidatingAdmissionPolicyBinding>::all(client.clone()),
             watcher::Config::default(),
             "validatingadmissionpolicybindings".into(),
-            shutdown,
+            shutdown.clone(),
             move |store| {
                 let mut seen: Vec<Binding> =
                     store.state().iter().map(|b| Binding::new(b)).collect();
@@ -155,7 +159,7 @@ impl ValidatingAdmissionPolicy {
         Arc::new(Self {
             authorizer,
             namespaces,
-            params: CoreParams::new(client),
+            params: Params::new(client, objects, shutdown),
             followed: (followed_policies, followed_bindings),
             policies,
             bindings,

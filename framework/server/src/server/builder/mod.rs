@@ -870,6 +870,7 @@ impl APIServer {
             shutdown,
             own.collect(),
             Some(authorizer),
+            storage.own_objects(),
         )?;
         let audit = options.audit.build(shutdown).await?;
         Ok(Bound {
