@@ -531,10 +531,22 @@ async fn the_authorizer_asks_the_servers_authorizer() {
     s.core
         .allow(extension_apiserver_testing::fake_core::Rule::user(
             "system:anonymous",
-            &["create"],
+            &["create", "custom-verb"],
             "wardle.example.com",
             &["flunders"],
         ));
+    // The request's own resource: `authorizer.requestResource` (kube's library/authz.go).
+    s.core.set_validating_admission_policy(policy(
+        "custom-verb",
+        json!({"validations": [{"expression": "authorizer.requestResource.check('custom-verb').allowed()",
+                                "message": "custom-verb refused"}]}),
+    ));
+    s.core.set_validating_admission_policy_binding(binding(
+        "custom-verb",
+        "custom-verb",
+        &["Deny"],
+        json!({}),
+    ));
     // The service account is the flunder's reference.
     let check = "authorizer.serviceAccount('default', object.spec.reference).group('wardle.example.com').resource('fischers').namespace('default').check('create')";
     s.core.set_validating_admission_policy(policy(
@@ -575,6 +587,16 @@ async fn the_authorizer_asks_the_servers_authorizer() {
     assert_eq!(attributes["resource"], "fischers", "{asked}");
     assert_eq!(attributes["namespace"], "default", "{asked}");
     assert_eq!(attributes["verb"], "create", "{asked}");
+    let custom = reviews
+        .iter()
+        .find(|spec| spec["resourceAttributes"]["verb"] == "custom-verb")
+        .expect("a SubjectAccessReview of authorizer.requestResource");
+    assert_eq!(custom["user"], "system:anonymous", "{custom}");
+    assert_eq!(
+        custom["resourceAttributes"],
+        json!({"group": "wardle.example.com", "version": "*", "resource": "flunders",
+               "namespace": "default", "name": "a", "verb": "custom-verb"})
+    );
     assert_eq!(
         asked["groups"],
         json!([

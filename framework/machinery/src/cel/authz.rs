@@ -140,6 +140,17 @@ pub fn authorizer(authorize: Arc<dyn Authorize>) -> Value {
     }))
 }
 
+/// The value of `authorizer.requestResource`: a resource check of the request's own resource
+/// (`check`'s group, resource, subresource, namespace and name), as kube's
+/// `NewResourceAuthorizerVal`; `.check(verb)` asks about it.
+pub fn request_resource(authorize: Arc<dyn Authorize>, check: Check) -> Value {
+    Value::Opaque(Arc::new(Builder {
+        authorize,
+        check,
+        kind: RESOURCE_CHECK,
+    }))
+}
+
 type Result<T> = std::result::Result<T, cel::ExecutionError>;
 
 fn value_of(arg: &CowVal<'_, '_>) -> Result<Value> {
@@ -328,6 +339,37 @@ mod tests {
                 ..Check::default()
             }]
         );
+    }
+
+    #[test]
+    fn the_request_resource_is_a_ready_resource_check() {
+        let recorder = Arc::new(Recorder::default());
+        let env = Environment::with_libraries(&["authorizer"], install);
+        let own = Check {
+            group: "wardle.example.com".into(),
+            resource: "flunders".into(),
+            namespace: "default".into(),
+            name: "a".into(),
+            ..Check::default()
+        };
+        let activation = Activation::new()
+            .with("authorizer", authorizer(recorder.clone()))
+            .with(
+                "authorizer.requestResource",
+                request_resource(recorder.clone(), own.clone()),
+            );
+        let source =
+            "authorizer.requestResource.subresource('status').check('custom-verb').allowed()";
+        let expression = env.compile(source).unwrap();
+        let value = expression.evaluate(&activation, &mut Budget::admission());
+        assert_eq!(value.unwrap(), Value::Bool(false));
+        let checks = recorder.0.lock().unwrap().clone();
+        let expected = Check {
+            subresource: "status".into(),
+            verb: "custom-verb".into(),
+            ..own
+        };
+        assert_eq!(checks, [expected]);
     }
 
     #[test]

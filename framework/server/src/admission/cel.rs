@@ -1,7 +1,7 @@
 //! CEL in admission, as kube's `admission/plugin/cel` and `plugin/webhook/matchconditions`:
 //! the environment ValidatingAdmissionPolicy and webhooks' `matchConditions` compile in, the
 //! variables of a request (`object`, `oldObject`, `request`, `params`, `namespaceObject`,
-//! `variables`, `authorizer`), and `matchConditions` themselves.
+//! `variables`, `authorizer`, `authorizer.requestResource`), and `matchConditions` themselves.
 //!
 //! `authorizer` asks the core cluster with SubjectAccessReviews for the requester, as the
 //! server's delegated authorizer does; CEL is synchronous, so expressions that may call it
@@ -217,10 +217,30 @@ impl Authorize for RequestAuthorizer {
     }
 }
 
-/// Binds `authorizer` in `activation` to `authorize`.
-pub(crate) fn with_authorizer(activation: Activation, authorize: Arc<dyn Authorize>) -> Activation {
-    activation.with("authorizer", authz::authorizer(authorize))
+/// Binds `authorizer` in `activation` to `authorize`, and `authorizer.requestResource` to a
+/// check of the request's resource (kube's `activation.go`: group and resource of the
+/// request's resource, its subresource, namespace and name).
+pub(crate) fn with_authorizer(
+    activation: Activation,
+    authorize: Arc<dyn Authorize>,
+    attributes: &Attributes,
+) -> Activation {
+    let check = Check {
+        group: attributes.resource.group.clone(),
+        resource: attributes.resource.resource.clone(),
+        subresource: attributes.subresource.clone(),
+        namespace: attributes.namespace.clone(),
+        name: attributes.name.clone(),
+        ..Check::default()
+    };
+    activation
+        .with("authorizer", authz::authorizer(authorize.clone()))
+        .with(REQUEST_RESOURCE, authz::request_resource(authorize, check))
 }
+
+/// kube's `RequestResourceAuthorizerVarName`: a variable whose name CEL resolves as the
+/// qualified `authorizer.requestResource`.
+const REQUEST_RESOURCE: &str = "authorizer.requestResource";
 
 /// Runs `work` (CEL that may call the authorizer) on a blocking thread.
 pub(crate) async fn evaluate_blocking<T: Send + 'static>(

@@ -290,7 +290,7 @@ impl AdmissionPlugin for ValidatingAdmissionPolicy {
                 "namespaceObject",
                 namespace_object.as_ref().unwrap_or(&Value::Null),
             );
-            let base = cel::with_authorizer(base, authorizer.clone());
+            let base = cel::with_authorizer(base, authorizer.clone(), attributes);
             for binding in bound {
                 if let Some(resources) = &binding.spec.match_resources {
                     match matching::matches(resources, &self.namespaces, attributes).await {

@@ -382,7 +382,7 @@ impl WebhookContext {
         let request = cel::request(attributes, &invocation.resource, &invocation.kind);
         let activation = cel::activation(object.as_ref(), old_object.as_ref(), &request);
         let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
-        let activation = cel::with_authorizer(activation, authorizer);
+        let activation = cel::with_authorizer(activation, authorizer, attributes);
         let conditions = hook.match_conditions.clone();
         let matched = cel::evaluate_blocking(move || {
             let mut budget = extension_apiserver_machinery::cel::cost::Budget::admission();
