@@ -233,6 +233,63 @@ async fn warn_reaches_kubectl_and_audit_the_audit_log() {
     server.stop().await;
 }
 
+/// The audit events of `log` that completed a create of `name`.
+fn created_event(log: &std::path::Path, name: &str) -> Value {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["verb"] == "create"
+                && e["objectRef"]["name"] == name
+        })
+        .expect("the create's event")
+}
+
+#[tokio::test]
+async fn several_audit_failures_keep_the_first_as_kube() {
+    let s = setup().await;
+    // Two failing validations in each of two policies, all audited.
+    for name in ["first", "second"] {
+        s.core.set_validating_admission_policy(policy(
+            name,
+            json!({"validations": [
+                {"expression": "object.spec.reference == 'never'", "message": format!("{name} 0")},
+                {"expression": "object.spec.reference == 'nor'", "message": format!("{name} 1")},
+            ]}),
+        ));
+        s.core
+            .set_validating_admission_policy_binding(binding(name, name, &["Audit"], json!({})));
+    }
+    let audit_policy = s.dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &audit_policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = s.dir.path().join("audit.log");
+    let log_path = log.display().to_string();
+    let server = start(&s.dir.path().join("server"), &s.core, move |o| {
+        o.audit.policy_file = Some(audit_policy);
+        o.audit.log_path = Some(log_path);
+    })
+    .await;
+    let (code, body, warnings) = create(&server, "a", "r").await;
+    assert_eq!(code, 201, "{body}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // kube publishes each failure as a list of one, and an admission annotation is never
+    // overwritten: the first failure (policies in name order, validations in order) stays.
+    let annotations = &created_event(&log, "a")["annotations"];
+    let failure = annotations["validation.policy.admission.k8s.io/validation_failure"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        failure,
+        r#"[{"message":"first 0","policy":"first","binding":"first","expressionIndex":0,"validationActions":["Audit"]}]"#
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn params_from_a_configmap_of_the_core() {
     let s = setup().await;

@@ -18,7 +18,8 @@
 //!   `Unauthorized` 401, `RequestEntityTooLarge` 413);
 //! - `Warn`: a warning, `Validation failed for ValidatingAdmissionPolicy 'p' with binding 'b': …`;
 //! - `Audit`: the audit annotation `validation.policy.admission.k8s.io/validation_failure`
-//!   (kube's JSON list). `auditAnnotations` are recorded as `{policy}/{key}`.
+//!   (kube's JSON list of one failure: the request's first, as kube never overwrites an
+//!   annotation). `auditAnnotations` are recorded as `{policy}/{key}`.
 //!
 //! Errors (an expression that does not compile or fails, a param that cannot be found with
 //! `parameterNotFoundAction: Deny`, a binding that cannot be configured) deny the request with
@@ -39,7 +40,7 @@ use k8s_openapi::api::admissionregistration::v1 as registration;
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube_core::response::StatusCause;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use self::compiled::{CompiledPolicy, Outcome};
 use self::params::Params;
@@ -358,6 +359,17 @@ async fn evaluate(work: Vec<Work>) -> Result<Vec<(Work, Vec<Outcome>)>> {
     .await
 }
 
+/// kube's `ValidationFailureValue`, its fields in kube's order (the annotation is its JSON).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidationFailure<'a> {
+    message: &'a str,
+    policy: &'a str,
+    binding: &'a str,
+    expression_index: usize,
+    validation_actions: Vec<&'static str>,
+}
+
 /// Acts on what the evaluations found, as kube's dispatcher: failures by the binding's
 /// actions, audit annotations of each policy (distinct values of a key joined), errors of
 /// audit annotations as refusals.
@@ -385,15 +397,19 @@ fn publish(
                         binding.name, failure.message
                     ));
                 }
+                // kube publishes each failure as a list of one, and an admission annotation
+                // is never overwritten: the request's first failure stays (dispatcher.go's
+                // publishValidationFailureAnnotation, attributes.go's AddAnnotation).
                 if binding.audit {
-                    let value = json!([{
-                        "message": failure.message,
-                        "policy": binding.policy,
-                        "binding": binding.name,
-                        "expressionIndex": failure.index,
-                        "validationActions": binding.actions(),
-                    }]);
-                    attributes.add_audit_annotation(VALIDATION_FAILURE, &value.to_string());
+                    let value = [ValidationFailure {
+                        message: &failure.message,
+                        policy: &binding.policy,
+                        binding: &binding.name,
+                        expression_index: failure.index,
+                        validation_actions: binding.actions(),
+                    }];
+                    let value = serde_json::to_string(&value).unwrap_or_default();
+                    attributes.add_audit_annotation(VALIDATION_FAILURE, &value);
                 }
             }
             for error in outcome.errors {
