@@ -7,6 +7,7 @@
 mod keys;
 mod printcolumn;
 mod scale;
+mod validation;
 mod value;
 
 use std::collections::HashSet;
@@ -17,6 +18,7 @@ use crate::ctxt::Ctxt;
 use keys::Keys;
 pub use printcolumn::PrintColumn;
 pub use scale::Scale;
+pub use validation::Validation;
 
 const KEYS: &[&str] = &[
     "group",
@@ -31,6 +33,7 @@ const KEYS: &[&str] = &[
     "categories",
     "printcolumn",
     "selectable_field",
+    "validation",
     "validate",
     "validate_update",
     "defaults",
@@ -41,7 +44,7 @@ const KEYS: &[&str] = &[
     "crate",
 ];
 
-const REPEATABLE: &[&str] = &["printcolumn", "selectable_field"];
+const REPEATABLE: &[&str] = &["printcolumn", "selectable_field", "validation"];
 
 /// Everything given in the `#[resource(...)]` attributes of one type.
 #[derive(Default)]
@@ -72,6 +75,8 @@ pub struct ResourceAttrs {
     pub printcolumns: Vec<PrintColumn>,
     /// Each `selectable_field = "..."`, in order.
     pub selectable_fields: Vec<LitStr>,
+    /// Each `validation(...)` rule, in order.
+    pub validations: Vec<Validation>,
     /// `validate = path`.
     pub validate: Option<Path>,
     /// `validate_update = path`.
@@ -133,6 +138,7 @@ impl ResourceAttrs {
             "categories" => self.categories = value::strings(cx, item),
             "printcolumn" => self.printcolumns.extend(PrintColumn::from_meta(cx, item)),
             "selectable_field" => self.selectable_fields.extend(value::string(cx, item)),
+            "validation" => self.validations.extend(Validation::from_meta(cx, item)),
             "validate" => self.validate = value::path(cx, item),
             "validate_update" => self.validate_update = value::path(cx, item),
             "defaults" => self.defaults = value::path(cx, item),

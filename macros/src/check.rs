@@ -5,7 +5,7 @@
 use syn::LitStr;
 
 use crate::ast::Container;
-use crate::attrs::{PrintColumn, ResourceAttrs, Scale};
+use crate::attrs::{PrintColumn, ResourceAttrs, Scale, Validation};
 use crate::ctxt::Ctxt;
 use crate::names;
 
@@ -43,6 +43,9 @@ pub fn check(cx: &Ctxt, cont: &Container) {
     }
     for field in &cont.attrs.selectable_fields {
         check_selectable_field(cx, field);
+    }
+    for validation in &cont.attrs.validations {
+        check_validation(cx, validation);
     }
     if let Some(policy) = &cont.attrs.garbage_collection {
         one_of(cx, policy, "garbage_collection", GC_POLICIES);
@@ -155,6 +158,71 @@ fn check_fields(cx: &Ctxt, cont: &Container) {
             );
             cx.error_spanned_by(&status.item, msg);
         }
+    }
+}
+
+/// The values of a rule's `reason`, as apiextensions' `FieldValueErrorReason`.
+pub const RULE_REASONS: &[&str] = &[
+    "FieldValueInvalid",
+    "FieldValueForbidden",
+    "FieldValueRequired",
+    "FieldValueDuplicate",
+];
+
+/// A `validation(...)` rule as a CRD's is checked when it is created: a rule is required,
+/// and it and its `message_expression` must parse as CEL (here with the `cel` crate the
+/// server compiles them with); `reason` is one of kube's; `field_path` a JSON path.
+fn check_validation(cx: &Ctxt, validation: &Validation) {
+    match &validation.rule {
+        None => cx.error_spanned_by(
+            &validation.item,
+            r#"validation(...) needs a `rule`, e.g. `rule = "self.spec.size <= 10"`"#,
+        ),
+        Some(rule) => check_cel(cx, rule, "rule"),
+    }
+    if let Some(expression) = &validation.message_expression {
+        check_cel(cx, expression, "message_expression");
+    }
+    if let Some(reason) = &validation.reason {
+        one_of(cx, reason, "reason", RULE_REASONS);
+    }
+    if let Some(path) = validation
+        .field_path
+        .as_ref()
+        .filter(|p| !p.value().is_empty() && !p.value().starts_with(['.', '[']))
+    {
+        let msg = format!(
+            r#"invalid field_path {:?}: a JSON path starting with `.`, e.g. ".spec.reference""#,
+            path.value()
+        );
+        cx.error_spanned_by(path, msg);
+    }
+    let uses_old_self = validation
+        .rule
+        .as_ref()
+        .and_then(|r| cel::Program::compile(&r.value()).ok())
+        .is_some_and(|p| p.references().has_variable("oldSelf"));
+    if validation.optional_old_self && validation.rule.is_some() && !uses_old_self {
+        cx.error_spanned_by(
+            &validation.item,
+            "optional_old_self may not be set if oldSelf is not used in the rule",
+        );
+    }
+}
+
+/// Reports `lit` when it does not parse as CEL, with the parser's message.
+fn check_cel(cx: &Ctxt, lit: &LitStr, what: &str) {
+    let source = lit.value();
+    if source.trim().is_empty() {
+        cx.error_spanned_by(lit, format!("the {what} must not be empty"));
+        return;
+    }
+    if let Err(e) = cel::Program::compile(&source) {
+        let e = e.to_string();
+        cx.error_spanned_by(
+            lit,
+            format!("the {what} is not valid CEL: {}", e.trim_end()),
+        );
     }
 }
 

@@ -78,6 +78,7 @@ fn impl_resource(cont: &Container, names: &Names, krate: &Path) -> TokenStream {
     let (meta, meta_mut) = metadata_access(cont);
     let meta_ty = object_meta(krate);
     let gc = garbage_collection(&cont.attrs, krate);
+    let validations = validations(&cont.attrs, krate);
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::Resource for #ident #ty_generics #where_clause {
@@ -88,7 +89,34 @@ fn impl_resource(cont: &Container, names: &Names, krate: &Path) -> TokenStream {
             fn metadata_mut(&mut self) -> &mut #meta_ty { #meta_mut }
 
             #gc
+            #validations
         }
+    }
+}
+
+/// `VALIDATIONS`, when `validation(...)` rules are given.
+fn validations(attrs: &ResourceAttrs, krate: &Path) -> TokenStream {
+    if attrs.validations.is_empty() {
+        return TokenStream::new();
+    }
+    let text = |lit: &Option<LitStr>| lit.as_ref().map(LitStr::value).unwrap_or_default();
+    let rules = attrs.validations.iter().map(|v| {
+        let (rule, message) = (text(&v.rule), text(&v.message));
+        let (message_expression, reason) = (text(&v.message_expression), text(&v.reason));
+        let (field_path, optional) = (text(&v.field_path), v.optional_old_self);
+        quote! {
+            #krate::ValidationRule {
+                rule: #rule,
+                message: #message,
+                message_expression: #message_expression,
+                reason: #reason,
+                field_path: #field_path,
+                optional_old_self: #optional,
+            }
+        }
+    });
+    quote! {
+        const VALIDATIONS: &'static [#krate::ValidationRule] = &[#(#rules),*];
     }
 }
 

@@ -34,7 +34,21 @@ pub const GROUP: &str = "wardle.example.com";
     selectable_field = ".spec.reference",
     selectable_field = ".spec.referenceType",
     defaults = default_flunder,
-    validate = validate_flunder
+    // sample-apiserver's ValidateFlunderSpec, as a CRD of this shape states it: a reference
+    // is required when a reference type is set, and the other way round (which defaulting
+    // makes true whenever a reference is set).
+    validation(
+        rule = "!has(self.spec.referenceType) || (has(self.spec.reference) && self.spec.reference != '')",
+        message = "must be set when referenceType is set",
+        reason = "FieldValueRequired",
+        field_path = ".spec.reference"
+    ),
+    validation(
+        rule = "!has(self.spec.reference) || self.spec.reference == '' || has(self.spec.referenceType)",
+        message = "must be set when reference is set",
+        reason = "FieldValueRequired",
+        field_path = ".spec.referenceType"
+    )
 )]
 pub struct Flunder {
     /// Standard object metadata.
@@ -57,6 +71,7 @@ pub struct FlunderSpec {
     pub reference: Option<String>,
     /// The reference type: `Flunder` or `Fischer`; defaults to `Flunder` when a reference is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["Flunder", "Fischer"]))]
     pub reference_type: Option<String>,
 }
 
@@ -71,32 +86,6 @@ fn default_flunder(flunder: &mut Flunder) {
     if flunder.spec.reference.is_some() && flunder.spec.reference_type.is_none() {
         flunder.spec.reference_type = Some("Flunder".into());
     }
-}
-
-fn validate_flunder(flunder: &Flunder) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    if let Some(t) = &flunder.spec.reference_type {
-        if !REFERENCE_TYPES.contains(&t.as_str()) {
-            errors.push(FieldError::not_supported(
-                "spec.referenceType",
-                t,
-                &REFERENCE_TYPES,
-            ));
-        }
-        if flunder
-            .spec
-            .reference
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()
-        {
-            errors.push(FieldError::required(
-                "spec.reference",
-                "must be set when referenceType is set",
-            ));
-        }
-    }
-    errors
 }
 
 /// A fischer: a cluster-wide list of flunders that are not allowed.

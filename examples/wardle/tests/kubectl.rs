@@ -13,9 +13,64 @@ backend_tests! {
         both_versions_with_kubectl,
         ban_flunder_refuses_disallowed_names,
         server_side_apply_through_both_versions,
+        the_flunder_rule_answers_as_a_crd,
     ],
     // A restart finds the objects again only on a persistent backend.
     persistent: [survives_restart_and_watch_resumes],
+}
+
+/// sample-apiserver's Flunder rule, stated in CEL on the type: a reference type without a
+/// reference is refused by `kubectl apply` with a CRD's 422 (the rule's message at its
+/// fieldPath, reason FieldValueRequired), a reference type outside the enum with the
+/// schema's `Unsupported value`; the published schema carries the rules where a CRD does.
+async fn the_flunder_rule_answers_as_a_crd(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let bad = "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: bad\n  namespace: default\nspec:\n  referenceType: Fischer\n";
+    let file = write(dir.path(), "bad.yaml", bad);
+    let out = server.kubectl(&["apply", "-f", &file]);
+    assert!(!out.success, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            r#"The Flunder "bad" is invalid: spec.reference: Required value: must be set when referenceType is set"#
+        ),
+        "{}",
+        out.stderr
+    );
+    let bogus = bad.replace("Fischer", "Bogus\n  reference: r");
+    let file = write(dir.path(), "bogus.yaml", &bogus);
+    let out = server.kubectl(&["apply", "-f", &file]);
+    assert!(
+        out.stderr.contains(
+            r#"spec.referenceType: Unsupported value: "Bogus": supported values: "Flunder", "Fischer""#
+        ),
+        "{}",
+        out.stderr
+    );
+    let good = bad.replace("Fischer", "Fischer\n  reference: trout");
+    let file = write(dir.path(), "good.yaml", &good);
+    ok(server.kubectl(&["apply", "-f", &file]));
+
+    let v3 = ok(server.kubectl(&[
+        "get",
+        "--raw",
+        "/openapi/v3/apis/wardle.example.com/v1alpha1",
+    ]));
+    let v3: serde_json::Value = serde_json::from_str(&v3).unwrap();
+    let schemas = v3["components"]["schemas"].as_object().unwrap();
+    let (_, flunder) = schemas
+        .iter()
+        .find(|(k, v)| k.ends_with(".Flunder") && v.get("x-kubernetes-validations").is_some())
+        .expect("the Flunder schema carries its rules");
+    let rules = flunder["x-kubernetes-validations"].as_array().unwrap();
+    assert_eq!(rules[0]["fieldPath"], ".spec.reference");
+    assert_eq!(rules[0]["reason"], "FieldValueRequired");
+    let explain = ok(server.kubectl(&["explain", "flunder.spec.referenceType"]));
+    assert!(
+        explain.contains("Flunder") && explain.contains("Fischer"),
+        "{explain}"
+    );
+    server.stop().await;
 }
 
 /// `kubectl delete --cascade` sets the garbage collector's finalizers as on kube-apiserver

@@ -207,6 +207,32 @@ pub fn name_is_dns_label(name: &str, prefix: bool) -> Vec<String> {
     is_dns1123_label(name)
 }
 
+/// Whether `s` is a DNS-1035 label (`[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters);
+/// the failures as kube words them (`IsDNS1035Label`).
+pub fn is_dns1035_label(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > DNS1123_LABEL_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_LABEL_MAX_LENGTH));
+    }
+    if !(matches_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()) {
+        errs.push(regex_error(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', \
+             start with an alphabetic character, and end with an alphanumeric character",
+            "[a-z]([-a-z0-9]*[a-z0-9])?",
+            &["my-name", "abc-123"],
+        ));
+    }
+    errs
+}
+
+/// The DNS-1035 name rule (`NameIsDNS1035Label`).
+pub fn name_is_dns1035_label(name: &str, prefix: bool) -> Vec<String> {
+    if prefix {
+        return is_dns1035_label(&mask_trailing_dash(name));
+    }
+    is_dns1035_label(name)
+}
+
 /// The default object-name rule for our resources: a DNS subdomain, as for CRDs.
 pub fn validate_object_name(name: &str, prefix: bool) -> Vec<String> {
     name_is_dns_subdomain(name, prefix)

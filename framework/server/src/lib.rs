@@ -82,7 +82,7 @@ pub use extension_apiserver_macros::Resource;
 pub use registry::strategy::{Strategy, StrategyContext};
 pub use runtime::{
     ColumnType, FieldError, FieldErrorType, GarbageCollectionPolicy, PrinterColumn, Resource,
-    ResourceInfo, ScaleInfo, Scope,
+    ResourceInfo, ScaleInfo, Scope, ValidationRule,
 };
 pub use server::{APIGroup, APIServer};
 

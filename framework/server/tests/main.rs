@@ -20,6 +20,7 @@ mod per_version;
 mod request_bounds;
 mod resource_metrics;
 mod scale;
+mod schema_validation;
 mod server_side_apply;
 mod serving_options;
 mod storage_version;

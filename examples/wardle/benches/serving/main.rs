@@ -7,6 +7,7 @@
 //! cargo bench -p wardle --bench serving -- [--backend memory|sqlite|etcd3]... [--quick]
 //!     [--etcd-servers URL] [--objects N] [--large N] [--concurrency N]
 //! cargo bench -p wardle --features etcd --bench serving -- --backend etcd3   # etcd3 needs the feature
+//! cargo bench -p wardle --bench serving -- --rules    # only the schema rules' cost per write
 //! ```
 //!
 //! `.ci/bench` runs every backend with a throw-away etcd. See `book/src/benchmarks.md`.
@@ -16,6 +17,7 @@ mod client;
 mod figures;
 mod measure;
 mod report;
+mod rules;
 mod server;
 mod workload;
 
@@ -48,11 +50,14 @@ pub struct Settings {
     pub raw_writes: usize,
     /// Whether to repeat the memory figures with `--watch-cache=false`.
     pub cache_off_run: bool,
+    /// `--rules`: only the in-process figure of schema rules per write.
+    pub rules_only: bool,
 }
 
 fn settings() -> Result<Settings, Error> {
     let mut args = std::env::args().skip(1);
     let mut quick = false;
+    let mut rules_only = false;
     let mut backends = Vec::new();
     let mut etcd = "http://127.0.0.1:23790".to_string();
     let (mut objects, mut large, mut concurrency) = (None, None, None);
@@ -62,6 +67,7 @@ fn settings() -> Result<Settings, Error> {
             // `cargo bench` passes --bench to every bench binary.
             "--bench" => {}
             "--quick" => quick = true,
+            "--rules" => rules_only = true,
             "--backend" => backends.extend(value("--backend")?.split(',').map(str::to_string)),
             "--etcd-servers" => etcd = value("--etcd-servers")?,
             "--objects" => objects = Some(value("--objects")?.parse()?),
@@ -103,6 +109,7 @@ fn settings() -> Result<Settings, Error> {
         fan_out_writes: if quick { 3 } else { 10 },
         raw_writes: objects.min(if quick { 2_000 } else { 10_000 }),
         cache_off_run: !quick,
+        rules_only,
     })
 }
 
@@ -120,6 +127,10 @@ fn main() {
 
 async fn run() -> Result<(), Error> {
     let settings = settings()?;
+    report::print("schema validation (in process)", &rules::rows());
+    if settings.rules_only {
+        return Ok(());
+    }
     let cache_flag = server::has_watch_cache_flag()?;
     println!(
         "# wardle serving bench: {} objects, {} in flight over {} HTTP/2 connections, \

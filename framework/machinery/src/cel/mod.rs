@@ -15,9 +15,11 @@
 //! - [`convert`]: JSON to CEL values and back.
 
 pub mod authz;
+mod check;
 pub mod convert;
 pub mod cost;
 pub mod library;
+mod stack;
 
 use std::fmt;
 use std::sync::Arc;
@@ -84,8 +86,10 @@ impl Environment {
         &self.variables
     }
 
-    /// Compiles `source`: a syntax error, or a reference to a variable this environment does
-    /// not declare, is a [`CompileError`] in kube's words.
+    /// Compiles `source`: a syntax error (with cel-rust's position), a reference to a
+    /// variable this environment does not declare or to a function it does not know
+    /// (`undeclared reference to 'foo'`), or nesting deeper than [`MAX_NESTING`] (or 96
+    /// brackets, cel-rust's parser's limit) is a [`CompileError`] in kube's words.
     pub fn compile(&self, source: &str) -> Result<Expression, CompileError> {
         if source.len() > MAX_EXPRESSION_LENGTH {
             return Err(CompileError::new(format!(
@@ -93,24 +97,45 @@ impl Environment {
                 source.len()
             )));
         }
-        let program = self
-            .env
-            .compile(source)
-            .map_err(|e| CompileError::new(format!("ERROR: {e}")))?;
-        for name in program.references().variables() {
-            if !self.variables.contains(&name) {
-                return Err(CompileError::new(format!(
-                    "ERROR: <input>: undeclared reference to '{name}' (in container '')"
-                )));
-            }
-        }
+        // The parser recurses once a bracket, the evaluator once a node: both run on a
+        // stack grown to fit the nesting this environment accepts, so deep input is an
+        // error, never an overflow of the caller's (a tokio worker's 2 MiB) stack.
+        let (program, depth) = stack::grow(stack::PARSE, || self.parse(source))?;
         Ok(Expression {
             program: Arc::new(program),
             source: source.into(),
             env: self.env.clone(),
+            depth,
         })
     }
+
+    /// Parses and checks `source`; its program and the depth of its tree.
+    fn parse(&self, source: &str) -> Result<(cel::Program, usize), CompileError> {
+        let program = self.env.compile(source).map_err(|e| {
+            let message = e.to_string();
+            if message.contains("Recursion limit") {
+                CompileError::new(format!("ERROR: <input>: {MAX_NESTING_ERROR}"))
+            } else {
+                CompileError::new(message)
+            }
+        })?;
+        let depth = stack::depth(program.expression());
+        if depth > MAX_NESTING {
+            return Err(CompileError::new(format!(
+                "ERROR: <input>: {MAX_NESTING_ERROR}"
+            )));
+        }
+        check::references(program.expression(), program.source_info(), &self.variables)?;
+        Ok((program, depth))
+    }
 }
+
+/// The deepest expression tree accepted: cel-go's default `maxRecursionDepth`, which kube
+/// keeps (`self.x == ` repeated 249 times compiles, 250 times does not).
+pub const MAX_NESTING: usize = 250;
+
+/// cel-go's words for an expression nested deeper than [`MAX_NESTING`].
+const MAX_NESTING_ERROR: &str = "max recursion depth exceeded";
 
 /// A compiled expression, cheap to clone and share between requests.
 #[derive(Clone)]
@@ -118,6 +143,8 @@ pub struct Expression {
     program: Arc<cel::Program>,
     source: Arc<str>,
     env: Arc<cel::Env>,
+    /// The depth of its tree, for the stack its evaluation needs.
+    depth: usize,
 }
 
 impl fmt::Debug for Expression {
@@ -137,9 +164,16 @@ impl Expression {
         &self.program.expression().expr
     }
 
+    /// The expression's syntax tree with its node ids (for [`cost`]).
+    pub fn ided(&self) -> &cel::IdedExpr {
+        self.program.expression()
+    }
+
     /// Its estimated cost, with the largest sizes the variables may have.
     pub fn estimated_cost(&self, sizes: &dyn Sizes) -> CostEstimate {
-        cost::estimate(self.program.expression(), sizes)
+        stack::grow(stack::walk(self.depth), || {
+            cost::estimate(self.program.expression(), sizes)
+        })
     }
 
     /// Evaluates the expression with `activation`'s variables, charging `budget`: an
@@ -150,14 +184,16 @@ impl Expression {
         activation: &Activation,
         budget: &mut Budget,
     ) -> Result<Value, EvalError> {
-        budget.charge(cost::runtime_bound(self.program.expression(), activation))?;
-        let mut context = cel::Context::with_env(self.env.clone());
-        for (name, value) in &activation.variables {
-            context.add_variable_from_value(name.as_str(), value.clone());
-        }
-        self.program
-            .execute(&context)
-            .map_err(|e| EvalError::Runtime(e.to_string()))
+        stack::grow(stack::walk(self.depth), || {
+            budget.charge(cost::runtime_bound(self.program.expression(), activation))?;
+            let mut context = cel::Context::with_env(self.env.clone());
+            for (name, value) in &activation.variables {
+                context.add_variable_from_value(name.as_str(), value.clone());
+            }
+            self.program
+                .execute(&context)
+                .map_err(|e| EvalError::Runtime(e.to_string()))
+        })
     }
 }
 
@@ -234,4 +270,92 @@ pub enum EvalError {
     /// An error of the expression itself (no such key, no matching overload, …).
     #[error("{0}")]
     Runtime(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(source: &str) -> Result<Expression, CompileError> {
+        Environment::new(&["self", "oldSelf"]).compile(source)
+    }
+
+    fn error_of(source: &str) -> String {
+        compile(source).unwrap_err().message().to_string()
+    }
+
+    #[test]
+    fn undeclared_variables_and_functions_are_refused_in_cel_gos_words() {
+        assert_eq!(
+            error_of("foo == 1"),
+            "ERROR: <input>:1:1: undeclared reference to 'foo' (in container '')"
+        );
+        assert_eq!(
+            error_of("self.x == 1 &&\n  frob(self)"),
+            "ERROR: <input>:2:7: undeclared reference to 'frob' (in container '')"
+        );
+        assert!(error_of("self.frobnicate()").contains("undeclared reference to 'frobnicate'"));
+        assert!(error_of("self.all(x, y > 0)").contains("undeclared reference to 'y'"));
+    }
+
+    #[test]
+    fn what_kube_declares_compiles() {
+        for source in [
+            "self.all(x, x > 0)",
+            "self.exists(x, x == oldSelf)",
+            "self.exists_one(x, x == 1)",
+            "self.map(x, x * 2).filter(y, y > 2).size() > 0",
+            "has(self.a) && type(self) == map",
+            "optional.of(1).hasValue() && !optional.none().hasValue()",
+            "self.?a.orValue(1) == 1",
+            "sets.contains([1], [1])",
+            "format.dns1123Label().validate('a') == optional.none()",
+            "ip.isCanonical('1.2.3.4') && isIP('1.2.3.4') && cidr('1.2.3.0/24').containsIP('1.2.3.4')",
+            "url('https://x/').getHost() == 'x' && quantity('1').isInteger()",
+            "'a'.lowerAscii().split('').join(',') == 'a' && [2, 1].sortBy(x, x) == [1, 2]",
+            "self.matches('^a') && 'abc'.find('b') == 'b' && [1].sum() == 1",
+            "duration('1s') < duration('2s') && timestamp('2024-01-01T00:00:00Z').getFullYear() == 2024",
+            "int('1') + uint(1) > 0 && double(1) > 0.0 && string(1) == '1' && bytes('a').size() == 1",
+        ] {
+            assert!(compile(source).is_ok(), "{source}: {:?}", compile(source));
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_keeps_its_position() {
+        let message = error_of("self.a ==");
+        assert!(message.starts_with("ERROR: "), "{message}");
+        assert!(message.contains("1:"), "{message}");
+    }
+
+    /// Deep nesting is a compile error, and nesting within the limit evaluates, on a
+    /// thread with a small stack (a tokio worker's 2 MiB): never a stack overflow.
+    #[test]
+    fn deep_nesting_is_refused_not_overflowed() {
+        let handle = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(|| {
+                let parens = format!("{}1{}", "(".repeat(500), ")".repeat(500));
+                let chain = "self == ".repeat(MAX_NESTING) + "self";
+                let lists = format!("{}1{}", "[".repeat(500), "]".repeat(500));
+                let refused = [parens, chain, lists].map(|source| compile(&source).map(|_| ()));
+                let deepest = compile(&("self == ".repeat(MAX_NESTING - 1) + "self"))
+                    .unwrap()
+                    .evaluate(
+                        &Activation::new().with("self", Value::Bool(true)),
+                        &mut Budget::admission(),
+                    );
+                (refused, deepest)
+            })
+            .unwrap();
+        let (refused, deepest) = handle.join().unwrap();
+        for result in refused {
+            let error = result.unwrap_err();
+            assert_eq!(
+                error.message(),
+                "ERROR: <input>: max recursion depth exceeded"
+            );
+        }
+        assert!(deepest.is_ok(), "{deepest:?}");
+    }
 }

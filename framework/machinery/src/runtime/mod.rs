@@ -16,4 +16,5 @@ pub use field_validation::FieldValidation;
 pub use kind::ObjectKind;
 pub use resource::{
     ColumnType, GarbageCollectionPolicy, PrinterColumn, Resource, ResourceInfo, ScaleInfo, Scope,
+    ValidationRule,
 };

@@ -215,6 +215,53 @@ pub trait Resource:
     /// (kube's `DefaultGarbageCollectionPolicy`).
     const GARBAGE_COLLECTION_POLICY: GarbageCollectionPolicy =
         GarbageCollectionPolicy::DeleteDependents;
+
+    /// `x-kubernetes-validations` rules on the type itself, from
+    /// `#[resource(validation(rule = "..."))]`: published at the root of its schema and
+    /// evaluated on every create and update, as a CRD's root rules are. Rules on fields live
+    /// in the field's schema (schemars' `extend`, kube's `#[x_kube(validation)]`).
+    const VALIDATIONS: &'static [ValidationRule] = &[];
+}
+
+/// One `x-kubernetes-validations` rule as a CRD carries it (`ValidationRule` of
+/// apiextensions.k8s.io/v1); empty strings are absent fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ValidationRule {
+    /// The CEL expression; `self` is the value, `oldSelf` the old one in a transition rule.
+    pub rule: &'static str,
+    /// The message when the rule is false (default `failed rule: <rule>`).
+    pub message: &'static str,
+    /// A CEL expression giving the message.
+    pub message_expression: &'static str,
+    /// `FieldValueInvalid` (default), `FieldValueForbidden`, `FieldValueRequired` or
+    /// `FieldValueDuplicate`.
+    pub reason: &'static str,
+    /// Where the error points, relative to the value (`.spec.reference`).
+    pub field_path: &'static str,
+    /// Evaluate a transition rule also without an old value (`oldSelf` is then optional).
+    pub optional_old_self: bool,
+}
+
+impl ValidationRule {
+    /// The rule as its schema publishes it (camelCase, empty fields left out).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut rule = serde_json::Map::new();
+        rule.insert("rule".into(), self.rule.into());
+        for (key, value) in [
+            ("message", self.message),
+            ("messageExpression", self.message_expression),
+            ("reason", self.reason),
+            ("fieldPath", self.field_path),
+        ] {
+            if !value.is_empty() {
+                rule.insert(key.into(), value.into());
+            }
+        }
+        if self.optional_old_self {
+            rule.insert("optionalOldSelf".into(), true.into());
+        }
+        serde_json::Value::Object(rule)
+    }
 }
 
 /// A namespaced `Flunder` with a status, for unit tests across the crate.

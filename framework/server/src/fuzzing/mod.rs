@@ -35,6 +35,7 @@ pub const TARGETS: &[Target] = &[
     ("accept", accept),
     ("query", query),
     ("metrics_path", metrics_path),
+    ("cel", cel),
 ];
 
 fn text(data: &[u8]) -> Option<&str> {
@@ -216,4 +217,33 @@ pub fn metrics_path(data: &[u8]) {
     }
     let code = metric_query(query);
     assert!(matches!(code, 200 | 400), "{code} for {query:?}");
+}
+
+/// A CEL expression compiles or is refused with a `CompileError`; one that compiles is
+/// evaluated over a small object within admission's budget, to a value, an error, or a
+/// refusal for its cost. Never a panic, a stack overflow, or an evaluation that runs long
+/// (the cost bound refuses it first).
+pub fn cel(data: &[u8]) {
+    use extension_apiserver_machinery::cel::cost::{Budget, Unbounded};
+    use extension_apiserver_machinery::cel::{Activation, Environment, convert};
+    let Some(text) = text(data) else { return };
+    let env = Environment::new(&["self", "oldSelf"]);
+    let Ok(expression) = env.compile(text) else {
+        return;
+    };
+    let object = json!({
+        "name": "flunder",
+        "replicas": 3,
+        "ratio": 0.5,
+        "tags": ["a", "b", "c"],
+        "labels": {"app": "wardle"},
+        "nested": [[1, 2], [3]],
+    });
+    let activation = Activation::new()
+        .with_json("self", &object)
+        .with_json("oldSelf", &object);
+    let _ = expression.estimated_cost(&Unbounded);
+    if let Ok(value) = expression.evaluate(&activation, &mut Budget::admission()) {
+        let _ = convert::to_json(&value);
+    }
 }

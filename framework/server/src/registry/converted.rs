@@ -45,7 +45,7 @@ where
         )
     };
     let wrap = Converter::<S, H>(PhantomData);
-    let mut storage = RestStorage::new::<S>(S::INFO);
+    let mut storage = RestStorage::for_resource::<S>();
     storage.storage_version = hub.storage_version;
     storage.patch_schema = Arc::new(PatchSchema::for_type::<S>());
     storage.getter = hub.getter.map(|v| wrap.getter(v));

@@ -7,6 +7,7 @@ pub mod group;
 pub mod options;
 pub mod rest;
 pub(crate) mod schema;
+pub mod schema_validation;
 pub mod served;
 pub mod store;
 pub(crate) mod stores;

@@ -355,6 +355,15 @@ impl RestStorage {
         }
     }
 
+    /// A storage with no verbs yet for the resource `T`: its schema carries the type's own
+    /// `x-kubernetes-validations` ([`Resource::VALIDATIONS`](crate::runtime::Resource::VALIDATIONS)).
+    pub fn for_resource<T: crate::runtime::Resource>() -> Self {
+        Self {
+            schema: crate::registry::schema::resource_schema_of::<T>,
+            ..Self::new::<T>(T::INFO)
+        }
+    }
+
     /// The storage of a subresource of `T` served by `subresource`.
     pub fn for_subresource<T: crate::runtime::Resource>(subresource: Subresource) -> Self {
         Self {

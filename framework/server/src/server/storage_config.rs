@@ -155,6 +155,13 @@ impl StorageConfig {
         self.claim_keys::<T>();
         self.stores.get_or_make(|link| {
             let mut store = Store::<T>::new(self.backend.clone(), &self.prefix).in_set(link);
+            if let Some(e) = store.schema_error() {
+                // A rule that does not compile: the server does not start with it.
+                self.conflicts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(e.to_string());
+            }
             // Before the watch cache loads, so it reads objects of older versions too.
             self.apply_pending(&store);
             if self.watch_cache {

@@ -36,6 +36,7 @@ use crate::registry::rest::{
     CachedJson, CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object,
     ObjectList, RestStorage, UpdateFn, Updater, WatchStream, Watcher,
 };
+use crate::registry::schema_validation::{SchemaError, SchemaValidator};
 use crate::registry::strategy::{Strategy, UpdateTarget};
 use crate::runtime::Convertible;
 use crate::runtime::{GarbageCollectionPolicy, Resource, ResourceInfo, Scope};
@@ -101,7 +102,13 @@ pub(crate) struct Inner {
     pub(crate) versions: StoredVersions,
     /// The server's other stores, for the strategies.
     pub(crate) set: SetLink,
+    /// The type's schema limits and rules, compiled once; `Ok(None)` when it declares none
+    /// (no work per write); an error that the server's start reports.
+    pub(crate) schema: SchemaCheck,
 }
+
+/// A type's compiled schema validation, or why it cannot be compiled.
+pub(crate) type SchemaCheck = std::result::Result<Option<Arc<SchemaValidator>>, Arc<SchemaError>>;
 
 impl Inner {
     /// The key of one object.
@@ -192,6 +199,7 @@ impl<T: Resource> Store<T> {
             gc_policy: T::GARBAGE_COLLECTION_POLICY,
             versions: StoredVersions::new(info),
             set: SetLink::default(),
+            schema: SchemaValidator::for_type::<T>().map_err(Arc::new),
         });
         Self {
             inner,
@@ -255,6 +263,20 @@ impl<T: Resource> Store<T> {
         &self.inner.info
     }
 
+    /// `T`'s schema limits and `x-kubernetes-validations` rules, compiled when the store
+    /// was made: `None` when its schema declares none, and then its writes do no schema
+    /// work at all.
+    pub fn schema_validator(&self) -> Option<&Arc<SchemaValidator>> {
+        self.inner.schema.as_ref().ok().and_then(Option::as_ref)
+    }
+
+    /// Why `T`'s schema cannot be enforced (a rule that does not compile, a `pattern` that
+    /// is no regex): the server refuses to start with it; a store used alone answers every
+    /// write with a 500 naming it.
+    pub fn schema_error(&self) -> Option<&SchemaError> {
+        self.inner.schema.as_ref().err().map(|e| &**e)
+    }
+
     /// Objects stored as `Old` (written while `Old` was the storage version) are read
     /// converted to `T`, by every verb, list, watch and the watch cache; writes store `T`.
     /// Every clone of this store, and its watch cache, learns it: declare versions before
@@ -281,7 +303,7 @@ impl<T: Strategy> Store<T> {
     /// Every verb of the main resource (`flunders`).
     pub fn rest_storage(&self) -> RestStorage {
         let me = Arc::new(self.clone());
-        RestStorage::new::<T>(T::INFO)
+        RestStorage::for_resource::<T>()
             .with_getter(me.clone())
             .with_lister(me.clone())
             .with_creater(me.clone())
@@ -306,7 +328,7 @@ impl<T: Strategy> Store<T> {
     /// `get`, `update` and `patch` of the status subresource (`flunders/status`).
     pub fn status_rest_storage(&self) -> RestStorage {
         let status = Arc::new(StatusStore(self.clone()));
-        RestStorage::new::<T>(T::INFO)
+        RestStorage::for_resource::<T>()
             .with_getter(status.clone())
             .with_updater(status)
     }

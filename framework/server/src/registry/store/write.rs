@@ -174,6 +174,7 @@ fn admit_new<T: Strategy>(
     let name = typed.metadata().name.clone().unwrap_or_default();
     let mut errors = validate_meta(inner, typed.metadata())?;
     errors.extend(typed.validate(strategy));
+    errors.extend(check_schema(inner, strategy, &typed, None)?);
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, &name, &errors));
     }
@@ -186,6 +187,27 @@ fn admit_new<T: Strategy>(
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(object::now_timestamp()));
     Ok(stored)
+}
+
+/// The type's schema limits and rules on the new object (and, on update, the old one), as
+/// a CRD's strategy validates after its other checks; errors ratcheted away on unchanged
+/// values are warnings. Nothing is done for a type without limits or rules.
+fn check_schema<T: Strategy>(
+    inner: &Inner,
+    strategy: &StrategyContext<'_>,
+    typed: &T,
+    old: Option<&Value>,
+) -> Result<Vec<FieldError>> {
+    let validator = match &inner.schema {
+        Ok(None) => return Ok(Vec::new()),
+        Ok(Some(validator)) => validator,
+        Err(e) => return Err(Error::internal(e)),
+    };
+    let found = validator.validate(&encode_typed(typed)?, old);
+    for warning in found.warnings {
+        strategy.warn(warning);
+    }
+    Ok(found.errors)
 }
 
 /// kube's `ValidateObjectMetaAccessor` on the typed metadata.
@@ -452,6 +474,7 @@ async fn prepare_update<T: Strategy>(
     let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
     errors.extend(validate_object_meta_update(&meta, &old["metadata"]));
     errors.extend(typed.validate_update(&old_typed, strategy));
+    errors.extend(check_schema(inner, strategy, &typed, Some(old))?);
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, name, &errors));
     }
