@@ -553,6 +553,56 @@ async fn runtime_errors_follow_the_failure_policy() {
 }
 
 #[tokio::test]
+async fn an_evaluation_out_of_cost_budget_is_cut_with_kubes_message() {
+    let s = setup().await;
+    // Each validation within the per-call limit, all of them far beyond the budget of an
+    // evaluation: nested comprehensions over the object's 300 annotations.
+    let nested =
+        "object.metadata.annotations.all(a, object.metadata.annotations.all(b, a != b || a == b))";
+    let validations: Vec<Value> = (0..100).map(|_| json!({"expression": nested})).collect();
+    for (name, failure) in [("f", "Fail"), ("i", "Ignore")] {
+        s.core.set_validating_admission_policy(policy(
+            name,
+            json!({"failurePolicy": failure, "validations": validations,
+                   "matchConditions": [{"name": "mine", "expression": format!("object.metadata.name.startsWith('{name}-')")}]}),
+        ));
+        s.core
+            .set_validating_admission_policy_binding(binding(name, name, &["Deny"], json!({})));
+    }
+    let server = s.server().await;
+    let annotations: serde_json::Map<String, Value> =
+        (0..300).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let client = server.client();
+    let send = |name: &'static str| {
+        let body = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+                          "metadata": {"name": name, "annotations": annotations},
+                          "spec": {"reference": "r"}});
+        let request = http::Request::post(FLUNDERS)
+            .header("content-type", "application/json")
+            .body(body.to_string().into_bytes())
+            .unwrap();
+        client.send(request.map(Into::into))
+    };
+    let started = std::time::Instant::now();
+    let response = send("f-a").await.unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let status: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        status["message"],
+        "flunders.wardle.example.com \"f-a\" is forbidden: ValidatingAdmissionPolicy 'f' with binding 'f' denied request: validation failed due to running out of cost budget, no further validation rules will be run"
+    );
+    // failurePolicy Ignore: admitted.
+    let response = send("i-a").await.unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "not stalled"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn the_plugin_can_be_disabled() {
     let s = setup().await;
     s.core.set_validating_admission_policy(policy(

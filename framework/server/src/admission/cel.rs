@@ -17,7 +17,7 @@ use k8s_openapi::api::authorization::v1::{
 
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{
-    Activation, CompileError, Environment, EvalError, Expression, Value,
+    Activation, CompileError, Environment, EvalError, Expression, PER_CALL_LIMIT, Value,
 };
 use k8s_openapi::api::admissionregistration::v1::MatchCondition as MatchConditionSpec;
 use serde_json::json;
@@ -251,6 +251,10 @@ pub(crate) async fn evaluate_blocking<T: Send + 'static>(
         .map_err(|e| crate::error::Error::internal(format!("evaluating admission CEL: {e}")))
 }
 
+/// kube's words when an evaluation's budget runs out: the evaluation stops there.
+pub(crate) const OUT_OF_BUDGET: &str =
+    "validation failed due to running out of cost budget, no further validation rules will be run";
+
 /// An expression as compiled, or why it did not compile.
 #[derive(Clone, Debug)]
 pub(crate) struct Compiled {
@@ -277,15 +281,22 @@ impl Compiled {
             .expression
             .as_ref()
             .map_err(|e| format!("compilation error: {}", e.message()))?;
-        expression.evaluate(activation, budget).map_err(|e| match e {
-            EvalError::CostExceeded => {
-                "validation failed due to running out of cost budget, no further validation rules will be run"
-                    .to_string()
-            }
-            EvalError::Runtime(why) => {
-                format!("expression '{}' resulted in error: {why}", self.source)
-            }
-        })
+        expression
+            .evaluate(activation, budget)
+            .map_err(|e| match e {
+                // With more than a call's limit left, the call's own limit cut it (cel-go's
+                // cancellation, an error of this expression); else the evaluation's budget ran
+                // out (kube's activation.go).
+                EvalError::CostExceeded if budget.remaining() >= PER_CALL_LIMIT => format!(
+                    "expression '{}' resulted in error: {}",
+                    self.source,
+                    EvalError::CostExceeded
+                ),
+                EvalError::CostExceeded => OUT_OF_BUDGET.to_string(),
+                EvalError::Runtime(why) => {
+                    format!("expression '{}' resulted in error: {why}", self.source)
+                }
+            })
     }
 
     /// Evaluates it as a boolean.

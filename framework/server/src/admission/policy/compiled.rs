@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchResources, ParamKind, ValidatingAdmissionPolicy,
 };
 
-use crate::admission::cel::{Compiled, MatchConditions, Matched};
+use crate::admission::cel::{Compiled, MatchConditions, Matched, OUT_OF_BUDGET};
 
 /// kube's `MaxEvaluatedMessageExpressionSizeBytes`.
 const MAX_MESSAGE_LENGTH: usize = 5 * 1024;
@@ -147,6 +147,7 @@ impl CompiledPolicy {
                 .iter()
                 .find(|(name, _)| reads(&compiled.source, name));
             match failed {
+                Some((_, why)) if why == OUT_OF_BUDGET => Err(OUT_OF_BUDGET.to_string()),
                 Some((_, why)) => Err(format!(
                     "expression '{}' resulted in error: {why}",
                     compiled.source
@@ -165,6 +166,18 @@ impl CompiledPolicy {
                 Err(e) => Err(e),
             };
             match verdict {
+                // kube's validator: the one decision of this evaluation, by failurePolicy.
+                Err(message) if message == OUT_OF_BUDGET => {
+                    outcome.failures.clear();
+                    if self.fail_closed {
+                        outcome.failures.push(Failure {
+                            index,
+                            message,
+                            reason: String::new(),
+                        });
+                    }
+                    return outcome;
+                }
                 Ok(true) => {}
                 Ok(false) => {
                     let message = self.message(validation, &evaluate, budget);
@@ -396,6 +409,59 @@ mod tests {
         ignoring.fail_closed = false;
         let outcome = ignoring.validate(&input(1), &mut Budget::admission());
         assert!(outcome.failures.is_empty(), "{outcome:?}");
+    }
+
+    /// An object whose `items` are `n` numbers.
+    fn items(n: i64) -> Activation {
+        let items: Vec<i64> = (0..n).collect();
+        crate::admission::cel::activation(
+            Some(&json!({"spec": {"items": items}})),
+            None,
+            &json!({"operation": "CREATE"}),
+        )
+    }
+
+    #[test]
+    fn cost_cuts_each_call_and_then_the_evaluation() {
+        let nested = "object.spec.items.all(x, object.spec.items.all(y, x + y >= 0))";
+        // One call beyond the per-call limit: an error of that expression, the others run.
+        let p = policy(json!({"validations": [
+            {"expression": format!("object.spec.items.all(z, {nested})")},
+            {"expression": "false", "message": "runs"},
+        ]}));
+        let started = std::time::Instant::now();
+        let outcome = p.validate(&items(300), &mut Budget::admission());
+        let messages: Vec<&str> = outcome
+            .failures
+            .iter()
+            .map(|f| f.message.as_str())
+            .collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0]
+                .ends_with("resulted in error: operation cancelled: actual cost limit exceeded"),
+            "{messages:?}"
+        );
+        assert_eq!(messages[1], "runs");
+        // Many calls within the limit that together exceed the budget: kube's one decision.
+        let many: Vec<serde_json::Value> =
+            (0..200).map(|_| json!({"expression": nested})).collect();
+        let mut spec = json!({"validations": many});
+        let p = policy(spec.clone());
+        let outcome = p.validate(&items(300), &mut Budget::admission());
+        let messages: Vec<&str> = outcome
+            .failures
+            .iter()
+            .map(|f| f.message.as_str())
+            .collect();
+        assert_eq!(messages, [OUT_OF_BUDGET]);
+        spec["failurePolicy"] = json!("Ignore");
+        let outcome = policy(spec).validate(&items(300), &mut Budget::admission());
+        assert!(outcome.failures.is_empty(), "{outcome:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "not stalled"
+        );
     }
 
     #[test]

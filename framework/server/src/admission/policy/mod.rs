@@ -2,7 +2,9 @@
 //! resources. Policies and their bindings (`admissionregistration.k8s.io/v1`) are followed in
 //! the core cluster with [`core_api::follow`](crate::core_api::follow()), each policy compiled
 //! once per generation; CEL runs in the validating step, after the server's own plugins and
-//! the validating webhooks, on a blocking thread, with [`Budget::admission`] for the request.
+//! the validating webhooks, on a blocking thread, each evaluation (a binding with one param) with
+//! a [`Budget::admission`] of its own, as kube gives each its `RuntimeCELCostBudget`; an
+//! evaluation that runs out is cut with kube's message, subject to `failurePolicy`.
 //!
 //! A request goes to a policy whose `matchConstraints` match it (rules, `excludeResourceRules`,
 //! `namespaceSelector`, `objectSelector`, `matchPolicy`: the webhooks' matching) and to each of
@@ -338,19 +340,20 @@ impl AdmissionPlugin for ValidatingAdmissionPolicy {
     }
 }
 
-/// Runs the CEL of every binding on a blocking thread, with one budget for the request.
+/// Runs the CEL of every binding on a blocking thread, each evaluation (a binding with one
+/// param) with a budget of its own, as kube's dispatcher gives each `Validate` call
+/// `RuntimeCELCostBudget`.
 async fn evaluate(work: Vec<Work>) -> Result<Vec<(Work, Vec<Outcome>)>> {
     if work.is_empty() {
         return Ok(Vec::new());
     }
     cel::evaluate_blocking(move || {
-        let mut budget = Budget::admission();
         work.into_iter()
             .map(|w| {
                 let outcomes = w
                     .activations
                     .iter()
-                    .map(|a| w.policy.validate(a, &mut budget))
+                    .map(|a| w.policy.validate(a, &mut Budget::admission()))
                     .collect();
                 (w, outcomes)
             })
