@@ -86,6 +86,25 @@ impl Setup {
     async fn server(&self) -> TestServer {
         start(&self.dir.path().join("server"), &self.core, |_| {}).await
     }
+
+    /// The server, writing the audit events of every request at `Metadata` to the log whose
+    /// path it gives too.
+    async fn audited_server(&self) -> (TestServer, std::path::PathBuf) {
+        let audit_policy = self.dir.path().join("audit-policy.yaml");
+        std::fs::write(
+            &audit_policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+        )
+        .unwrap();
+        let log = self.dir.path().join("audit.log");
+        let log_path = log.display().to_string();
+        let server = start(&self.dir.path().join("server"), &self.core, move |o| {
+            o.audit.policy_file = Some(audit_policy);
+            o.audit.log_path = Some(log_path);
+        })
+        .await;
+        (server, log)
+    }
 }
 
 fn denial(code: u16, reason: &str, message: &str) -> Value {
@@ -170,19 +189,7 @@ async fn warn_reaches_kubectl_and_audit_the_audit_log() {
         &["Warn", "Audit"],
         json!({}),
     ));
-    let audit_policy = s.dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &audit_policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let log = s.dir.path().join("audit.log");
-    let log_path = log.display().to_string();
-    let server = start(&s.dir.path().join("server"), &s.core, move |o| {
-        o.audit.policy_file = Some(audit_policy);
-        o.audit.log_path = Some(log_path);
-    })
-    .await;
+    let (server, log) = s.audited_server().await;
 
     let (code, body, warnings) = create(&server, "a", "longer").await;
     assert_eq!(code, 201, "{body}");
@@ -204,19 +211,7 @@ async fn warn_reaches_kubectl_and_audit_the_audit_log() {
         out.stderr
     );
 
-    let text = std::fs::read_to_string(&log).unwrap();
-    let events: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let created = events
-        .iter()
-        .find(|e| {
-            e["stage"] == "ResponseComplete"
-                && e["verb"] == "create"
-                && e["objectRef"]["name"] == "a"
-        })
-        .expect("the create's event");
+    let created = created_event(&log, "a");
     let annotations = &created["annotations"];
     assert_eq!(annotations["short/length"], "6", "{annotations}");
     let failure: Value = serde_json::from_str(
@@ -233,7 +228,7 @@ async fn warn_reaches_kubectl_and_audit_the_audit_log() {
     server.stop().await;
 }
 
-/// The audit events of `log` that completed a create of `name`.
+/// The audit event of `log` that completed the create of `name`.
 fn created_event(log: &std::path::Path, name: &str) -> Value {
     let text = std::fs::read_to_string(log).unwrap();
     text.lines()
@@ -261,19 +256,7 @@ async fn several_audit_failures_keep_the_first_as_kube() {
         s.core
             .set_validating_admission_policy_binding(binding(name, name, &["Audit"], json!({})));
     }
-    let audit_policy = s.dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &audit_policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let log = s.dir.path().join("audit.log");
-    let log_path = log.display().to_string();
-    let server = start(&s.dir.path().join("server"), &s.core, move |o| {
-        o.audit.policy_file = Some(audit_policy);
-        o.audit.log_path = Some(log_path);
-    })
-    .await;
+    let (server, log) = s.audited_server().await;
     let (code, body, warnings) = create(&server, "a", "r").await;
     assert_eq!(code, 201, "{body}");
     assert!(warnings.is_empty(), "{warnings:?}");

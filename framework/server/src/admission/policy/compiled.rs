@@ -348,12 +348,17 @@ mod tests {
         CompiledPolicy::compile(&policy)
     }
 
-    fn input(replicas: i64) -> Activation {
+    /// A create of an object with `spec`.
+    fn create(spec: serde_json::Value) -> Activation {
         crate::admission::cel::activation(
-            Some(&json!({"spec": {"replicas": replicas}})),
+            Some(&json!({"spec": spec})),
             None,
             &json!({"operation": "CREATE"}),
         )
+    }
+
+    fn input(replicas: i64) -> Activation {
+        create(json!({"replicas": replicas}))
     }
 
     #[test]
@@ -414,11 +419,7 @@ mod tests {
     /// An object whose `items` are `n` numbers.
     fn items(n: i64) -> Activation {
         let items: Vec<i64> = (0..n).collect();
-        crate::admission::cel::activation(
-            Some(&json!({"spec": {"items": items}})),
-            None,
-            &json!({"operation": "CREATE"}),
-        )
+        create(json!({"items": items}))
     }
 
     #[test]
