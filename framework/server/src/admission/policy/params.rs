@@ -236,3 +236,67 @@ impl Params {
         Ok(found.into_iter().map(typed).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ApiResource;
+
+    use super::*;
+
+    /// A core that never answers: nothing listens on the port.
+    fn unreachable_core() -> kube::Client {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let uri = format!("http://127.0.0.1:{port}").parse().unwrap();
+        kube::Client::try_from(kube::Config::new(uri)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_core_kind_not_listed_yet_is_kubes_not_yet_synced() {
+        let shutdown = ShutdownSignal::new();
+        let client = unreachable_core();
+        let params = Params::new(client.clone(), OwnObjects::default(), shutdown.clone());
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let followed = core_api::follow_dynamic(
+            Api::<DynamicObject>::all_with(client, &resource),
+            resource,
+            watcher::Config::default(),
+            "configmaps".into(),
+            shutdown.clone(),
+            |_| {},
+        );
+        let key = ("v1".to_string(), "ConfigMap".to_string());
+        params.lock().insert(
+            key,
+            Source::Core {
+                followed,
+                namespaced: true,
+            },
+        );
+        let kind = ParamKind {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+        };
+        let reference = ParamRef {
+            name: Some("limits".into()),
+            ..ParamRef::default()
+        };
+        let started = std::time::Instant::now();
+        let answer = params
+            .collect(Some(&kind), Some(&reference), "default")
+            .await;
+        assert_eq!(
+            answer,
+            Err(
+                "paramKind kind `&ParamKind{APIVersion:v1,Kind:ConfigMap,}` not yet synced to use for admission"
+                    .to_string()
+            )
+        );
+        assert!(started.elapsed() >= SYNC_WAIT, "waited for the first list");
+        // Without a paramRef, no params are needed: evaluated once with null.
+        let none = params.collect(Some(&kind), None, "default").await;
+        assert_eq!(none, Ok(vec![Value::Null]));
+        shutdown.trigger();
+    }
+}
