@@ -379,14 +379,27 @@ mod tests {
         assert_eq!(evaluate(source, &recorder), Value::Bool(false));
         assert_eq!(recorder.0.lock().unwrap()[0].path, "/healthz");
         let source = "authorizer.group('').resource('pods').check('fail')";
-        assert_eq!(
-            evaluate(
-                &format!(
-                    "{source}.errored() && {source}.error() == 'broken' && {source}.reason() == 'by the test'"
-                ),
-                &recorder
-            ),
-            Value::Bool(true)
+        // Each check costs kube's 350000: two a call at most, so one a question here.
+        for question in [
+            ".errored()",
+            ".error() == 'broken'",
+            ".reason() == 'by the test'",
+        ] {
+            let answer = evaluate(&format!("{source}{question}"), &recorder);
+            assert_eq!(answer, Value::Bool(true), "{question}");
+        }
+        // A third check in one call is beyond the per-call limit.
+        let env = Environment::with_libraries(&["authorizer"], install);
+        let three = env
+            .compile(&format!(
+                "{source}.errored() && {source}.errored() && {source}.errored()"
+            ))
+            .unwrap();
+        let activation = Activation::new().with("authorizer", authorizer(recorder.clone()));
+        let refused = three.evaluate(&activation, &mut Budget::admission());
+        assert!(
+            matches!(refused, Err(crate::cel::EvalError::CostExceeded)),
+            "{refused:?}"
         );
     }
 }
