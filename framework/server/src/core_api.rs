@@ -139,13 +139,31 @@ pub fn follow<K>(
     config: watcher::Config,
     what: String,
     shutdown: ShutdownSignal,
-    mut on_change: impl FnMut(&Store<K>) + Send + 'static,
+    on_change: impl FnMut(&Store<K>) + Send + 'static,
 ) -> Followed<K>
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
+    follow_dynamic(api, Default::default(), config, what, shutdown, on_change)
+}
+
+/// [`follow`] of a kind known at run time (`dyntype`: a [`DynamicObject`](kube::api::DynamicObject)'s
+/// [`ApiResource`](kube::api::ApiResource)).
+pub fn follow_dynamic<K>(
+    api: kube::Api<K>,
+    dyntype: K::DynamicType,
+    config: watcher::Config,
+    what: String,
+    shutdown: ShutdownSignal,
+    mut on_change: impl FnMut(&Store<K>) + Send + 'static,
+) -> Followed<K>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
     let synced = Arc::new(AtomicBool::new(false));
     let followed = Followed {
         store: store.clone(),

@@ -251,7 +251,9 @@ async fn answer(
 // The server
 // ---------------------------------------------------------------------------------------
 
-async fn start(
+/// The server with `group()`, delegating to `core`, with its options as `configure` leaves them
+/// (shared with the ValidatingAdmissionPolicy tests).
+pub(crate) async fn start(
     dir: &std::path::Path,
     core: &FakeCore,
     configure: impl FnOnce(&mut extension_apiserver::server::ServerOptions),
@@ -1057,4 +1059,61 @@ async fn the_webhook_plugins_can_be_disabled() {
         .core
         .lists_and_watches("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations");
     assert_eq!(lists, 0, "not followed when disabled");
+}
+
+#[tokio::test]
+async fn match_conditions_choose_the_calls_and_their_errors_follow_the_failure_policy() {
+    let s = setup().await;
+    let named = s.webhooks.hook(
+        "named.example.com",
+        "/named",
+        rules(&["CREATE"], &["*"], &["flunders"]),
+        json!({"matchConditions": [
+            {"name": "mc", "expression": "object.metadata.name.startsWith('mc-')"},
+            {"name": "create", "expression": "request.operation == 'CREATE'"},
+        ]}),
+    );
+    let ignoring = s.webhooks.hook(
+        "ignoring.example.com",
+        "/ignoring",
+        rules(&["UPDATE"], &["*"], &["flunders"]),
+        json!({"failurePolicy": "Ignore",
+               "matchConditions": [{"name": "broken", "expression": "object.spec.nothing == 1"}]}),
+    );
+    s.core
+        .set_validating_webhook_configuration(configuration("conditions", vec![named, ignoring]));
+    let server = s.server().await;
+    assert_eq!(create(&server, "other").await.0, 201);
+    assert!(
+        s.webhooks.reviews("/named").is_empty(),
+        "excluded: not called"
+    );
+    assert_eq!(create(&server, "mc-a").await.0, 201);
+    assert_eq!(s.webhooks.reviews("/named").len(), 1);
+
+    // An error with `Ignore`: not called, admitted.
+    let (code, body, _) = request_patch(&server, "mc-a", json!({"spec": {"reference": "s"}})).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(s.webhooks.reviews("/ignoring").is_empty());
+
+    // An error with `Fail`: kube's 403 of the matcher's error, not called.
+    let failing = s.webhooks.hook(
+        "failing.example.com",
+        "/failing",
+        rules(&["UPDATE"], &["*"], &["flunders"]),
+        json!({"matchConditions": [{"name": "broken", "expression": "object.spec.nothing == 1"}]}),
+    );
+    s.core
+        .set_validating_webhook_configuration(configuration("failing", vec![failing]));
+    let refused = extension_apiserver_testing::eventually(|| async {
+        let (code, body, _) =
+            request_patch(&server, "mc-a", json!({"spec": {"reference": "t"}})).await;
+        code == 403
+            && body["message"].as_str().unwrap_or_default().starts_with(
+                "flunders.wardle.example.com \"mc-a\" is forbidden: expression 'object.spec.nothing == 1' resulted in error: ",
+            )
+    })
+    .await;
+    assert!(refused);
+    assert!(s.webhooks.reviews("/failing").is_empty());
 }

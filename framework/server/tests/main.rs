@@ -1,6 +1,7 @@
 //! The server crate's integration tests, one binary: each file is a module.
 
 mod admission;
+mod admission_policies;
 mod admission_webhooks;
 mod aggregator;
 mod aggregator_compat;

@@ -11,8 +11,9 @@
 //!   Nodes (`/api/v1/nodes`), Pods (`/api/v1/namespaces/{ns}/pods`, and `/api/v1/pods` across
 //!   namespaces),
 //!   APIServices (`/apis/apiregistration.k8s.io/v1/apiservices`, with `/status`) and
-//!   Mutating/ValidatingWebhookConfigurations (`/apis/admissionregistration.k8s.io/v1/…`,
-//!   defaulted as kube-apiserver defaults them): get, list
+//!   Mutating/ValidatingWebhookConfigurations and ValidatingAdmissionPolicies and their
+//!   bindings (`/apis/admissionregistration.k8s.io/v1/…`, defaulted as kube-apiserver
+//!   defaults them): get, list
 //!   (`fieldSelector=metadata.name=…`, `labelSelector=…`), watch (`watch=true`, from a
 //!   `resourceVersion`), create,
 //!   update (409 on a stale `resourceVersion`), merge/JSON patch and delete, with one global
@@ -568,6 +569,59 @@ impl FakeCore {
         self.inner.remove(&collection, name).ok();
     }
 
+    /// Creates or replaces a `ValidatingAdmissionPolicy`, defaulted as kube-apiserver
+    /// defaults one (`failurePolicy: Fail`, `matchPolicy: Equivalent`, empty selectors).
+    pub fn set_validating_admission_policy(&self, mut object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("policy has metadata.name")
+            .to_string();
+        let spec = &mut object["spec"];
+        if spec.get("failurePolicy").is_none() {
+            spec["failurePolicy"] = json!("Fail");
+        }
+        if let Some(constraints) = spec["matchConstraints"].as_object_mut() {
+            constraints
+                .entry("matchPolicy")
+                .or_insert(json!("Equivalent"));
+            constraints.entry("namespaceSelector").or_insert(json!({}));
+            constraints.entry("objectSelector").or_insert(json!({}));
+        }
+        let generation = lock(&self.inner.objects)
+            .items
+            .get(&admission_policies("validatingadmissionpolicies"))
+            .and_then(|c| c.get(&name))
+            .map_or(0, |o| o["metadata"]["generation"].as_i64().unwrap_or(0));
+        object["metadata"]["generation"] = json!(generation + 1);
+        self.put(
+            admission_policies("validatingadmissionpolicies"),
+            &name,
+            object,
+        );
+    }
+
+    /// Creates or replaces a `ValidatingAdmissionPolicyBinding`.
+    pub fn set_validating_admission_policy_binding(&self, object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("binding has metadata.name")
+            .to_string();
+        let collection = admission_policies("validatingadmissionpolicybindings");
+        self.put(collection, &name, object);
+    }
+
+    /// Deletes a `ValidatingAdmissionPolicy`.
+    pub fn delete_validating_admission_policy(&self, name: &str) {
+        let collection = admission_policies("validatingadmissionpolicies");
+        self.inner.remove(&collection, name).ok();
+    }
+
+    /// Deletes a `ValidatingAdmissionPolicyBinding`.
+    pub fn delete_validating_admission_policy_binding(&self, name: &str) {
+        let collection = admission_policies("validatingadmissionpolicybindings");
+        self.inner.remove(&collection, name).ok();
+    }
+
     fn put(&self, collection: Collection, name: &str, object: Value) {
         self.inner
             .put(collection, name, object, PutMode::Replace)
@@ -588,6 +642,10 @@ fn core_collection(resource: &str, namespace: &str) -> Collection {
 
 /// The admissionregistration group's path.
 const ADMISSION_V1: &str = "/apis/admissionregistration.k8s.io/v1";
+
+fn admission_policies(resource: &str) -> Collection {
+    (ADMISSION_V1.into(), resource.into(), String::new())
+}
 
 fn webhook_configurations(resource: &str) -> Collection {
     (ADMISSION_V1.into(), resource.into(), String::new())
@@ -647,6 +705,14 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
             "ValidatingWebhookConfiguration",
             "admissionregistration.k8s.io/v1",
         )),
+        (ADMISSION_V1, "validatingadmissionpolicies") => Some((
+            "ValidatingAdmissionPolicy",
+            "admissionregistration.k8s.io/v1",
+        )),
+        (ADMISSION_V1, "validatingadmissionpolicybindings") => Some((
+            "ValidatingAdmissionPolicyBinding",
+            "admissionregistration.k8s.io/v1",
+        )),
         _ => None,
     }
 }
@@ -654,9 +720,10 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
 fn with_type(mut object: Value, kind: &str) -> Value {
     let api_version = match kind {
         "APIService" => "apiregistration.k8s.io/v1",
-        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
-            "admissionregistration.k8s.io/v1"
-        }
+        "MutatingWebhookConfiguration"
+        | "ValidatingWebhookConfiguration"
+        | "ValidatingAdmissionPolicy"
+        | "ValidatingAdmissionPolicyBinding" => "admissionregistration.k8s.io/v1",
         _ => "v1",
     };
     object["kind"] = json!(kind);
@@ -1029,6 +1096,16 @@ const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
             (
                 "validatingwebhookconfigurations",
                 "ValidatingWebhookConfiguration",
+                false,
+            ),
+            (
+                "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicy",
+                false,
+            ),
+            (
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
                 false,
             ),
         ],

@@ -14,6 +14,7 @@
 //!   runtime cost of an evaluation, in kube's units;
 //! - [`convert`]: JSON to CEL values and back.
 
+pub mod authz;
 mod check;
 pub mod convert;
 pub mod cost;

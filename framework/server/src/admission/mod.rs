@@ -22,14 +22,18 @@
 //! Built in, on whenever the server has a core kube-apiserver: [`NamespaceLifecycle`] first,
 //! and after the server's own plugins [`MutatingAdmissionWebhook`] and
 //! [`ValidatingAdmissionWebhook`], which call the cluster's admission webhooks
-//! ([`webhook`]). Plugins of your own are added with
+//! ([`webhook`]), then [`ValidatingAdmissionPolicy`], which evaluates the cluster's
+//! ValidatingAdmissionPolicies in CEL ([`policy`]). Plugins of your own are added with
 //! [`APIServer::admission_plugin`](crate::server::APIServer::admission_plugin); all of them
 //! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
 //! ([`AdmissionOptions`]).
 
 pub(crate) mod attributes;
+pub(crate) mod cel;
 pub(crate) mod namespace;
+pub(crate) mod objects;
 pub(crate) mod options;
+pub mod policy;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -42,13 +46,21 @@ use crate::error::Result;
 // Each part's public items, under this module's name (the parts themselves are private).
 pub use attributes::*;
 pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
+pub use cel::{AdmissionAuthorizer, core_authorizer};
 pub use namespace::*;
 pub use namespace::{CoreNamespaces, NamespaceLifecycle};
+pub use objects::{ObjectReader, OwnObjects};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
+pub use policy::ValidatingAdmissionPolicy;
 pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// The plugins built into the framework, as the admission flags name them.
-pub const BUILT_IN_PLUGINS: &[&str] = &[namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
+pub const BUILT_IN_PLUGINS: &[&str] = &[
+    namespace::NAME,
+    webhook::MUTATING,
+    webhook::VALIDATING,
+    policy::NAME,
+];
 
 /// One admission plugin, as kube's `admission.Interface` with its `ValidationInterface`: it
 /// looks at the requests it [`handles`](Self::handles) and may refuse them in
@@ -263,14 +275,19 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 
 /// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
 /// server has a core API to follow namespaces in, then the server's own plugins (`own`) in
-/// the order they were added, then, with a core API, MutatingAdmissionWebhook and
-/// ValidatingAdmissionWebhook (so webhooks run after the in-process plugins of their step),
-/// each on unless disabled.
+/// the order they were added, then, with a core API, MutatingAdmissionWebhook,
+/// ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so webhooks and policies run
+/// after the in-process plugins of their step, as kube orders its validating plugins), each
+/// on unless disabled. CEL's `authorizer` asks `authorizer` (the server's), or without one
+/// the core cluster ([`core_authorizer`]). A policy's params of a kind the server serves are
+/// read from `objects`, in process.
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
     shutdown: &crate::lifecycle::ShutdownSignal,
     own: Vec<Plugin>,
+    authorizer: Option<AdmissionAuthorizer>,
+    objects: OwnObjects,
 ) -> std::result::Result<Admission, AdmissionOptionsError> {
     let mut known: Vec<&str> = BUILT_IN_PLUGINS.to_vec();
     for plugin in &own {
@@ -281,7 +298,7 @@ pub fn build(
     }
     options.validate(&known)?;
     let mut admission = Admission::new();
-    let wanted = [namespace::NAME, webhook::MUTATING, webhook::VALIDATING];
+    let wanted = BUILT_IN_PLUGINS;
     // One follower of the core cluster's namespaces for every plugin that reads them.
     let namespaces = core
         .filter(|_| wanted.iter().any(|name| options.enabled(name, true)))
@@ -298,7 +315,19 @@ pub fn build(
         }
     }
     if let (Some(client), Some(namespaces)) = (core, namespaces) {
-        admission = with_webhooks(admission, options, client, namespaces, shutdown);
+        let authorizer = authorizer.unwrap_or_else(|| core_authorizer(client.clone()));
+        let core = (client, &namespaces, authorizer.clone());
+        admission = with_webhooks(admission, options, core, shutdown);
+        if options.enabled(policy::NAME, true) {
+            let plugin = ValidatingAdmissionPolicy::start(
+                client.clone(),
+                namespaces.clone(),
+                authorizer,
+                objects,
+                shutdown.clone(),
+            );
+            admission = admission.with(Plugin::shared_validating(plugin));
+        }
     }
     Ok(admission)
 }
@@ -307,8 +336,7 @@ pub fn build(
 fn with_webhooks(
     mut admission: Admission,
     options: &AdmissionOptions,
-    client: &kube::Client,
-    namespaces: CoreNamespaces,
+    (client, namespaces, authorizer): (&kube::Client, &CoreNamespaces, AdmissionAuthorizer),
     shutdown: &crate::lifecycle::ShutdownSignal,
 ) -> Admission {
     let mutating = options.enabled(webhook::MUTATING, true);
@@ -316,7 +344,7 @@ fn with_webhooks(
     if !mutating && !validating {
         return admission;
     }
-    let context = webhook::WebhookContext::new(namespaces);
+    let context = webhook::WebhookContext::new(namespaces.clone(), authorizer);
     if mutating {
         let plugin =
             MutatingAdmissionWebhook::start(client.clone(), context.clone(), shutdown.clone());

@@ -121,7 +121,8 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
         }),
         // What the server reads and writes itself: namespaces for the NamespaceLifecycle
         // admission and webhooks' namespaceSelectors, the webhook configurations the
-        // admission webhook plugins follow, its APIServices for --register-apiservice.
+        // admission webhook plugins follow and the ValidatingAdmissionPolicies and bindings
+        // the policy plugin follows, its APIServices for --register-apiservice.
         to_value(ClusterRole {
             metadata: m.meta(&m.name, None),
             rules: Some(vec![
@@ -134,6 +135,16 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
                 rule(
                     "admissionregistration.k8s.io",
                     "validatingwebhookconfigurations",
+                    &["get", "list", "watch"],
+                ),
+                rule(
+                    "admissionregistration.k8s.io",
+                    "validatingadmissionpolicies",
+                    &["get", "list", "watch"],
+                ),
+                rule(
+                    "admissionregistration.k8s.io",
+                    "validatingadmissionpolicybindings",
                     &["get", "list", "watch"],
                 ),
                 rule(

@@ -26,6 +26,8 @@ impl VersionBuilder {
     /// Serves `T` with the generic [`Store`](crate::registry::store::Store): `{plural}` and, when `T` has a status,
     /// `{plural}/status`.
     pub fn resource<T: Strategy>(mut self) -> Self {
+        self.declarations
+            .push(Box::new(|config| config.serves_kind::<T>()));
         let factory: StorageFactory = Box::new(|config| {
             let store = config.store::<T>();
             let plural = T::INFO.plural;
@@ -76,8 +78,10 @@ impl VersionBuilder {
         S: Convertible<H> + Strategy,
         H: Strategy,
     {
-        self.declarations
-            .push(Box::new(|config| config.decodes::<S, H>()));
+        self.declarations.push(Box::new(|config| {
+            config.decodes::<S, H>();
+            config.serves_converted::<S, H>();
+        }));
         let factory: StorageFactory = Box::new(|config| {
             let plural = S::INFO.plural;
             // A computed hub: its mirror's `get`, `list` and `watch`, converted.
@@ -159,8 +163,10 @@ impl VersionBuilder {
             (storage.reader(), storage.rest_storage())
         });
         let declared = make.clone();
-        self.declarations
-            .push(Box::new(move |config| config.declare_computed(&declared)));
+        self.declarations.push(Box::new(move |config| {
+            config.declare_computed(&declared);
+            config.serves_kind::<P::Object>();
+        }));
         let factory: StorageFactory = Box::new(|config| {
             let (_, storage) = config
                 .computed::<P::Object>()

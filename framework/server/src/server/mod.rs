@@ -13,6 +13,7 @@ pub(crate) mod migrate;
 pub(crate) mod options;
 #[cfg(feature = "otlp")]
 mod otel;
+mod own_objects;
 pub(crate) mod plugins;
 pub mod serve;
 pub mod serving_cert;

@@ -26,6 +26,10 @@ pub(super) type PendingSetup = Box<dyn Any + Send + Sync>;
 /// A computed kind's reader, and its `get`, `list` and `watch` (of its mirror).
 pub(super) type Computed<T> = (Reader<T>, RestStorage);
 
+/// Makes the reader of a served kind for admission (see `own_objects`).
+pub(super) type MakeObjectReader =
+    Arc<dyn Fn(&StorageConfig) -> Arc<dyn crate::admission::ObjectReader> + Send + Sync>;
+
 /// Makes a computed kind's storage on a server's [`StorageConfig`].
 pub(super) type MakeComputed<T> = Arc<dyn Fn(&StorageConfig) -> Computed<T> + Send + Sync>;
 
@@ -62,6 +66,8 @@ pub struct StorageConfig {
     pub(super) migrators: Mutex<Vec<StorageMigrator>>,
     /// An `Arc<ComputedKind<T>>` per computed kind `T`.
     pub(super) computed: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    /// The kinds the groups serve, by `(apiVersion, kind)`, for admission.
+    pub(super) kinds: Mutex<HashMap<(String, String), MakeObjectReader>>,
 }
 
 impl std::fmt::Debug for StorageConfig {
@@ -94,6 +100,7 @@ impl StorageConfig {
             pending: Mutex::default(),
             migrators: Mutex::default(),
             computed: Mutex::default(),
+            kinds: Mutex::default(),
         }
     }
 

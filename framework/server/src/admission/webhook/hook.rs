@@ -1,6 +1,7 @@
 //! One webhook of a `MutatingWebhookConfiguration` or `ValidatingWebhookConfiguration`, read
 //! once into the shape both dispatchers use, with the API's defaults for fields left out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -8,6 +9,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::admission::cel::MatchConditions;
 
 /// kube's `timeoutSeconds` default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,6 +37,8 @@ pub(crate) struct Hook {
     pub(crate) client_config: WebhookClientConfig,
     /// `reinvocationPolicy: IfNeeded` (mutating only; the default is `Never`).
     pub(crate) reinvoke_if_needed: bool,
+    /// `matchConditions`, compiled once per configuration seen.
+    pub(crate) match_conditions: Arc<MatchConditions>,
 }
 
 impl Hook {
@@ -58,6 +63,9 @@ impl Hook {
             ignore_failures: hook.failure_policy.as_deref() == Some("Ignore"),
             client_config: hook.client_config.clone(),
             reinvoke_if_needed: hook.reinvocation_policy.as_deref() == Some("IfNeeded"),
+            match_conditions: Arc::new(MatchConditions::compile(
+                hook.match_conditions.as_deref().unwrap_or_default(),
+            )),
         }
     }
 
@@ -75,6 +83,9 @@ impl Hook {
             ignore_failures: hook.failure_policy.as_deref() == Some("Ignore"),
             client_config: hook.client_config.clone(),
             reinvoke_if_needed: false,
+            match_conditions: Arc::new(MatchConditions::compile(
+                hook.match_conditions.as_deref().unwrap_or_default(),
+            )),
         }
     }
 

@@ -25,8 +25,8 @@
 mod client;
 mod hook;
 mod review;
-mod rules;
-mod selectors;
+pub(crate) mod rules;
+pub(crate) mod selectors;
 
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -44,6 +44,7 @@ use self::client::Clients;
 use self::hook::Hook;
 use self::review::Answer;
 use self::rules::Invocation;
+use crate::admission::cel::{self, Matched};
 use crate::admission::namespace::CoreNamespaces;
 use crate::admission::{AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation};
 use crate::core_api::{self, Followed};
@@ -55,17 +56,21 @@ pub const MUTATING: &str = "MutatingAdmissionWebhook";
 /// The validating plugin's name.
 pub const VALIDATING: &str = "ValidatingAdmissionWebhook";
 
-/// What both plugins share: the core cluster's namespaces and the webhook clients.
+/// What both plugins share: the core cluster's namespaces, the authorizer of
+/// `matchConditions`' `authorizer`, and the webhook clients.
 pub struct WebhookContext {
     namespaces: CoreNamespaces,
+    authorizer: cel::AdmissionAuthorizer,
     clients: Clients,
 }
 
 impl WebhookContext {
-    /// A context reading `namespaces` (followed by the caller, shared with other plugins).
-    pub fn new(namespaces: CoreNamespaces) -> Arc<Self> {
+    /// A context reading `namespaces` (followed by the caller, shared with other plugins) and
+    /// asking `authorizer` for `authorizer` checks.
+    pub fn new(namespaces: CoreNamespaces, authorizer: cel::AdmissionAuthorizer) -> Arc<Self> {
         Arc::new(Self {
             namespaces,
+            authorizer,
             clients: Clients::default(),
         })
     }
@@ -349,7 +354,50 @@ impl WebhookContext {
         }
         namespace?;
         object?;
+        if !hook.match_conditions.is_empty()
+            && !self.conditions_match(hook, &invocation, attributes).await?
+        {
+            return Ok(None);
+        }
         Ok(Some(invocation))
+    }
+
+    /// kube's `matchConditions` of a webhook, on the objects in the version its rules matched:
+    /// all true calls it, one false skips it; an error skips it with `failurePolicy: Ignore`
+    /// and is kube's 403 (`NewForbidden` of the matcher's error) with `Fail`.
+    async fn conditions_match(
+        &self,
+        hook: &Hook,
+        invocation: &Invocation,
+        attributes: &Attributes,
+    ) -> Result<bool> {
+        let convert = |object: &Option<Value>| -> Result<Option<Value>> {
+            match (object, &invocation.convertor) {
+                (Some(o), Some(c)) => c.to_served(o).map(Some),
+                (object, _) => Ok(object.clone()),
+            }
+        };
+        let object = convert(&attributes.object)?;
+        let old_object = convert(&attributes.old_object)?;
+        let request = cel::request(attributes, &invocation.resource, &invocation.kind);
+        let activation = cel::activation(object.as_ref(), old_object.as_ref(), &request);
+        let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
+        let activation = cel::with_authorizer(activation, authorizer, attributes);
+        let conditions = hook.match_conditions.clone();
+        let matched = cel::evaluate_blocking(move || {
+            let mut budget = extension_apiserver_machinery::cel::cost::Budget::admission();
+            conditions.evaluate(&activation, &mut budget)
+        })
+        .await?;
+        match matched {
+            Matched::Yes => Ok(true),
+            Matched::No(_) => Ok(false),
+            Matched::Error(_) if hook.ignore_failures => Ok(false),
+            Matched::Error(why) => {
+                tracing::warn!(webhook = %hook.name, "failed evaluating match conditions, failing closed: {why}");
+                Err(attributes.forbidden(why))
+            }
+        }
     }
 
     /// One mutating webhook; `Ok(true)` when it changed the object.

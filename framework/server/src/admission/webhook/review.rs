@@ -21,35 +21,11 @@ pub(crate) fn review(
     object: Option<&Value>,
     old_object: Option<&Value>,
 ) -> Value {
-    let kind = &invocation.kind;
-    let resource = &invocation.resource;
-    let request_kind = &attributes.request_kind;
-    let request_resource = &attributes.request_resource;
-    let mut request = json!({
-        "uid": uid,
-        "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
-        "resource": {"group": resource.group, "version": resource.version, "resource": resource.resource},
-        "requestKind": {"group": request_kind.group, "version": request_kind.version, "kind": request_kind.kind},
-        "requestResource": {"group": request_resource.group, "version": request_resource.version, "resource": request_resource.resource},
-        "operation": attributes.operation.as_str(),
-        "userInfo": attributes.user,
-        "object": object,
-        "oldObject": old_object,
-        "dryRun": attributes.dry_run,
-        "options": attributes.options,
-    });
-    // Go's `omitempty` on these.
-    let optional = [
-        ("subResource", &attributes.subresource),
-        ("requestSubResource", &attributes.subresource),
-        ("name", &attributes.name),
-        ("namespace", &attributes.namespace),
-    ];
-    for (key, value) in optional {
-        if !value.is_empty() {
-            request[key] = json!(value);
-        }
-    }
+    let mut request =
+        crate::admission::cel::request(attributes, &invocation.resource, &invocation.kind);
+    request["uid"] = json!(uid);
+    request["object"] = json!(object);
+    request["oldObject"] = json!(old_object);
     json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request})
 }
 

@@ -65,6 +65,17 @@ pub(crate) fn rule_matches(rule: &RuleWithOperations, request: &Request<'_>) -> 
 /// named it; with `matchPolicy: Equivalent`, then on the same resource in the server's other
 /// versions, earlier rules first (kube's order).
 pub(crate) fn invocation(hook: &Hook, attributes: &Attributes) -> Option<Invocation> {
+    matching(&hook.rules, hook.equivalent, attributes, rule_matches)
+}
+
+/// [`invocation`] for any kind of rule (a policy's `NamedRuleWithOperations` too), `matches`
+/// saying whether one rule matches a request.
+pub(crate) fn matching<R>(
+    rules: &[R],
+    equivalent: bool,
+    attributes: &Attributes,
+    matches: impl Fn(&R, &Request<'_>) -> bool,
+) -> Option<Invocation> {
     let equivalents = attributes.equivalent_resources();
     let request = Request {
         operation: attributes.operation,
@@ -72,7 +83,7 @@ pub(crate) fn invocation(hook: &Hook, attributes: &Attributes) -> Option<Invocat
         subresource: &attributes.subresource,
         namespaced: !attributes.namespace.is_empty(),
     };
-    if hook.rules.iter().any(|r| rule_matches(r, &request)) {
+    if rules.iter().any(|r| matches(r, &request)) {
         let own = equivalents
             .iter()
             .find(|e| e.resource == attributes.request_resource);
@@ -82,10 +93,10 @@ pub(crate) fn invocation(hook: &Hook, attributes: &Attributes) -> Option<Invocat
             convertor: own.and_then(|e| e.convertor.clone()),
         });
     }
-    if !hook.equivalent {
+    if !equivalent {
         return None;
     }
-    for rule in &hook.rules {
+    for rule in rules {
         for equivalent in equivalents
             .iter()
             .filter(|e| e.resource != attributes.request_resource)
@@ -94,7 +105,7 @@ pub(crate) fn invocation(hook: &Hook, attributes: &Attributes) -> Option<Invocat
                 resource: &equivalent.resource,
                 ..request
             };
-            if rule_matches(rule, &other) {
+            if matches(rule, &other) {
                 return Some(Invocation {
                     resource: equivalent.resource.clone(),
                     kind: equivalent.kind.clone(),

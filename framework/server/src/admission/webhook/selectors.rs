@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt as _};
 use kube::runtime::reflector::ObjectRef;
@@ -68,19 +69,28 @@ impl CoreNamespaces {
     }
 
     async fn labels(&self, namespace: &str) -> Result<BTreeMap<String, String>> {
+        Ok(self
+            .get(namespace)
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default())
+    }
+
+    /// The namespace `namespace`, from the cache or else from the core API.
+    pub(crate) async fn get(&self, namespace: &str) -> Result<Namespace> {
         if let Some(ns) = self.followed.store().get(&ObjectRef::new(namespace)) {
-            return Ok(ns.metadata.labels.clone().unwrap_or_default());
+            return Ok(Namespace::clone(&ns));
         }
         // Not followed yet, or not there: kube asks the API, and answers a namespace that
         // does not exist with its 404, as NamespaceLifecycle would.
-        let found = match self.api.get_opt(namespace).await {
-            Ok(Some(found)) => found,
-            Ok(None) => return Err(namespace_not_found(namespace)),
+        match self.api.get_opt(namespace).await {
+            Ok(Some(found)) => Ok(found),
+            Ok(None) => Err(namespace_not_found(namespace)),
             Err(e) => {
                 let why = format!("looking up namespace {namespace:?}: {e}");
-                return Err(Error::internal(why));
+                Err(Error::internal(why))
             }
-        };
-        Ok(found.metadata.labels.unwrap_or_default())
+        }
     }
 }

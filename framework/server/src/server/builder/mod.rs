@@ -754,7 +754,10 @@ impl APIServer {
         let auth = delegating::build(&self.options.auth, &client_ca, shutdown.clone()).await?;
         let auth = self.extensions.wrap_auth(auth);
         let mode = auth.mode;
-        let bound = self.bind_and_wire(&tls, &storage, &shutdown).await?;
+        let admission_authorizer = admission_authorizer(auth.authorizer.clone());
+        let bound = self
+            .bind_and_wire(&tls, &storage, &shutdown, admission_authorizer)
+            .await?;
         let (checks, hooks) = self.extensions.take_checks_and_hooks();
         let health = self.health_state(
             backend.clone(),
@@ -841,6 +844,7 @@ impl APIServer {
         tls: &ServingTls,
         storage: &StorageConfig,
         shutdown: &ShutdownSignal,
+        authorizer: crate::admission::AdmissionAuthorizer,
     ) -> Result<Bound, ServerError> {
         let options = &self.options;
         let listener = TcpListener::bind((options.bind_address, options.secure_port)).await?;
@@ -865,6 +869,8 @@ impl APIServer {
             wiring.core.as_ref(),
             shutdown,
             own.collect(),
+            Some(authorizer),
+            storage.own_objects(),
         )?;
         let audit = options.audit.build(shutdown).await?;
         Ok(Bound {
@@ -1072,6 +1078,43 @@ fn follow_serving_certificate(
             }
         }
     });
+}
+
+/// Admission CEL's `authorizer` asks the server's own authorizer (always-allowed groups, then
+/// SubjectAccessReview in delegated mode), as kube hands admission its authorizer; kube's
+/// library asks of any API version (`*`).
+fn admission_authorizer(
+    authorizer: Arc<dyn crate::auth::Authorizer>,
+) -> crate::admission::AdmissionAuthorizer {
+    use extension_apiserver_machinery::cel::authz::Decision;
+    Arc::new(move |user, check| {
+        let authorizer = authorizer.clone();
+        Box::pin(async move {
+            let attributes = crate::auth::authorizer::Attributes {
+                user: &user,
+                verb: &check.verb,
+                resource_request: check.path.is_empty(),
+                api_group: &check.group,
+                api_version: "*",
+                resource: &check.resource,
+                subresource: &check.subresource,
+                namespace: &check.namespace,
+                name: &check.name,
+                path: &check.path,
+            };
+            match authorizer.authorize(&attributes).await {
+                Ok(answer) => Decision {
+                    allowed: answer.is_allowed(),
+                    reason: answer.reason,
+                    error: String::new(),
+                },
+                Err(e) => Decision {
+                    error: e.to_string(),
+                    ..Decision::default()
+                },
+            }
+        })
+    })
 }
 
 #[cfg(test)]
