@@ -28,21 +28,7 @@ async fn create_labelled(
     let body = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
                       "metadata": {"name": name, "labels": labels},
                       "spec": {"reference": reference}});
-    let request = http::Request::post(FLUNDERS)
-        .header("content-type", "application/json")
-        .body(body.to_string().into_bytes())
-        .unwrap();
-    let response = server.client().send(request.map(Into::into)).await.unwrap();
-    let code = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_string())
-        .collect();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (code, body, warnings)
+    crate::admission_webhooks::request(server, "POST", FLUNDERS, Some(body)).await
 }
 
 /// A policy on flunders' creates with `spec` added.

@@ -271,7 +271,7 @@ pub(crate) async fn start(
 }
 
 /// `(code, body, warnings)` of a request as the admin.
-async fn request(
+pub(crate) async fn request(
     server: &TestServer,
     method: &str,
     path: &str,
