@@ -3,17 +3,14 @@
 //! variables of a request (`object`, `oldObject`, `request`, `params`, `namespaceObject`,
 //! `variables`, `authorizer`, `authorizer.requestResource`), and `matchConditions` themselves.
 //!
-//! `authorizer` asks the core cluster with SubjectAccessReviews for the requester, as the
-//! server's delegated authorizer does; CEL is synchronous, so expressions that may call it
+//! `authorizer` asks the server's own authorizer for the requester (always-allowed groups,
+//! then SubjectAccessReview when delegated); CEL is synchronous, so expressions that may call it
 //! are evaluated on a blocking thread ([`evaluate_blocking`]), which waits for the answer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use extension_apiserver_machinery::cel::authz::{self, Authorize, Check, Decision};
-use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{
@@ -101,69 +98,12 @@ pub(crate) fn activation(
 
 /// How admission CEL's `authorizer` asks the server's authorizer whether a user may do what
 /// a check says (kube hands admission its authorizer the same way): the builder makes one of
-/// the server's authorizer; [`core_authorizer`] asks the core cluster directly.
+/// the server's authorizer.
 pub type AdmissionAuthorizer = Arc<
     dyn Fn(crate::user::UserInfo, Check) -> futures::future::BoxFuture<'static, Decision>
         + Send
         + Sync,
 >;
-
-/// An [`AdmissionAuthorizer`] asking the core cluster with SubjectAccessReviews.
-pub fn core_authorizer(client: kube::Client) -> AdmissionAuthorizer {
-    let api: kube::Api<SubjectAccessReview> = kube::Api::all(client);
-    Arc::new(move |user, check| {
-        let api = api.clone();
-        Box::pin(async move {
-            let review = subject_access_review(&user, &check);
-            match api.create(&Default::default(), &review).await {
-                Ok(answer) => {
-                    let status = answer.status.unwrap_or_default();
-                    Decision {
-                        allowed: status.allowed && status.denied != Some(true),
-                        reason: status.reason.unwrap_or_default(),
-                        error: status.evaluation_error.unwrap_or_default(),
-                    }
-                }
-                Err(e) => Decision {
-                    error: e.to_string(),
-                    ..Decision::default()
-                },
-            }
-        })
-    })
-}
-
-fn given(field: &str) -> Option<String> {
-    (!field.is_empty()).then(|| field.to_string())
-}
-
-fn subject_access_review(user: &crate::user::UserInfo, check: &Check) -> SubjectAccessReview {
-    let non_resource = !check.path.is_empty();
-    SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.name.clone()),
-            groups: Some(user.groups.clone()),
-            uid: given(&user.uid),
-            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-            non_resource_attributes: non_resource.then(|| NonResourceAttributes {
-                path: Some(check.path.clone()),
-                verb: Some(check.verb.clone()),
-            }),
-            // Empty fields left out, as Go's `omitempty` sends them.
-            resource_attributes: (!non_resource).then(|| ResourceAttributes {
-                group: given(&check.group),
-                resource: given(&check.resource),
-                subresource: given(&check.subresource),
-                namespace: given(&check.namespace),
-                name: given(&check.name),
-                verb: given(&check.verb),
-                version: Some("*".into()),
-                ..Default::default()
-            }),
-        },
-        ..Default::default()
-    }
-}
 
 /// The requester's `authorizer`: the server's authorizer for the requester (or the service
 /// account a check names), each check asked once per request (kube's caching authorizer).

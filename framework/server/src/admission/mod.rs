@@ -46,7 +46,7 @@ use crate::error::Result;
 // Each part's public items, under this module's name (the parts themselves are private).
 pub use attributes::*;
 pub use attributes::{AdmissionContext, Attributes, EquivalentResource, Operation};
-pub use cel::{AdmissionAuthorizer, core_authorizer};
+pub use cel::AdmissionAuthorizer;
 pub use namespace::*;
 pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use objects::{ObjectReader, OwnObjects};
@@ -278,15 +278,15 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 /// the order they were added, then, with a core API, MutatingAdmissionWebhook,
 /// ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so webhooks and policies run
 /// after the in-process plugins of their step, as kube orders its validating plugins), each
-/// on unless disabled. CEL's `authorizer` asks `authorizer` (the server's), or without one
-/// the core cluster ([`core_authorizer`]). A policy's params of a kind the server serves are
+/// on unless disabled. CEL's `authorizer` asks `authorizer` (the server's: always-allowed
+/// groups, then SubjectAccessReview when delegated). A policy's params of a kind the server serves are
 /// read from `objects`, in process.
 pub fn build(
     options: &AdmissionOptions,
     core: Option<&kube::Client>,
     shutdown: &crate::lifecycle::ShutdownSignal,
     own: Vec<Plugin>,
-    authorizer: Option<AdmissionAuthorizer>,
+    authorizer: AdmissionAuthorizer,
     objects: OwnObjects,
 ) -> std::result::Result<Admission, AdmissionOptionsError> {
     let mut known: Vec<&str> = BUILT_IN_PLUGINS.to_vec();
@@ -315,7 +315,6 @@ pub fn build(
         }
     }
     if let (Some(client), Some(namespaces)) = (core, namespaces) {
-        let authorizer = authorizer.unwrap_or_else(|| core_authorizer(client.clone()));
         let core = (client, &namespaces, authorizer.clone());
         admission = with_webhooks(admission, options, core, shutdown);
         if options.enabled(policy::NAME, true) {

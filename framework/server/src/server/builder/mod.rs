@@ -869,7 +869,7 @@ impl APIServer {
             wiring.core.as_ref(),
             shutdown,
             own.collect(),
-            Some(authorizer),
+            authorizer,
             storage.own_objects(),
         )?;
         let audit = options.audit.build(shutdown).await?;
