@@ -113,9 +113,11 @@ pub(crate) fn references(
     expr: &IdedExpr,
     info: &SourceInfo,
     variables: &[&str],
+    functions: &[&str],
 ) -> Result<(), CompileError> {
     let mut checker = Checker {
         declared: variables,
+        functions,
         bound: Vec::new(),
         info,
     };
@@ -124,6 +126,8 @@ pub(crate) fn references(
 
 struct Checker<'a> {
     declared: &'a [&'a str],
+    /// Functions the environment adds to the known ones.
+    functions: &'a [&'a str],
     /// Variables of the comprehensions around the current node.
     bound: Vec<&'a str>,
     info: &'a SourceInfo,
@@ -132,6 +136,10 @@ struct Checker<'a> {
 impl<'a> Checker<'a> {
     fn is_variable(&self, name: &str) -> bool {
         self.declared.contains(&name) || self.bound.contains(&name)
+    }
+
+    fn is_function(&self, name: &str) -> bool {
+        is_known_function(name) || self.functions.contains(&name)
     }
 
     fn undeclared(&self, expr: &IdedExpr, name: &str) -> CompileError {
@@ -170,12 +178,12 @@ impl<'a> Checker<'a> {
                         ..
                     }) if !self.is_variable(ns) => {
                         let qualified = format!("{ns}.{}", call.func_name);
-                        is_known_function(&qualified).then_some(())
+                        self.is_function(&qualified).then_some(())
                     }
                     _ => None,
                 };
                 if namespaced.is_none() {
-                    if !is_known_function(&call.func_name) {
+                    if !self.is_function(&call.func_name) {
                         return Err(self.undeclared(expr, &call.func_name));
                     }
                     if let Some(target) = &call.target {

@@ -19,6 +19,7 @@ mod check;
 pub mod convert;
 pub mod cost;
 pub mod library;
+pub mod mutation;
 mod stack;
 
 use std::fmt;
@@ -53,6 +54,8 @@ pub const MAX_EXPRESSION_LENGTH: usize = 3 * 1024 * 1024;
 pub struct Environment {
     env: Arc<cel::Env>,
     variables: Arc<[&'static str]>,
+    /// Functions known beyond CEL's and kube's libraries ([`mutation::FUNCTIONS`]).
+    functions: &'static [&'static str],
 }
 
 impl fmt::Debug for Environment {
@@ -78,7 +81,25 @@ impl Environment {
         Self {
             env: Arc::new(env),
             variables: variables.into(),
+            functions: &[],
         }
+    }
+
+    /// The environment of a MutatingAdmissionPolicy's mutation `source`: as
+    /// [`with_libraries`](Self::with_libraries), with the struct types `source` constructs
+    /// (`Object`, `Object.spec`, …, `JSONPatch`) and `jsonpatch.escapeKey` ([`mutation`]).
+    pub fn for_mutation(
+        variables: &[&'static str],
+        source: &str,
+        extra: impl FnOnce(&mut cel::Env),
+    ) -> Self {
+        let names = mutation::struct_type_names(source);
+        let mut environment = Self::with_libraries(variables, |env| {
+            extra(env);
+            mutation::install(env, &names);
+        });
+        environment.functions = mutation::FUNCTIONS;
+        environment
     }
 
     /// The variables declared.
@@ -125,7 +146,12 @@ impl Environment {
                 "ERROR: <input>: {MAX_NESTING_ERROR}"
             )));
         }
-        check::references(program.expression(), program.source_info(), &self.variables)?;
+        check::references(
+            program.expression(),
+            program.source_info(),
+            &self.variables,
+            self.functions,
+        )?;
         Ok((program, depth))
     }
 }

@@ -61,8 +61,42 @@ pub use set::{FieldSet, FieldsV1Error};
 pub use versions::VersionConverter;
 
 use managed::{Entry, Managed, ManagerId, Operation};
-use typed::{compare, merge, remove_unkept, to_field_set};
+use typed::{atomics, compare, merge, remove_unkept, to_field_set};
 use versions::Changes;
+
+/// A MutatingAdmissionPolicy's apply configuration `config` merged into `object` as kube's
+/// `ApplyStructuredMergeDiff` does: structured-merge-diff's merge by `schema` (maps and
+/// structs member by member, list maps by key, sets by value), without field ownership. A
+/// configuration that sets an atomic list, map or struct is refused, as kube refuses it, in
+/// kube's words (`invalid ApplyConfiguration: may not mutate atomic arrays, maps or
+/// structs: .spec.tags`).
+///
+/// ```
+/// use extension_apiserver_machinery::fieldmanager::merge_apply_configuration;
+/// use extension_apiserver_machinery::patch::PatchSchema;
+/// use serde_json::json;
+///
+/// let live = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"n": 1}});
+/// let config = json!({"metadata": {"labels": {"y": "2"}}});
+/// let merged = merge_apply_configuration(&PatchSchema::empty(), &live, &config).unwrap();
+/// assert_eq!(merged["metadata"]["labels"], json!({"x": "1", "y": "2"}));
+/// assert_eq!(merged["spec"]["n"], 1);
+/// ```
+pub fn merge_apply_configuration(
+    schema: &PatchSchema,
+    object: &Value,
+    config: &Value,
+) -> std::result::Result<Value, String> {
+    let mut found = Vec::new();
+    atomics(config, schema.root(), &mut String::new(), &mut found);
+    if !found.is_empty() {
+        return Err(format!(
+            "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {}",
+            found.join(", ")
+        ));
+    }
+    Ok(merge(Some(object), config, schema.root()))
+}
 
 /// The annotation client-side `kubectl apply` keeps its last configuration in.
 pub const LAST_APPLIED_CONFIG_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";

@@ -275,6 +275,38 @@ pub(crate) fn merge(live: Option<&Value>, config: &Value, at: At<'_>) -> Value {
     }
 }
 
+/// The paths of the atomic lists, maps and structs `config` sets (SMD's `findAtomics`,
+/// which MutatingAdmissionPolicy uses to refuse an apply configuration that would replace
+/// one whole), in SMD's path notation (`.spec.tags`, `.spec.items[0]`).
+pub(crate) fn atomics(config: &Value, at: At<'_>, path: &mut String, out: &mut Vec<String>) {
+    match config {
+        Value::Object(map) => {
+            if at.map_is_atomic() {
+                out.push(path.clone());
+            }
+            for (key, value) in map.iter().filter(|(k, _)| at.declares(k)) {
+                let len = path.len();
+                path.push('.');
+                path.push_str(key);
+                atomics(value, at.field(key), path, out);
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) if !at.is_free_form() => {
+            if granular_list(at).is_none() {
+                out.push(path.clone());
+            }
+            for (i, item) in items.iter().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                atomics(item, at.items(), path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Merges two lists item by item in SMD's order: the configuration's items in its order,
 /// live-only items kept where they were.
 fn merge_lists(
@@ -498,6 +530,19 @@ mod tests {
                 "data": {"k": "v", "l": "w"}
             }})
         );
+    }
+
+    #[test]
+    fn atomics_are_found_where_the_configuration_sets_them() {
+        let config = json!({"spec": {
+            "containers": [{"name": "c", "image": "z"}],
+            "tags": ["b"],
+            "args": ["-q"],
+            "selector": {"app": "y"},
+        }});
+        let mut found = Vec::new();
+        atomics(&config, schema().root(), &mut String::new(), &mut found);
+        assert_eq!(found, [".spec.args", ".spec.selector"]);
     }
 
     #[test]

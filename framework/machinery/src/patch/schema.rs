@@ -227,6 +227,11 @@ impl<'s> At<'s> {
         self.find(|n| n.map_atomic).unwrap_or(false)
     }
 
+    /// Whether the schema says nothing of this value (free-form data, or no schema).
+    pub(crate) fn is_free_form(self) -> bool {
+        self.node.is_none() || self.find(|n| n.free_form.then_some(())).is_some()
+    }
+
     /// The schema's `default` for this value.
     pub(crate) fn default_value(self) -> Option<&'s Value> {
         self.find(|n| n.default.as_ref())

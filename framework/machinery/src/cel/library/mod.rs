@@ -136,7 +136,10 @@ pub fn install(env: &mut cel::Env) {
 
 /// Runs `imp` over the arguments as [`Value`]s, and hands its result back to the
 /// interpreter.
-fn call<'b, 'v>(args: Vec<CowVal<'b, 'v>>, imp: Imp) -> Result<CowVal<'b, 'v>, ExecutionError> {
+pub(crate) fn call<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    imp: Imp,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let values = args
         .iter()
         .map(|a| Value::try_from(&**a))
@@ -204,7 +207,11 @@ fn error(function: &str, message: impl std::fmt::Display) -> ExecutionError {
 }
 
 /// The string argument at `i`.
-fn string_arg<'a>(function: &str, args: &'a [Value], i: usize) -> Result<&'a str, ExecutionError> {
+pub(crate) fn string_arg<'a>(
+    function: &str,
+    args: &'a [Value],
+    i: usize,
+) -> Result<&'a str, ExecutionError> {
     match args.get(i) {
         Some(Value::String(s)) => Ok(s.as_str()),
         other => Err(error(function, format!("expected a string, got {other:?}"))),
