@@ -115,14 +115,14 @@ const V1BETA1: &str = "/apis/wardle.example.com/v1beta1/namespaces/default/flund
 /// The reviews received, by path.
 type Received = Arc<Mutex<Vec<(String, Value)>>>;
 
-struct Webhooks {
+pub(crate) struct Webhooks {
     url: String,
     ca_pem: String,
     received: Received,
 }
 
 impl Webhooks {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         extension_apiserver::tls::install_crypto_provider();
         let ca = TestCa::new("webhook-ca");
         let serving = ca.serving(&["127.0.0.1"]);
@@ -147,7 +147,7 @@ impl Webhooks {
     }
 
     /// The reviews `path` received so far.
-    fn reviews(&self, path: &str) -> Vec<Value> {
+    pub(crate) fn reviews(&self, path: &str) -> Vec<Value> {
         let received = self.received.lock().unwrap();
         received
             .iter()
@@ -157,7 +157,7 @@ impl Webhooks {
     }
 
     /// A webhook at `path` with `rules` and the other fields in `extra`.
-    fn hook(&self, name: &str, path: &str, rules: Value, extra: Value) -> Value {
+    pub(crate) fn hook(&self, name: &str, path: &str, rules: Value, extra: Value) -> Value {
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         let mut hook = json!({
             "name": name,
@@ -173,7 +173,7 @@ impl Webhooks {
     }
 }
 
-fn rules(operations: &[&str], versions: &[&str], resources: &[&str]) -> Value {
+pub(crate) fn rules(operations: &[&str], versions: &[&str], resources: &[&str]) -> Value {
     json!([{
         "operations": operations,
         "apiGroups": ["wardle.example.com"],
@@ -182,7 +182,7 @@ fn rules(operations: &[&str], versions: &[&str], resources: &[&str]) -> Value {
     }])
 }
 
-fn configuration(name: &str, hooks: Vec<Value>) -> Value {
+pub(crate) fn configuration(name: &str, hooks: Vec<Value>) -> Value {
     json!({"metadata": {"name": name}, "webhooks": hooks})
 }
 

@@ -14,6 +14,7 @@ mod extensions;
 mod fake_core;
 mod metrics;
 mod metrics_apis;
+mod mutating_policies;
 mod object_size;
 mod overload;
 mod per_version;

@@ -43,6 +43,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -245,6 +246,8 @@ struct Inner {
     calls: Mutex<Vec<Call>>,
     access_reviews: Mutex<Vec<Value>>,
     aggregated: Mutex<Vec<Aggregated>>,
+    /// Whether `admissionregistration.k8s.io/v1beta1` (MutatingAdmissionPolicy) is served.
+    serves_v1beta1: AtomicBool,
 }
 
 /// A group [`FakeCore::aggregate`] proxies to an extension server.
@@ -287,6 +290,7 @@ impl FakeCore {
             calls: Mutex::new(Vec::new()),
             access_reviews: Mutex::new(Vec::new()),
             aggregated: Mutex::new(Vec::new()),
+            serves_v1beta1: AtomicBool::new(true),
         });
         let router = axum::Router::new()
             .fallback(handle)
@@ -622,6 +626,69 @@ impl FakeCore {
         self.inner.remove(&collection, name).ok();
     }
 
+    /// Whether the fake serves `admissionregistration.k8s.io/v1beta1`
+    /// (`MutatingAdmissionPolicy` and its bindings; on by default, as in a kube-apiserver
+    /// 1.34 with the beta API turned on). Off, discovery does not list it and its paths are
+    /// 404, as in a kube-apiserver that does not serve it; set it before the extension
+    /// server starts, which asks once.
+    pub fn serve_mutating_admission_policies(&self, served: bool) {
+        self.inner.serves_v1beta1.store(served, Ordering::Release);
+    }
+
+    /// Creates or replaces a `MutatingAdmissionPolicy` (`admissionregistration.k8s.io/v1beta1`),
+    /// defaulted as kube-apiserver defaults one (`failurePolicy: Fail`, `reinvocationPolicy:
+    /// Never`, `matchPolicy: Equivalent`, empty selectors), its generation bumped.
+    pub fn set_mutating_admission_policy(&self, mut object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("policy has metadata.name")
+            .to_string();
+        let spec = &mut object["spec"];
+        if spec.get("failurePolicy").is_none() {
+            spec["failurePolicy"] = json!("Fail");
+        }
+        if spec.get("reinvocationPolicy").is_none() {
+            spec["reinvocationPolicy"] = json!("Never");
+        }
+        if let Some(constraints) = spec["matchConstraints"].as_object_mut() {
+            constraints
+                .entry("matchPolicy")
+                .or_insert(json!("Equivalent"));
+            constraints.entry("namespaceSelector").or_insert(json!({}));
+            constraints.entry("objectSelector").or_insert(json!({}));
+        }
+        let collection = mutating_policies("mutatingadmissionpolicies");
+        let generation = lock(&self.inner.objects)
+            .items
+            .get(&collection)
+            .and_then(|c| c.get(&name))
+            .map_or(0, |o| o["metadata"]["generation"].as_i64().unwrap_or(0));
+        object["metadata"]["generation"] = json!(generation + 1);
+        self.put(collection, &name, object);
+    }
+
+    /// Creates or replaces a `MutatingAdmissionPolicyBinding`.
+    pub fn set_mutating_admission_policy_binding(&self, object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("binding has metadata.name")
+            .to_string();
+        let collection = mutating_policies("mutatingadmissionpolicybindings");
+        self.put(collection, &name, object);
+    }
+
+    /// Deletes a `MutatingAdmissionPolicy`.
+    pub fn delete_mutating_admission_policy(&self, name: &str) {
+        let collection = mutating_policies("mutatingadmissionpolicies");
+        self.inner.remove(&collection, name).ok();
+    }
+
+    /// Deletes a `MutatingAdmissionPolicyBinding`.
+    pub fn delete_mutating_admission_policy_binding(&self, name: &str) {
+        let collection = mutating_policies("mutatingadmissionpolicybindings");
+        self.inner.remove(&collection, name).ok();
+    }
+
     fn put(&self, collection: Collection, name: &str, object: Value) {
         self.inner
             .put(collection, name, object, PutMode::Replace)
@@ -645,6 +712,13 @@ const ADMISSION_V1: &str = "/apis/admissionregistration.k8s.io/v1";
 
 fn admission_policies(resource: &str) -> Collection {
     (ADMISSION_V1.into(), resource.into(), String::new())
+}
+
+/// The admissionregistration group's beta path (MutatingAdmissionPolicy).
+const ADMISSION_V1BETA1: &str = "/apis/admissionregistration.k8s.io/v1beta1";
+
+fn mutating_policies(resource: &str) -> Collection {
+    (ADMISSION_V1BETA1.into(), resource.into(), String::new())
 }
 
 fn webhook_configurations(resource: &str) -> Collection {
@@ -713,6 +787,14 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
             "ValidatingAdmissionPolicyBinding",
             "admissionregistration.k8s.io/v1",
         )),
+        (ADMISSION_V1BETA1, "mutatingadmissionpolicies") => Some((
+            "MutatingAdmissionPolicy",
+            "admissionregistration.k8s.io/v1beta1",
+        )),
+        (ADMISSION_V1BETA1, "mutatingadmissionpolicybindings") => Some((
+            "MutatingAdmissionPolicyBinding",
+            "admissionregistration.k8s.io/v1beta1",
+        )),
         _ => None,
     }
 }
@@ -724,6 +806,9 @@ fn with_type(mut object: Value, kind: &str) -> Value {
         | "ValidatingWebhookConfiguration"
         | "ValidatingAdmissionPolicy"
         | "ValidatingAdmissionPolicyBinding" => "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicy" | "MutatingAdmissionPolicyBinding" => {
+            "admissionregistration.k8s.io/v1beta1"
+        }
         _ => "v1",
     };
     object["kind"] = json!(kind);
@@ -943,6 +1028,7 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         Ok(b) => b,
         Err(e) => return status_error(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
     };
+    let serves_v1beta1 = inner.serves_v1beta1.load(Ordering::Acquire);
     match path.as_str() {
         "/apis/authentication.k8s.io/v1/tokenreviews" if parts.method == Method::POST => {
             if let Some(denied) = forbidden(
@@ -974,8 +1060,17 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             let client = aggregated_client(&inner, &path).expect("checked");
             proxy(client, parts, body).await
         }
-        _ if parts.method == Method::GET && discovery(&path).is_some() => {
-            let mut document = discovery(&path).unwrap_or_default();
+        _ if path.starts_with(ADMISSION_V1BETA1)
+            && !inner.serves_v1beta1.load(Ordering::Acquire) =>
+        {
+            status_error(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
+        }
+        _ if parts.method == Method::GET && discovery(&path, serves_v1beta1).is_some() => {
+            let mut document = discovery(&path, serves_v1beta1).unwrap_or_default();
             if path.trim_end_matches('/') == "/apis" {
                 add_aggregated_groups(&inner, &mut document);
             }
@@ -1111,6 +1206,22 @@ const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
         ],
     ),
     (
+        "admissionregistration.k8s.io",
+        "v1beta1",
+        &[
+            (
+                "mutatingadmissionpolicies",
+                "MutatingAdmissionPolicy",
+                false,
+            ),
+            (
+                "mutatingadmissionpolicybindings",
+                "MutatingAdmissionPolicyBinding",
+                false,
+            ),
+        ],
+    ),
+    (
         "authorization.k8s.io",
         "v1",
         &[("subjectaccessreviews", "SubjectAccessReview", false)],
@@ -1118,7 +1229,10 @@ const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
 ];
 
 /// The legacy discovery documents (`/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`).
-fn discovery(path: &str) -> Option<Value> {
+fn discovery(path: &str, serves_v1beta1: bool) -> Option<Value> {
+    let served = DISCOVERY.iter().filter(|(g, v, _)| {
+        serves_v1beta1 || !(*g == "admissionregistration.k8s.io" && *v == "v1beta1")
+    });
     let group_version = |g: &str, v: &str| {
         if g.is_empty() {
             v.to_string()
@@ -1133,18 +1247,20 @@ fn discovery(path: &str) -> Option<Value> {
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
         })),
         "/apis" => {
-            let groups: Vec<Value> = DISCOVERY
-                .iter()
-                .filter(|(g, _, _)| !g.is_empty())
-                .map(|(g, v, _)| {
-                    let gv = json!({"groupVersion": group_version(g, v), "version": v});
-                    json!({"name": g, "versions": [gv], "preferredVersion": gv})
-                })
-                .collect();
+            // One entry a group, its versions in order, the first preferred.
+            let mut groups: Vec<Value> = Vec::new();
+            for (g, v, _) in served.clone().filter(|(g, _, _)| !g.is_empty()) {
+                let gv = json!({"groupVersion": group_version(g, v), "version": v});
+                match groups.iter_mut().find(|group| group["name"] == *g) {
+                    Some(group) => group["versions"].as_array_mut().expect("a list").push(gv),
+                    None => groups
+                        .push(json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})),
+                }
+            }
             Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
         }
         other => {
-            let (g, v, resources) = DISCOVERY.iter().find(|(g, v, _)| {
+            let (g, v, resources) = served.clone().find(|(g, v, _)| {
                 other == format!("/api/{v}") && g.is_empty()
                     || other == format!("/apis/{g}/{v}") && !g.is_empty()
             })?;

@@ -13,6 +13,7 @@ use crate::codec::{encode_typed, from_object};
 use crate::error::{Error, Result};
 use crate::runtime::{Resource, ResourceInfo};
 use crate::user::UserInfo;
+use extension_apiserver_machinery::patch::PatchSchema;
 use extension_apiserver_machinery::warning::WarningRecorder;
 
 /// The operation being admitted.
@@ -88,6 +89,9 @@ pub struct AdmissionContext {
     /// The resource in every version the server serves it in over the same storage, the
     /// request's included, in the group's priority order.
     pub equivalents: Arc<[EquivalentResource]>,
+    /// The list and map semantics of the request's type (what a MutatingAdmissionPolicy's
+    /// apply configuration merges by); `None` when unknown.
+    pub patch_schema: Option<Arc<PatchSchema>>,
 }
 
 /// What a plugin sees of a request (kube's `admission.Attributes`).
@@ -125,6 +129,7 @@ pub struct Attributes {
     pub old_object: Option<Value>,
     audit: AuditAnnotations,
     equivalents: Arc<[EquivalentResource]>,
+    patch_schema: Option<Arc<PatchSchema>>,
     warnings: Arc<WarningRecorder>,
 }
 
@@ -176,6 +181,7 @@ impl Attributes {
             old_object: None,
             audit: admission.audit.clone(),
             equivalents: admission.equivalents.clone(),
+            patch_schema: admission.patch_schema.clone(),
             warnings: requester.warnings.clone(),
         };
         Some((admission.chain.clone(), attributes))
@@ -200,6 +206,7 @@ impl Attributes {
             old_object: None,
             audit: AuditAnnotations::default(),
             equivalents: Arc::from(Vec::new()),
+            patch_schema: None,
             warnings: Arc::default(),
         }
     }
@@ -272,6 +279,11 @@ impl Attributes {
     /// did not come through an endpoint), the request's version among them.
     pub fn equivalent_resources(&self) -> &[EquivalentResource] {
         &self.equivalents
+    }
+
+    /// The list and map semantics of the request's version of the type, when known.
+    pub(crate) fn patch_schema(&self) -> Option<&Arc<PatchSchema>> {
+        self.patch_schema.as_ref()
     }
 
     /// Sends the client a warning (`Warning: 299 - "…"`).

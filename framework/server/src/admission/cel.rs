@@ -210,6 +210,16 @@ impl Compiled {
         }
     }
 
+    /// A MutatingAdmissionPolicy's mutation: compiled in the admission environment with the
+    /// struct types it constructs (`Object{…}`, `JSONPatch{…}`) and `jsonpatch.escapeKey`.
+    pub(crate) fn mutation(source: &str) -> Self {
+        let environment = Environment::for_mutation(VARIABLES, source, authz::install);
+        Self {
+            source: source.to_string(),
+            expression: environment.compile(source),
+        }
+    }
+
     /// Evaluates it, in kube's words for failures (`compilation error: …`,
     /// `expression '…' resulted in error: …`).
     pub(crate) fn evaluate(

@@ -52,11 +52,13 @@ pub use namespace::{CoreNamespaces, NamespaceLifecycle};
 pub use objects::{ObjectReader, OwnObjects};
 pub use options::{AdmissionOptions, AdmissionOptionsError};
 pub use policy::ValidatingAdmissionPolicy;
+pub use policy::mutating::MutatingAdmissionPolicy;
 pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// The plugins built into the framework, as the admission flags name them.
 pub const BUILT_IN_PLUGINS: &[&str] = &[
     namespace::NAME,
+    policy::mutating::NAME,
     webhook::MUTATING,
     webhook::VALIDATING,
     policy::NAME,
@@ -315,6 +317,17 @@ pub fn build(
         }
     }
     if let (Some(client), Some(namespaces)) = (core, namespaces) {
+        // kube's RecommendedPluginOrder: MutatingAdmissionPolicy, then the webhooks.
+        if options.enabled(policy::mutating::NAME, true) {
+            let plugin = MutatingAdmissionPolicy::start(
+                client.clone(),
+                namespaces.clone(),
+                authorizer.clone(),
+                objects.clone(),
+                shutdown.clone(),
+            );
+            admission = admission.with(Plugin::shared_mutating(plugin));
+        }
         let core = (client, &namespaces, authorizer.clone());
         admission = with_webhooks(admission, options, core, shutdown);
         if options.enabled(policy::NAME, true) {

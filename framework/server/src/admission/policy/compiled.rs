@@ -1,7 +1,7 @@
 //! A `ValidatingAdmissionPolicy` compiled once per generation, and its evaluation for one
 //! request, binding and param: kube's `validating/validator.go`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{Activation, Value};
@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchResources, ParamKind, ValidatingAdmissionPolicy,
 };
 
+use super::variables::Variables;
 use crate::admission::cel::{Compiled, MatchConditions, Matched, OUT_OF_BUDGET};
 
 /// kube's `MaxEvaluatedMessageExpressionSizeBytes`.
@@ -33,9 +34,7 @@ pub(crate) struct CompiledPolicy {
     pub(crate) constraints: Option<MatchResources>,
     pub(crate) param_kind: Option<ParamKind>,
     pub(crate) match_conditions: MatchConditions,
-    /// `variables`, in order, with the names of the variables each needs (itself included
-    /// when some expression refers to it).
-    pub(crate) variables: Vec<(String, Compiled)>,
+    pub(crate) variables: Variables,
     pub(crate) validations: Vec<Validation>,
     pub(crate) audit_annotations: Vec<(String, Compiled)>,
 }
@@ -63,12 +62,12 @@ impl CompiledPolicy {
             match_conditions: MatchConditions::compile(
                 spec.match_conditions.as_deref().unwrap_or_default(),
             ),
-            variables: spec
-                .variables
-                .iter()
-                .flatten()
-                .map(|v| (v.name.clone(), Compiled::new(&v.expression)))
-                .collect(),
+            variables: Variables::compile(
+                spec.variables
+                    .iter()
+                    .flatten()
+                    .map(|v| (v.name.as_str(), v.expression.as_str())),
+            ),
             validations,
             audit_annotations: spec
                 .audit_annotations
@@ -80,7 +79,7 @@ impl CompiledPolicy {
     }
 
     /// The sources that may read `variables`: everything but the match conditions.
-    fn readers(&self) -> impl Iterator<Item = &str> {
+    fn readers(&self) -> impl Iterator<Item = &str> + Clone {
         let validations = self.validations.iter().flat_map(|v| {
             std::iter::once(v.expression.source.as_str())
                 .chain(v.message_expression.as_ref().map(|m| m.source.as_str()))
@@ -91,15 +90,6 @@ impl CompiledPolicy {
             .map(|(_, a)| a.source.as_str());
         validations.chain(audit)
     }
-}
-
-/// Whether `source` reads `variables.{name}`.
-fn reads(source: &str, name: &str) -> bool {
-    let needle = format!("variables.{name}");
-    source.match_indices(&needle).any(|(at, _)| {
-        let next = source[at + needle.len()..].chars().next();
-        !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
-    })
 }
 
 /// A failed validation (or a failure subject to `failurePolicy: Fail`).
@@ -141,20 +131,8 @@ impl CompiledPolicy {
                 return outcome;
             }
         }
-        let (activation, failed) = self.with_variables(activation, budget);
-        let evaluate = |compiled: &Compiled, budget: &mut Budget| {
-            let failed = failed
-                .iter()
-                .find(|(name, _)| reads(&compiled.source, name));
-            match failed {
-                Some((_, why)) if why == OUT_OF_BUDGET => Err(OUT_OF_BUDGET.to_string()),
-                Some((_, why)) => Err(format!(
-                    "expression '{}' resulted in error: {why}",
-                    compiled.source
-                )),
-                None => compiled.evaluate(&activation, budget),
-            }
-        };
+        let bound = self.variables.bind(activation, self.readers(), budget);
+        let evaluate = |compiled: &Compiled, budget: &mut Budget| bound.evaluate(compiled, budget);
         for (index, validation) in self.validations.iter().enumerate() {
             let verdict = match evaluate(&validation.expression, budget) {
                 Ok(Value::Bool(b)) => Ok(b),
@@ -252,55 +230,6 @@ impl CompiledPolicy {
             Some(message) if !message.is_empty() => message.to_string(),
             _ => format!("failed expression: {}", validation.expression.source.trim()),
         }
-    }
-
-    /// `activation` with `variables` bound to the variables some expression reads, each
-    /// evaluated in order with the ones before it; the ones that failed, with why.
-    fn with_variables(
-        &self,
-        activation: &Activation,
-        budget: &mut Budget,
-    ) -> (Activation, Vec<(String, String)>) {
-        if self.variables.is_empty() {
-            return (activation.clone(), Vec::new());
-        }
-        let mut needed: Vec<bool> = self
-            .variables
-            .iter()
-            .map(|(name, _)| self.readers().any(|source| reads(source, name)))
-            .collect();
-        // A variable read by a needed later one is needed too.
-        for i in (0..self.variables.len()).rev() {
-            if needed[i] {
-                let source = &self.variables[i].1.source;
-                for (j, (name, _)) in self.variables[..i].iter().enumerate() {
-                    needed[j] |= reads(source, name);
-                }
-            }
-        }
-        let mut values: HashMap<String, Value> = HashMap::new();
-        let mut failed = Vec::new();
-        let mut activation = activation.clone();
-        for ((name, compiled), needed) in self.variables.iter().zip(needed) {
-            if !needed {
-                continue;
-            }
-            let upstream = failed
-                .iter()
-                .find(|(n, _): &&(String, String)| reads(&compiled.source, n));
-            let value = match upstream {
-                Some((_, why)) => Err(why.clone()),
-                None => compiled.evaluate(&activation, budget),
-            };
-            match value {
-                Ok(value) => {
-                    values.insert(name.clone(), value);
-                    activation.set("variables", values.clone().into());
-                }
-                Err(why) => failed.push((name.clone(), why)),
-            }
-        }
-        (activation, failed)
     }
 }
 
@@ -463,11 +392,5 @@ mod tests {
             started.elapsed() < std::time::Duration::from_secs(30),
             "not stalled"
         );
-    }
-
-    #[test]
-    fn reads_whole_names_only() {
-        assert!(reads("variables.a + 1", "a"));
-        assert!(!reads("variables.ab + 1", "a"));
     }
 }

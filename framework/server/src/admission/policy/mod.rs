@@ -28,8 +28,11 @@
 //! `failurePolicy: Fail` (the default) and are ignored with `Ignore`.
 
 mod compiled;
+mod dispatch;
 mod matching;
+pub mod mutating;
 mod params;
+mod variables;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -45,6 +48,7 @@ use kube_core::response::StatusCause;
 use serde_json::Value;
 
 use self::compiled::{CompiledPolicy, Outcome};
+use self::dispatch::{BindingRef, Dispatcher, PolicyRef};
 use self::params::Params;
 use crate::admission::namespace::CoreNamespaces;
 use crate::admission::objects::OwnObjects;
@@ -110,8 +114,7 @@ fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
 /// The `ValidatingAdmissionPolicy` plugin; see the module documentation.
 pub struct ValidatingAdmissionPolicy {
     authorizer: cel::AdmissionAuthorizer,
-    namespaces: CoreNamespaces,
-    params: Params,
+    dispatcher: Dispatcher,
     followed: (
         Followed<registration::ValidatingAdmissionPolicy>,
         Followed<registration::ValidatingAdmissionPolicyBinding>,
@@ -161,8 +164,10 @@ impl ValidatingAdmissionPolicy {
         );
         Arc::new(Self {
             authorizer,
-            namespaces,
-            params: Params::new(client, objects, shutdown),
+            dispatcher: Dispatcher {
+                namespaces,
+                params: Params::new(client, objects, shutdown),
+            },
             followed: (followed_policies, followed_bindings),
             policies,
             bindings,
@@ -242,91 +247,40 @@ impl AdmissionPlugin for ValidatingAdmissionPolicy {
             if bound.is_empty() {
                 continue;
             }
-            let mut config_error = |binding: Option<&Binding>, why: String| {
-                if policy.fail_closed {
-                    let what = if binding.is_some() {
-                        "binding"
-                    } else {
-                        "policy"
-                    };
-                    denials.push(Denial {
-                        policy: policy.name.clone(),
-                        binding: binding.map(|b| b.name.clone()),
-                        message: format!("failed to configure {what}: {why}"),
-                        reason: String::new(),
-                    });
-                }
+            let refs: Vec<BindingRef<'_>> = bound
+                .iter()
+                .map(|b| BindingRef {
+                    match_resources: b.spec.match_resources.as_ref(),
+                    param_ref: b.spec.param_ref.as_ref(),
+                })
+                .collect();
+            let target = PolicyRef {
+                constraints: policy.constraints.as_ref(),
+                param_kind: policy.param_kind.as_ref(),
             };
-            let Some(constraints) = &policy.constraints else {
-                continue;
-            };
-            let invocation =
-                match matching::matches(constraints, &self.namespaces, attributes).await {
-                    Ok(Some(invocation)) => invocation,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        config_error(None, e.message().to_string());
-                        continue;
-                    }
-                };
-            let convert = |object: &Option<Value>| -> Result<Option<Value>> {
-                match (object, &invocation.convertor) {
-                    (Some(o), Some(c)) => c.to_served(o).map(Some),
-                    (object, _) => Ok(object.clone()),
-                }
-            };
-            let (object, old_object) =
-                match (convert(&attributes.object), convert(&attributes.old_object)) {
-                    (Ok(object), Ok(old_object)) => (object, old_object),
-                    (Err(e), _) | (_, Err(e)) => {
-                        let why = format!("failed to convert object version: {}", e.message());
-                        config_error(None, why);
-                        continue;
-                    }
-                };
-            if namespace_object.is_none() && !attributes.namespace.is_empty() {
-                let namespace = self.namespaces.get(&attributes.namespace).await?;
-                namespace_object = Some(serde_json::to_value(namespace).unwrap_or_default());
+            let mut errors = Vec::new();
+            let matched = self
+                .dispatcher
+                .dispatch(
+                    (target, &refs),
+                    attributes,
+                    &mut namespace_object,
+                    &authorizer,
+                    &mut errors,
+                )
+                .await?;
+            if policy.fail_closed {
+                denials.extend(errors.into_iter().map(|e| Denial {
+                    policy: policy.name.clone(),
+                    binding: e.binding.map(|i| bound[i].name.clone()),
+                    message: e.message,
+                    reason: String::new(),
+                }));
             }
-            let request = cel::request(attributes, &invocation.resource, &invocation.kind);
-            let base = cel::activation(object.as_ref(), old_object.as_ref(), &request).with_json(
-                "namespaceObject",
-                namespace_object.as_ref().unwrap_or(&Value::Null),
-            );
-            let base = cel::with_authorizer(base, authorizer.clone(), attributes);
-            for binding in bound {
-                if let Some(resources) = &binding.spec.match_resources {
-                    match matching::matches(resources, &self.namespaces, attributes).await {
-                        Ok(Some(_)) => {}
-                        Ok(None) => continue,
-                        Err(e) => {
-                            config_error(Some(binding), e.message().to_string());
-                            continue;
-                        }
-                    }
-                }
-                let params = self
-                    .params
-                    .collect(
-                        policy.param_kind.as_ref(),
-                        binding.spec.param_ref.as_ref(),
-                        &attributes.namespace,
-                    )
-                    .await;
-                let params = match params {
-                    Ok(params) => params,
-                    Err(why) => {
-                        config_error(Some(binding), why);
-                        continue;
-                    }
-                };
-                let activations = params
-                    .iter()
-                    .map(|p| base.clone().with_json("params", p))
-                    .collect();
+            for (index, activations) in matched.map(|m| m.bindings).unwrap_or_default() {
                 work.push(Work {
                     policy: policy.clone(),
-                    binding: binding.clone(),
+                    binding: bound[index].clone(),
                     activations,
                 });
             }

@@ -156,6 +156,7 @@ pub(super) fn admit_with(call: &mut Call, options: Value) {
         options,
         audit: crate::audit::AuditAnnotations::of(&call.parts.extensions),
         equivalents: call.resource.equivalents.clone(),
+        patch_schema: Some(call.resource.storage.patch_schema.clone()),
     });
 }
 

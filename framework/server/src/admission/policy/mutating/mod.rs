@@ -1,0 +1,396 @@
+//! `MutatingAdmissionPolicy`: kube-apiserver's plugin of that name (beta in 1.34), for the
+//! server's own resources. Policies and bindings (`admissionregistration.k8s.io/v1beta1`,
+//! [`types`]) are followed in the core cluster when its discovery serves them; otherwise the
+//! plugin is inert (it says so once in the log), as kube's is with its feature gate off. It
+//! runs in the mutating step, before the mutating webhooks, as kube orders them.
+//!
+//! Matching (`matchConstraints`, the binding's `matchResources`), params, `matchConditions`
+//! and `variables` are the validating policy's (see [`policy`](super)); then each of
+//! `mutations` runs in order, on the object as the ones before left it, in the version the
+//! constraints matched:
+//!
+//! - `ApplyConfiguration`: the expression makes an `Object{…}` (`Object{spec:
+//!   Object.spec{replicas: 3}}`), merged into the object as structured-merge-diff merges by
+//!   the type's schema (list maps by key, sets by value; a configuration that sets an atomic
+//!   list or map is refused, as kube refuses it), without field ownership;
+//! - `JSONPatch`: the expression makes a list of `JSONPatch{op:, path:, value:, from:}`,
+//!   applied as RFC 6902 (`jsonpatch.escapeKey` escapes a map key for a path); a failed
+//!   `test` leaves the object as it was.
+//!
+//! The mutated object then goes through the rest of admission and the type's strategy and
+//! validation, as any write. Errors (an expression that fails, a patch that does not apply,
+//! a param that cannot be found) refuse the request with kube's Status (403, reason
+//! `Invalid`, `policy 'p' with binding 'b' denied request: …`) under `failurePolicy: Fail`
+//! and are ignored under `Ignore`. `reinvocationPolicy` is read but not acted on: a policy
+//! runs once per request.
+
+mod compiled;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use extension_apiserver_machinery::patch::PatchSchema;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube_core::response::StatusCause;
+use serde_json::Value;
+
+use self::compiled::CompiledPolicy;
+use self::types::{MutatingAdmissionPolicyBinding, MutatingAdmissionPolicyBindingSpec};
+use super::dispatch::{BindingRef, Dispatcher, PolicyRef};
+use super::params::Params;
+use crate::admission::namespace::CoreNamespaces;
+use crate::admission::objects::OwnObjects;
+use crate::admission::{AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation, cel};
+use crate::core_api::{self, Followed};
+use crate::error::{Error, Result};
+use crate::lifecycle::ShutdownSignal;
+
+/// The plugin's name.
+pub const NAME: &str = "MutatingAdmissionPolicy";
+
+type Compiled = Arc<BTreeMap<String, Arc<CompiledPolicy>>>;
+type Policies = Arc<RwLock<Option<Compiled>>>;
+type Bindings = Arc<RwLock<Option<Arc<[Binding]>>>>;
+
+/// A binding as the dispatcher reads it.
+#[derive(Clone, Debug)]
+struct Binding {
+    name: String,
+    spec: MutatingAdmissionPolicyBindingSpec,
+}
+
+/// Whether the core API serves the policies, as its discovery said.
+const DISCOVERING: u8 = 0;
+const SERVED: u8 = 1;
+const NOT_SERVED: u8 = 2;
+
+fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
+    lock.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The `MutatingAdmissionPolicy` plugin; see the module documentation.
+pub struct MutatingAdmissionPolicy {
+    authorizer: cel::AdmissionAuthorizer,
+    dispatcher: Dispatcher,
+    served: Arc<AtomicU8>,
+    followed: Arc<
+        OnceLock<(
+            Followed<types::MutatingAdmissionPolicy>,
+            Followed<MutatingAdmissionPolicyBinding>,
+        )>,
+    >,
+    policies: Policies,
+    bindings: Bindings,
+}
+
+impl MutatingAdmissionPolicy {
+    /// Asks the core API behind `client` whether it serves the policies and, when it does,
+    /// follows them and their bindings; params of the server's own kinds are read from
+    /// `objects`, others in the core cluster; `authorizer` checks asked of `authorizer`.
+    pub fn start(
+        client: kube::Client,
+        namespaces: CoreNamespaces,
+        authorizer: cel::AdmissionAuthorizer,
+        objects: OwnObjects,
+        shutdown: ShutdownSignal,
+    ) -> Arc<Self> {
+        let plugin = Arc::new(Self {
+            authorizer,
+            dispatcher: Dispatcher {
+                namespaces,
+                params: Params::new(client.clone(), objects, shutdown.clone()),
+            },
+            served: Arc::default(),
+            followed: Arc::default(),
+            policies: Arc::default(),
+            bindings: Arc::default(),
+        });
+        let starting = plugin.clone();
+        tokio::spawn(async move { starting.discover(client, shutdown).await });
+        plugin
+    }
+
+    /// Reads the core API's discovery of `admissionregistration.k8s.io/v1beta1` until it
+    /// answers (or the server stops), then follows the policies or stays inert.
+    async fn discover(&self, client: kube::Client, shutdown: ShutdownSignal) {
+        let served = loop {
+            match client.list_api_group_resources(types::API_VERSION).await {
+                Ok(list) => {
+                    break list
+                        .resources
+                        .iter()
+                        .any(|r| r.name == "mutatingadmissionpolicies");
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => break false,
+                Err(e) => {
+                    tracing::debug!("discovery of {}: {e}", types::API_VERSION);
+                    if shutdown.is_shutting_down() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        if !served {
+            tracing::info!(
+                "the core API does not serve {}/mutatingadmissionpolicies: {NAME} is inert",
+                types::API_VERSION
+            );
+            self.served.store(NOT_SERVED, Ordering::Release);
+            return;
+        }
+        self.follow(client, shutdown);
+        self.served.store(SERVED, Ordering::Release);
+    }
+
+    fn follow(&self, client: kube::Client, shutdown: ShutdownSignal) {
+        let writer = self.policies.clone();
+        let policies = core_api::follow(
+            Api::<types::MutatingAdmissionPolicy>::all(client.clone()),
+            watcher::Config::default(),
+            "mutatingadmissionpolicies".into(),
+            shutdown.clone(),
+            move |store| {
+                let seen: Vec<_> = store.state().iter().map(|p| (**p).clone()).collect();
+                let previous = read(&writer).unwrap_or_default();
+                let fresh = compiled::recompile(&previous, &seen);
+                *writer.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(fresh));
+            },
+        );
+        let writer = self.bindings.clone();
+        let bindings = core_api::follow(
+            Api::<MutatingAdmissionPolicyBinding>::all(client),
+            watcher::Config::default(),
+            "mutatingadmissionpolicybindings".into(),
+            shutdown,
+            move |store| {
+                let mut seen: Vec<Binding> = store
+                    .state()
+                    .iter()
+                    .map(|b| Binding {
+                        name: b.metadata.name.clone().unwrap_or_default(),
+                        spec: b.spec.clone().unwrap_or_default(),
+                    })
+                    .collect();
+                seen.sort_by(|a, b| a.name.cmp(&b.name));
+                *writer.write().unwrap_or_else(|e| e.into_inner()) = Some(seen.into());
+            },
+        );
+        self.followed.set((policies, bindings)).ok();
+    }
+
+    /// Whether the plugin knows what to do: the core API does not serve the policies, or
+    /// their first lists arrived.
+    pub fn synced(&self) -> bool {
+        match self.served.load(Ordering::Acquire) {
+            DISCOVERING => false,
+            NOT_SERVED => true,
+            _ => {
+                self.followed
+                    .get()
+                    .is_some_and(|(p, b)| p.synced() && b.synced())
+                    && self.current().is_some()
+            }
+        }
+    }
+
+    fn current(&self) -> Option<(Compiled, Arc<[Binding]>)> {
+        Some((read(&self.policies)?, read(&self.bindings)?))
+    }
+
+    /// Waits for discovery and the first lists, as kube's plugin waits for its informers
+    /// (kube's 403 `not yet ready to handle request` when in vain); `None`: inert.
+    async fn wait_until_ready(
+        &self,
+        attributes: &Attributes,
+    ) -> Result<Option<(Compiled, Arc<[Binding]>)>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.served.load(Ordering::Acquire) == NOT_SERVED {
+                return Ok(None);
+            }
+            if let Some(current) = self.current() {
+                return Ok(Some(current));
+            }
+            if Instant::now() >= deadline {
+                return Err(attributes.forbidden("not yet ready to handle request"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// An error of a policy, subject to its `failurePolicy` (kube's `PolicyError`).
+struct PolicyError {
+    policy: String,
+    binding: Option<String>,
+    message: String,
+}
+
+impl PolicyError {
+    /// kube's `PolicyError.Error()`.
+    fn text(&self) -> String {
+        match &self.binding {
+            Some(binding) => format!(
+                "policy '{}' with binding '{binding}' denied request: {}",
+                self.policy, self.message
+            ),
+            None => format!("policy {:?} denied request: {}", self.policy, self.message),
+        }
+    }
+}
+
+#[async_trait]
+impl AdmissionPlugin for MutatingAdmissionPolicy {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    /// kube's handler: CREATE, UPDATE and CONNECT, when some binding names a policy.
+    fn handles(&self, operation: Operation) -> bool {
+        if operation == Operation::Delete {
+            return false;
+        }
+        match self.served.load(Ordering::Acquire) {
+            NOT_SERVED => false,
+            SERVED => match self.current() {
+                None => true,
+                Some((policies, bindings)) => bindings
+                    .iter()
+                    .any(|b| policies.contains_key(&b.spec.policy_name)),
+            },
+            _ => true,
+        }
+    }
+}
+
+#[async_trait]
+impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
+    async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
+        let Some((policies, bindings)) = self.wait_until_ready(attributes).await? else {
+            return Ok(());
+        };
+        if attributes.object.is_none() {
+            return Ok(());
+        }
+        let mut errors = Vec::new();
+        let mut namespace_object: Option<Value> = None;
+        let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
+        for policy in policies.values() {
+            let bound: Vec<&Binding> = bindings
+                .iter()
+                .filter(|b| b.spec.policy_name == policy.name)
+                .collect();
+            if bound.is_empty() {
+                continue;
+            }
+            let refs: Vec<BindingRef<'_>> = bound
+                .iter()
+                .map(|b| BindingRef {
+                    match_resources: b.spec.match_resources.as_ref(),
+                    param_ref: b.spec.param_ref.as_ref(),
+                })
+                .collect();
+            let target = PolicyRef {
+                constraints: policy.constraints.as_ref(),
+                param_kind: policy.param_kind.as_ref(),
+            };
+            let mut config_errors = Vec::new();
+            let matched = self
+                .dispatcher
+                .dispatch(
+                    (target, &refs),
+                    attributes,
+                    &mut namespace_object,
+                    &authorizer,
+                    &mut config_errors,
+                )
+                .await?;
+            let fail = |binding: Option<String>, message: String| PolicyError {
+                policy: policy.name.clone(),
+                binding,
+                message,
+            };
+            if policy.fail_closed {
+                errors.extend(
+                    config_errors
+                        .into_iter()
+                        .map(|e| fail(e.binding.map(|i| bound[i].name.clone()), e.message)),
+                );
+            }
+            let Some(matched) = matched else {
+                continue;
+            };
+            let schema = match &attributes.patch_schema() {
+                Some(schema)
+                    if matched.invocation.resource.version
+                        == attributes.request_resource.version =>
+                {
+                    (*schema).clone()
+                }
+                _ => Arc::new(PatchSchema::empty()),
+            };
+            for (index, activations) in matched.bindings {
+                for activation in activations {
+                    let Some(object) = attributes.object.clone() else {
+                        continue;
+                    };
+                    let versioned = match &matched.invocation.convertor {
+                        Some(c) => c.to_served(&object)?,
+                        None => object,
+                    };
+                    let mut activation = activation;
+                    activation.set(
+                        "object",
+                        extension_apiserver_machinery::cel::convert::from_json(&versioned),
+                    );
+                    let (compiled, schema) = (policy.clone(), schema.clone());
+                    let outcome = cel::evaluate_blocking(move || {
+                        compiled.mutate(activation, &versioned, &schema)
+                    })
+                    .await?;
+                    if policy.fail_closed {
+                        let binding = Some(bound[index].name.clone());
+                        errors.extend(outcome.errors.into_iter().map(|e| fail(binding.clone(), e)));
+                    }
+                    if let Some(mutated) = outcome.object {
+                        attributes.object = Some(match &matched.invocation.convertor {
+                            Some(c) => c.to_storage(&mutated)?,
+                            None => mutated,
+                        });
+                    }
+                }
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(denied(attributes, &errors)),
+        }
+    }
+}
+
+/// kube's refusal (`generic.PolicyDispatcher`): `NewForbidden`'s Status, its message the
+/// first error's, reason `Invalid`, every error a cause.
+fn denied(attributes: &Attributes, errors: &[PolicyError]) -> Error {
+    let forbidden = attributes.forbidden("admission request denied by policy");
+    let messages: Vec<String> = errors.iter().map(PolicyError::text).collect();
+    let mut error = Error::new(403, "Invalid", &messages[0]);
+    if let Some(details) = forbidden.status().details.clone() {
+        error = error.with_details(details);
+    }
+    if let Some(details) = error.details_mut() {
+        details
+            .causes
+            .extend(messages.into_iter().map(|message| StatusCause {
+                reason: String::new(),
+                message,
+                field: String::new(),
+            }));
+    }
+    error
+}
