@@ -20,10 +20,11 @@
 //! [`Attributes::object_as`] and writes them back with [`Attributes::set_object`].
 //!
 //! Built in, on whenever the server has a core kube-apiserver: [`NamespaceLifecycle`] first,
-//! and after the server's own plugins [`MutatingAdmissionWebhook`] and
-//! [`ValidatingAdmissionWebhook`], which call the cluster's admission webhooks
-//! ([`webhook`]), then [`ValidatingAdmissionPolicy`], which evaluates the cluster's
-//! ValidatingAdmissionPolicies in CEL ([`policy`]). Plugins of your own are added with
+//! and after the server's own plugins [`MutatingAdmissionPolicy`], which applies the
+//! cluster's MutatingAdmissionPolicies when its API serves them ([`policy::mutating`]),
+//! [`MutatingAdmissionWebhook`] and [`ValidatingAdmissionWebhook`], which call the cluster's
+//! admission webhooks ([`webhook`]), then [`ValidatingAdmissionPolicy`], which evaluates the
+//! cluster's ValidatingAdmissionPolicies in CEL ([`policy`]). Plugins of your own are added with
 //! [`APIServer::admission_plugin`](crate::server::APIServer::admission_plugin); all of them
 //! are named, and `--enable-admission-plugins` / `--disable-admission-plugins` take the names
 //! ([`AdmissionOptions`]).
@@ -277,8 +278,9 @@ fn observe(step: &str, operation: Operation, verdict: &Result<()>, started: std:
 
 /// The server's admission chain from its flags: NamespaceLifecycle (on by default) when the
 /// server has a core API to follow namespaces in, then the server's own plugins (`own`) in
-/// the order they were added, then, with a core API, MutatingAdmissionWebhook,
-/// ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so webhooks and policies run
+/// the order they were added, then, with a core API, MutatingAdmissionPolicy,
+/// MutatingAdmissionWebhook, ValidatingAdmissionWebhook and ValidatingAdmissionPolicy (so
+/// webhooks and policies run
 /// after the in-process plugins of their step, as kube orders its validating plugins), each
 /// on unless disabled. CEL's `authorizer` asks `authorizer` (the server's: always-allowed
 /// groups, then SubjectAccessReview when delegated). A policy's params of a kind the server serves are

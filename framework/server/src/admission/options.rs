@@ -9,8 +9,8 @@ use clap::Args;
 #[derive(Clone, Debug, Default, Args)]
 pub struct AdmissionOptions {
     /// Admission plugins to turn on besides those on by default (comma-separated).
-    /// Known: `NamespaceLifecycle`, `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`,
-    /// `ValidatingAdmissionPolicy` (all on by default whenever there is a core API) and the server's own plugins (on by
+    /// Known: `NamespaceLifecycle`, `MutatingAdmissionPolicy`, `MutatingAdmissionWebhook`,
+    /// `ValidatingAdmissionWebhook`, `ValidatingAdmissionPolicy` (all on by default whenever there is a core API) and the server's own plugins (on by
     /// default).
     #[arg(long = "enable-admission-plugins", value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
