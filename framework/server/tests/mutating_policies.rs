@@ -214,6 +214,30 @@ async fn errors_follow_the_failure_policy_with_kubes_status() {
 }
 
 #[tokio::test]
+async fn the_mutated_object_is_validated_as_any_write() {
+    let s = setup().await;
+    s.bound(
+        policy(
+            "bad-annotation",
+            json_patch(
+                "[JSONPatch{op: 'add', path: '/metadata/annotations', \
+                            value: {'not a key': 'x'}}]",
+            ),
+            json!({}),
+        ),
+        json!({}),
+    );
+    let server = s.server().await;
+    let (code, status) = create(&server, "a", "r").await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["details"]["causes"][0]["field"],
+        "metadata.annotations"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_core_without_the_api_leaves_requests_unchanged() {
     let s = setup().await;
     s.core.serve_mutating_admission_policies(false);

@@ -326,10 +326,13 @@ impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
             let Some(matched) = matched else {
                 continue;
             };
+            // The schema known is the requested version's, of the main resource: another
+            // version's object (or a `Scale`) merges without list semantics.
             let schema = match &attributes.patch_schema() {
                 Some(schema)
                     if matched.invocation.resource.version
-                        == attributes.request_resource.version =>
+                        == attributes.request_resource.version
+                        && attributes.subresource.is_empty() =>
                 {
                     (*schema).clone()
                 }
