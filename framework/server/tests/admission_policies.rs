@@ -57,19 +57,19 @@ fn binding(name: &str, policy: &str, actions: &[&str], extra: Value) -> Value {
     binding
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    core: FakeCore,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) core: FakeCore,
 }
 
-async fn setup() -> Setup {
+pub(crate) async fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let core = FakeCore::start(&dir.path().join("core")).await;
     Setup { dir, core }
 }
 
 impl Setup {
-    async fn server(&self) -> TestServer {
+    pub(crate) async fn server(&self) -> TestServer {
         start(&self.dir.path().join("server"), &self.core, |_| {}).await
     }
 

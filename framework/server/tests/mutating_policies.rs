@@ -9,6 +9,7 @@ use extension_apiserver_testing::TestServer;
 use extension_apiserver_testing::fake_core::FakeCore;
 use serde_json::{Value, json};
 
+use super::admission_policies::setup;
 use super::admission_webhooks::{Webhooks, configuration, request, rules, start};
 
 const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
@@ -56,35 +57,18 @@ fn binding(name: &str, policy: &str, spec: Value) -> Value {
     binding
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    core: FakeCore,
-}
-
-async fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let core = FakeCore::start(&dir.path().join("core")).await;
-    Setup { dir, core }
-}
-
-impl Setup {
-    async fn server(&self) -> TestServer {
-        start(&self.dir.path().join("server"), &self.core, |_| {}).await
-    }
-
-    /// `policy` and a binding of the same name.
-    fn bound(&self, policy: Value, binding_spec: Value) {
-        let name = policy["metadata"]["name"].as_str().unwrap().to_string();
-        self.core.set_mutating_admission_policy(policy);
-        self.core
-            .set_mutating_admission_policy_binding(binding(&name, &name, binding_spec));
-    }
+/// `policy` and a binding of the same name, in the fake core.
+fn bound(core: &FakeCore, policy: Value, binding_spec: Value) {
+    let name = policy["metadata"]["name"].as_str().unwrap().to_string();
+    core.set_mutating_admission_policy(policy);
+    core.set_mutating_admission_policy_binding(binding(&name, &name, binding_spec));
 }
 
 #[tokio::test]
 async fn apply_configurations_and_json_patches_mutate_the_object() {
     let s = setup().await;
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "defaults",
             apply_configuration(
@@ -95,7 +79,8 @@ async fn apply_configurations_and_json_patches_mutate_the_object() {
         ),
         json!({}),
     );
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "patches",
             json_patch(
@@ -148,7 +133,8 @@ async fn params_and_match_conditions() {
         "defaults",
         BTreeMap::from([("reference".to_string(), "from-param".to_string())]),
     );
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "from-params",
             apply_configuration("Object{spec: Object.spec{reference: params.data.reference}}"),
@@ -173,7 +159,8 @@ async fn params_and_match_conditions() {
 #[tokio::test]
 async fn errors_follow_the_failure_policy_with_kubes_status() {
     let s = setup().await;
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "fails",
             json_patch(
@@ -216,7 +203,8 @@ async fn errors_follow_the_failure_policy_with_kubes_status() {
 #[tokio::test]
 async fn the_mutated_object_is_validated_as_any_write() {
     let s = setup().await;
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "bad-annotation",
             json_patch(
@@ -241,7 +229,8 @@ async fn the_mutated_object_is_validated_as_any_write() {
 async fn a_core_without_the_api_leaves_requests_unchanged() {
     let s = setup().await;
     s.core.serve_mutating_admission_policies(false);
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "defaults",
             apply_configuration("Object{spec: Object.spec{reference: 'changed'}}"),
@@ -261,7 +250,8 @@ async fn a_core_without_the_api_leaves_requests_unchanged() {
 #[tokio::test]
 async fn the_plugin_can_be_disabled() {
     let s = setup().await;
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "defaults",
             apply_configuration("Object{spec: Object.spec{reference: 'changed'}}"),
@@ -284,7 +274,8 @@ async fn the_plugin_can_be_disabled() {
 async fn policies_run_before_the_mutating_webhooks() {
     let s = setup().await;
     let webhooks = Webhooks::start().await;
-    s.bound(
+    bound(
+        &s.core,
         policy(
             "labels",
             apply_configuration("Object{metadata: Object.metadata{labels: {'policy': 'yes'}}}"),

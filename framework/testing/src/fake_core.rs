@@ -575,14 +575,26 @@ impl FakeCore {
 
     /// Creates or replaces a `ValidatingAdmissionPolicy`, defaulted as kube-apiserver
     /// defaults one (`failurePolicy: Fail`, `matchPolicy: Equivalent`, empty selectors).
-    pub fn set_validating_admission_policy(&self, mut object: Value) {
+    pub fn set_validating_admission_policy(&self, object: Value) {
+        let collection = admission_policies("validatingadmissionpolicies");
+        self.set_policy(collection, object, &[]);
+    }
+
+    /// A policy of either kind, defaulted (`failurePolicy: Fail`, `matchPolicy:
+    /// Equivalent`, empty selectors, and `defaults`), its generation bumped.
+    fn set_policy(&self, collection: Collection, mut object: Value, defaults: &[(&str, Value)]) {
         let name = object["metadata"]["name"]
             .as_str()
             .expect("policy has metadata.name")
             .to_string();
         let spec = &mut object["spec"];
-        if spec.get("failurePolicy").is_none() {
-            spec["failurePolicy"] = json!("Fail");
+        let defaults = [("failurePolicy", json!("Fail"))]
+            .into_iter()
+            .chain(defaults.iter().cloned());
+        for (key, value) in defaults {
+            if spec.get(key).is_none() {
+                spec[key] = value;
+            }
         }
         if let Some(constraints) = spec["matchConstraints"].as_object_mut() {
             constraints
@@ -593,25 +605,19 @@ impl FakeCore {
         }
         let generation = lock(&self.inner.objects)
             .items
-            .get(&admission_policies("validatingadmissionpolicies"))
+            .get(&collection)
             .and_then(|c| c.get(&name))
             .map_or(0, |o| o["metadata"]["generation"].as_i64().unwrap_or(0));
         object["metadata"]["generation"] = json!(generation + 1);
-        self.put(
-            admission_policies("validatingadmissionpolicies"),
-            &name,
-            object,
-        );
+        self.put(collection, &name, object);
     }
 
     /// Creates or replaces a `ValidatingAdmissionPolicyBinding`.
     pub fn set_validating_admission_policy_binding(&self, object: Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("binding has metadata.name")
-            .to_string();
-        let collection = admission_policies("validatingadmissionpolicybindings");
-        self.put(collection, &name, object);
+        self.put_named(
+            admission_policies("validatingadmissionpolicybindings"),
+            object,
+        );
     }
 
     /// Deletes a `ValidatingAdmissionPolicy`.
@@ -638,43 +644,18 @@ impl FakeCore {
     /// Creates or replaces a `MutatingAdmissionPolicy` (`admissionregistration.k8s.io/v1beta1`),
     /// defaulted as kube-apiserver defaults one (`failurePolicy: Fail`, `reinvocationPolicy:
     /// Never`, `matchPolicy: Equivalent`, empty selectors), its generation bumped.
-    pub fn set_mutating_admission_policy(&self, mut object: Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("policy has metadata.name")
-            .to_string();
-        let spec = &mut object["spec"];
-        if spec.get("failurePolicy").is_none() {
-            spec["failurePolicy"] = json!("Fail");
-        }
-        if spec.get("reinvocationPolicy").is_none() {
-            spec["reinvocationPolicy"] = json!("Never");
-        }
-        if let Some(constraints) = spec["matchConstraints"].as_object_mut() {
-            constraints
-                .entry("matchPolicy")
-                .or_insert(json!("Equivalent"));
-            constraints.entry("namespaceSelector").or_insert(json!({}));
-            constraints.entry("objectSelector").or_insert(json!({}));
-        }
+    pub fn set_mutating_admission_policy(&self, object: Value) {
         let collection = mutating_policies("mutatingadmissionpolicies");
-        let generation = lock(&self.inner.objects)
-            .items
-            .get(&collection)
-            .and_then(|c| c.get(&name))
-            .map_or(0, |o| o["metadata"]["generation"].as_i64().unwrap_or(0));
-        object["metadata"]["generation"] = json!(generation + 1);
-        self.put(collection, &name, object);
+        self.set_policy(
+            collection,
+            object,
+            &[("reinvocationPolicy", json!("Never"))],
+        );
     }
 
     /// Creates or replaces a `MutatingAdmissionPolicyBinding`.
     pub fn set_mutating_admission_policy_binding(&self, object: Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("binding has metadata.name")
-            .to_string();
-        let collection = mutating_policies("mutatingadmissionpolicybindings");
-        self.put(collection, &name, object);
+        self.put_named(mutating_policies("mutatingadmissionpolicybindings"), object);
     }
 
     /// Deletes a `MutatingAdmissionPolicy`.
@@ -687,6 +668,15 @@ impl FakeCore {
     pub fn delete_mutating_admission_policy_binding(&self, name: &str) {
         let collection = mutating_policies("mutatingadmissionpolicybindings");
         self.inner.remove(&collection, name).ok();
+    }
+
+    /// Creates or replaces `object` under its `metadata.name`.
+    fn put_named(&self, collection: Collection, object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("object has metadata.name")
+            .to_string();
+        self.put(collection, &name, object);
     }
 
     fn put(&self, collection: Collection, name: &str, object: Value) {

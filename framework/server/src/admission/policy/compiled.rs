@@ -1,16 +1,12 @@
 //! A `ValidatingAdmissionPolicy` compiled once per generation, and its evaluation for one
 //! request, binding and param: kube's `validating/validator.go`.
 
-use std::collections::BTreeMap;
-
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{Activation, Value};
-use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, ParamKind, ValidatingAdmissionPolicy,
-};
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 
-use super::variables::Variables;
-use crate::admission::cel::{Compiled, MatchConditions, Matched, OUT_OF_BUDGET};
+use super::dispatch::{BaseSpec, PolicyBase};
+use crate::admission::cel::{Compiled, Matched, OUT_OF_BUDGET};
 
 /// kube's `MaxEvaluatedMessageExpressionSizeBytes`.
 const MAX_MESSAGE_LENGTH: usize = 5 * 1024;
@@ -24,17 +20,17 @@ pub(crate) struct Validation {
     pub(crate) reason: Option<String>,
 }
 
+impl std::ops::Deref for CompiledPolicy {
+    type Target = PolicyBase;
+    fn deref(&self) -> &PolicyBase {
+        &self.base
+    }
+}
+
 /// A policy, ready to match and evaluate.
 #[derive(Debug)]
 pub(crate) struct CompiledPolicy {
-    pub(crate) name: String,
-    pub(crate) generation: i64,
-    /// `failurePolicy` `Fail` (the default) rather than `Ignore`.
-    pub(crate) fail_closed: bool,
-    pub(crate) constraints: Option<MatchResources>,
-    pub(crate) param_kind: Option<ParamKind>,
-    pub(crate) match_conditions: MatchConditions,
-    pub(crate) variables: Variables,
+    pub(crate) base: PolicyBase,
     pub(crate) validations: Vec<Validation>,
     pub(crate) audit_annotations: Vec<(String, Compiled)>,
 }
@@ -54,19 +50,15 @@ impl CompiledPolicy {
             })
             .collect();
         Self {
-            name: policy.metadata.name.clone().unwrap_or_default(),
-            generation: policy.metadata.generation.unwrap_or_default(),
-            fail_closed: spec.failure_policy.as_deref() != Some("Ignore"),
-            constraints: spec.match_constraints,
-            param_kind: spec.param_kind,
-            match_conditions: MatchConditions::compile(
-                spec.match_conditions.as_deref().unwrap_or_default(),
-            ),
-            variables: Variables::compile(
-                spec.variables
-                    .iter()
-                    .flatten()
-                    .map(|v| (v.name.as_str(), v.expression.as_str())),
+            base: PolicyBase::compile(
+                &policy.metadata,
+                BaseSpec {
+                    failure_policy: spec.failure_policy.as_deref(),
+                    match_constraints: spec.match_constraints.as_ref(),
+                    param_kind: spec.param_kind.as_ref(),
+                    match_conditions: spec.match_conditions.as_deref(),
+                    variables: spec.variables.as_deref(),
+                },
             ),
             validations,
             audit_annotations: spec
@@ -243,26 +235,6 @@ fn truncate(value: &mut String, max: usize) {
     }
 }
 
-/// The policies as last seen, compiled, by name; a policy is compiled again only when its
-/// generation changed.
-pub(crate) fn recompile(
-    previous: &BTreeMap<String, std::sync::Arc<CompiledPolicy>>,
-    policies: &[ValidatingAdmissionPolicy],
-) -> BTreeMap<String, std::sync::Arc<CompiledPolicy>> {
-    policies
-        .iter()
-        .map(|policy| {
-            let name = policy.metadata.name.clone().unwrap_or_default();
-            let generation = policy.metadata.generation.unwrap_or_default();
-            let compiled = match previous.get(&name) {
-                Some(known) if known.generation == generation && generation != 0 => known.clone(),
-                _ => std::sync::Arc::new(CompiledPolicy::compile(policy)),
-            };
-            (name, compiled)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -340,7 +312,7 @@ mod tests {
         );
         assert_eq!(outcome.audit, [("replicas".to_string(), "6".to_string())]);
         let mut ignoring = p;
-        ignoring.fail_closed = false;
+        ignoring.base.fail_closed = false;
         let outcome = ignoring.validate(&input(1), &mut Budget::admission());
         assert!(outcome.failures.is_empty(), "{outcome:?}");
     }

@@ -35,6 +35,8 @@ mod params;
 mod variables;
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::Deref;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -45,10 +47,10 @@ use k8s_openapi::api::admissionregistration::v1 as registration;
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube_core::response::StatusCause;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 
 use self::compiled::{CompiledPolicy, Outcome};
-use self::dispatch::{BindingRef, Dispatcher, PolicyRef};
+use self::dispatch::{BindingView, Dispatched, Dispatcher, PolicyBase, RequestState};
 use self::params::Params;
 use crate::admission::namespace::CoreNamespaces;
 use crate::admission::objects::OwnObjects;
@@ -63,10 +65,12 @@ pub const NAME: &str = "ValidatingAdmissionPolicy";
 /// The audit annotation of a failure under the `Audit` action.
 const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
 
+/// What a plugin last saw of the core cluster; `None` until the first list.
+type Shared<T> = Arc<RwLock<Option<T>>>;
 /// The policies as last seen, compiled, by name.
 type Compiled = Arc<BTreeMap<String, Arc<CompiledPolicy>>>;
-type Policies = Arc<RwLock<Option<Compiled>>>;
-type Bindings = Arc<RwLock<Option<Arc<[Binding]>>>>;
+type Policies = Shared<Compiled>;
+type Bindings = Shared<Arc<[Binding]>>;
 
 /// A binding as the dispatcher reads it.
 #[derive(Clone, Debug)]
@@ -107,8 +111,91 @@ impl Binding {
     }
 }
 
+impl BindingView for Binding {
+    fn policy_name(&self) -> &str {
+        &self.policy
+    }
+    fn match_resources(&self) -> Option<&registration::MatchResources> {
+        self.spec.match_resources.as_ref()
+    }
+    fn param_ref(&self) -> Option<&registration::ParamRef> {
+        self.spec.param_ref.as_ref()
+    }
+}
+
 fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
     lock.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn write<T>(lock: &RwLock<Option<T>>, value: T) {
+    *lock.write().unwrap_or_else(|e| e.into_inner()) = Some(value);
+}
+
+/// Follows the policies of `api` in the core cluster into `policies`, by name, each compiled
+/// (with `compile`) again only when its generation changed.
+fn follow_policies<P, C>(
+    api: Api<P>,
+    what: &str,
+    shutdown: ShutdownSignal,
+    policies: Shared<Arc<BTreeMap<String, Arc<C>>>>,
+    compile: fn(&P) -> C,
+) -> Followed<P>
+where
+    P: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync,
+    C: Deref<Target = PolicyBase> + Send + Sync + 'static,
+{
+    core_api::follow(
+        api,
+        watcher::Config::default(),
+        what.into(),
+        shutdown,
+        move |store| {
+            let previous = read(&policies).unwrap_or_default();
+            let fresh = store
+                .state()
+                .iter()
+                .map(|policy| {
+                    let name = policy.meta().name.clone().unwrap_or_default();
+                    let generation = policy.meta().generation.unwrap_or_default();
+                    let compiled = match previous.get(&name) {
+                        Some(known) if known.generation == generation && generation != 0 => {
+                            known.clone()
+                        }
+                        _ => Arc::new(compile(policy)),
+                    };
+                    (name, compiled)
+                })
+                .collect();
+            write(&policies, Arc::new(fresh));
+        },
+    )
+}
+
+/// Follows the bindings of `api` in the core cluster into `bindings`, in name order, as
+/// `view` reads them.
+fn follow_bindings<B, T>(
+    api: Api<B>,
+    what: &str,
+    shutdown: ShutdownSignal,
+    bindings: Shared<Arc<[T]>>,
+    view: fn(&B) -> T,
+) -> Followed<B>
+where
+    B: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync,
+    T: Send + Sync + 'static,
+{
+    core_api::follow(
+        api,
+        watcher::Config::default(),
+        what.into(),
+        shutdown,
+        move |store| {
+            let mut seen = store.state();
+            seen.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+            let seen: Vec<T> = seen.iter().map(|b| view(b)).collect();
+            write(&bindings, seen.into());
+        },
+    )
 }
 
 /// The `ValidatingAdmissionPolicy` plugin; see the module documentation.
@@ -135,32 +222,20 @@ impl ValidatingAdmissionPolicy {
         shutdown: ShutdownSignal,
     ) -> Arc<Self> {
         let policies: Policies = Arc::default();
-        let writer = policies.clone();
-        let followed_policies = core_api::follow(
-            Api::<registration::ValidatingAdmissionPolicy>::all(client.clone()),
-            watcher::Config::default(),
-            "validatingadmissionpolicies".into(),
+        let followed_policies = follow_policies(
+            Api::all(client.clone()),
+            "validatingadmissionpolicies",
             shutdown.clone(),
-            move |store| {
-                let seen: Vec<_> = store.state().iter().map(|p| (**p).clone()).collect();
-                let previous = read(&writer).unwrap_or_default();
-                let fresh = compiled::recompile(&previous, &seen);
-                *writer.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(fresh));
-            },
+            policies.clone(),
+            CompiledPolicy::compile,
         );
         let bindings: Bindings = Arc::default();
-        let writer = bindings.clone();
-        let followed_bindings = core_api::follow(
-            Api::<registration::ValidatingAdmissionPolicyBinding>::all(client.clone()),
-            watcher::Config::default(),
-            "validatingadmissionpolicybindings".into(),
+        let followed_bindings = follow_bindings(
+            Api::all(client.clone()),
+            "validatingadmissionpolicybindings",
             shutdown.clone(),
-            move |store| {
-                let mut seen: Vec<Binding> =
-                    store.state().iter().map(|b| Binding::new(b)).collect();
-                seen.sort_by(|a, b| a.name.cmp(&b.name));
-                *writer.write().unwrap_or_else(|e| e.into_inner()) = Some(seen.into());
-            },
+            bindings.clone(),
+            Binding::new,
         );
         Arc::new(Self {
             authorizer,
@@ -237,38 +312,20 @@ impl AdmissionPlugin for ValidatingAdmissionPolicy {
         let (policies, bindings) = self.wait_until_ready(attributes).await?;
         let mut denials = Vec::new();
         let mut work = Vec::new();
-        let mut namespace_object: Option<Value> = None;
-        let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
+        let mut request = RequestState::new(attributes, &self.authorizer);
         for policy in policies.values() {
-            let bound: Vec<&Binding> = bindings
-                .iter()
-                .filter(|b| b.policy == policy.name)
-                .collect();
-            if bound.is_empty() {
-                continue;
-            }
-            let refs: Vec<BindingRef<'_>> = bound
-                .iter()
-                .map(|b| BindingRef {
-                    match_resources: b.spec.match_resources.as_ref(),
-                    param_ref: b.spec.param_ref.as_ref(),
-                })
-                .collect();
-            let target = PolicyRef {
-                constraints: policy.constraints.as_ref(),
-                param_kind: policy.param_kind.as_ref(),
-            };
-            let mut errors = Vec::new();
-            let matched = self
+            let dispatched = self
                 .dispatcher
-                .dispatch(
-                    (target, &refs),
-                    attributes,
-                    &mut namespace_object,
-                    &authorizer,
-                    &mut errors,
-                )
+                .dispatch(&policy.base, &bindings, attributes, &mut request)
                 .await?;
+            let Some(Dispatched {
+                bound,
+                errors,
+                matched,
+            }) = dispatched
+            else {
+                continue;
+            };
             if policy.fail_closed {
                 denials.extend(errors.into_iter().map(|e| Denial {
                     policy: policy.name.clone(),

@@ -2,19 +2,15 @@
 //! object for one binding and param: kube's `mutating/compilation.go` and `patch/`
 //! (`json_patch.go`, `smd.go`).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use extension_apiserver_machinery::cel::convert::{from_json, to_json};
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{Activation, Value};
 use extension_apiserver_machinery::fieldmanager::merge_apply_configuration;
 use extension_apiserver_machinery::patch::{PatchSchema, apply_json_patch};
-use k8s_openapi::api::admissionregistration::v1::{MatchResources, ParamKind};
 
 use super::types::MutatingAdmissionPolicy;
-use crate::admission::cel::{Compiled, MatchConditions, Matched};
-use crate::admission::policy::variables::Variables;
+use crate::admission::cel::{Compiled, Matched};
+use crate::admission::policy::dispatch::{BaseSpec, PolicyBase};
 
 /// How a mutation's result changes the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,15 +29,15 @@ struct CompiledMutation {
 /// A policy, ready to match and mutate.
 #[derive(Debug)]
 pub(crate) struct CompiledPolicy {
-    pub(crate) name: String,
-    generation: i64,
-    /// `failurePolicy` `Fail` (the default) rather than `Ignore`.
-    pub(crate) fail_closed: bool,
-    pub(crate) constraints: Option<MatchResources>,
-    pub(crate) param_kind: Option<ParamKind>,
-    match_conditions: MatchConditions,
-    variables: Variables,
+    pub(crate) base: PolicyBase,
     mutations: Vec<CompiledMutation>,
+}
+
+impl std::ops::Deref for CompiledPolicy {
+    type Target = PolicyBase;
+    fn deref(&self) -> &PolicyBase {
+        &self.base
+    }
 }
 
 /// What one invocation (a binding with one param) did.
@@ -77,19 +73,15 @@ impl CompiledPolicy {
             })
             .collect();
         Self {
-            name: policy.metadata.name.clone().unwrap_or_default(),
-            generation: policy.metadata.generation.unwrap_or_default(),
-            fail_closed: spec.failure_policy.as_deref() != Some("Ignore"),
-            constraints: spec.match_constraints,
-            param_kind: spec.param_kind,
-            match_conditions: MatchConditions::compile(
-                spec.match_conditions.as_deref().unwrap_or_default(),
-            ),
-            variables: Variables::compile(
-                spec.variables
-                    .iter()
-                    .flatten()
-                    .map(|v| (v.name.as_str(), v.expression.as_str())),
+            base: PolicyBase::compile(
+                &policy.metadata,
+                BaseSpec {
+                    failure_policy: spec.failure_policy.as_deref(),
+                    match_constraints: spec.match_constraints.as_ref(),
+                    param_kind: spec.param_kind.as_ref(),
+                    match_conditions: spec.match_conditions.as_deref(),
+                    variables: spec.variables.as_deref(),
+                },
             ),
             mutations,
         }
@@ -211,26 +203,6 @@ fn json_patch(value: &Value, object: &serde_json::Value) -> Result<serde_json::V
         Err(e) if e.to_string().contains("json patch test operation") => Ok(object.clone()),
         Err(e) => Err(format!("JSON Patch: {e}")),
     }
-}
-
-/// The policies as last seen, compiled, by name; a policy is compiled again only when its
-/// generation changed.
-pub(crate) fn recompile(
-    previous: &BTreeMap<String, Arc<CompiledPolicy>>,
-    policies: &[MutatingAdmissionPolicy],
-) -> BTreeMap<String, Arc<CompiledPolicy>> {
-    policies
-        .iter()
-        .map(|policy| {
-            let name = policy.metadata.name.clone().unwrap_or_default();
-            let generation = policy.metadata.generation.unwrap_or_default();
-            let compiled = match previous.get(&name) {
-                Some(known) if known.generation == generation && generation != 0 => known.clone(),
-                _ => Arc::new(CompiledPolicy::compile(policy)),
-            };
-            (name, compiled)
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -29,24 +29,24 @@ pub mod types;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use extension_apiserver_machinery::patch::PatchSchema;
+use k8s_openapi::api::admissionregistration::v1::{MatchResources, ParamRef};
 use kube::api::Api;
-use kube::runtime::watcher;
 use kube_core::response::StatusCause;
-use serde_json::Value;
 
 use self::compiled::CompiledPolicy;
 use self::types::{MutatingAdmissionPolicyBinding, MutatingAdmissionPolicyBindingSpec};
-use super::dispatch::{BindingRef, Dispatcher, PolicyRef};
+use super::dispatch::{BindingView, Dispatched, Dispatcher, RequestState};
 use super::params::Params;
+use super::{Shared, follow_bindings, follow_policies, read};
 use crate::admission::namespace::CoreNamespaces;
 use crate::admission::objects::OwnObjects;
 use crate::admission::{AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation, cel};
-use crate::core_api::{self, Followed};
+use crate::core_api::Followed;
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
 
@@ -54,8 +54,8 @@ use crate::lifecycle::ShutdownSignal;
 pub const NAME: &str = "MutatingAdmissionPolicy";
 
 type Compiled = Arc<BTreeMap<String, Arc<CompiledPolicy>>>;
-type Policies = Arc<RwLock<Option<Compiled>>>;
-type Bindings = Arc<RwLock<Option<Arc<[Binding]>>>>;
+type Policies = Shared<Compiled>;
+type Bindings = Shared<Arc<[Binding]>>;
 
 /// A binding as the dispatcher reads it.
 #[derive(Clone, Debug)]
@@ -69,8 +69,16 @@ const DISCOVERING: u8 = 0;
 const SERVED: u8 = 1;
 const NOT_SERVED: u8 = 2;
 
-fn read<T: Clone>(lock: &RwLock<Option<T>>) -> Option<T> {
-    lock.read().unwrap_or_else(|e| e.into_inner()).clone()
+impl BindingView for Binding {
+    fn policy_name(&self) -> &str {
+        &self.spec.policy_name
+    }
+    fn match_resources(&self) -> Option<&MatchResources> {
+        self.spec.match_resources.as_ref()
+    }
+    fn param_ref(&self) -> Option<&ParamRef> {
+        self.spec.param_ref.as_ref()
+    }
 }
 
 /// The `MutatingAdmissionPolicy` plugin; see the module documentation.
@@ -149,36 +157,21 @@ impl MutatingAdmissionPolicy {
     }
 
     fn follow(&self, client: kube::Client, shutdown: ShutdownSignal) {
-        let writer = self.policies.clone();
-        let policies = core_api::follow(
-            Api::<types::MutatingAdmissionPolicy>::all(client.clone()),
-            watcher::Config::default(),
-            "mutatingadmissionpolicies".into(),
+        let policies = follow_policies(
+            Api::all(client.clone()),
+            "mutatingadmissionpolicies",
             shutdown.clone(),
-            move |store| {
-                let seen: Vec<_> = store.state().iter().map(|p| (**p).clone()).collect();
-                let previous = read(&writer).unwrap_or_default();
-                let fresh = compiled::recompile(&previous, &seen);
-                *writer.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(fresh));
-            },
+            self.policies.clone(),
+            CompiledPolicy::compile,
         );
-        let writer = self.bindings.clone();
-        let bindings = core_api::follow(
-            Api::<MutatingAdmissionPolicyBinding>::all(client),
-            watcher::Config::default(),
-            "mutatingadmissionpolicybindings".into(),
+        let bindings = follow_bindings(
+            Api::all(client),
+            "mutatingadmissionpolicybindings",
             shutdown,
-            move |store| {
-                let mut seen: Vec<Binding> = store
-                    .state()
-                    .iter()
-                    .map(|b| Binding {
-                        name: b.metadata.name.clone().unwrap_or_default(),
-                        spec: b.spec.clone().unwrap_or_default(),
-                    })
-                    .collect();
-                seen.sort_by(|a, b| a.name.cmp(&b.name));
-                *writer.write().unwrap_or_else(|e| e.into_inner()) = Some(seen.into());
+            self.bindings.clone(),
+            |b: &MutatingAdmissionPolicyBinding| Binding {
+                name: b.metadata.name.clone().unwrap_or_default(),
+                spec: b.spec.clone().unwrap_or_default(),
             },
         );
         self.followed.set((policies, bindings)).ok();
@@ -279,38 +272,20 @@ impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
             return Ok(());
         }
         let mut errors = Vec::new();
-        let mut namespace_object: Option<Value> = None;
-        let authorizer = cel::RequestAuthorizer::new(&self.authorizer, &attributes.user);
+        let mut request = RequestState::new(attributes, &self.authorizer);
         for policy in policies.values() {
-            let bound: Vec<&Binding> = bindings
-                .iter()
-                .filter(|b| b.spec.policy_name == policy.name)
-                .collect();
-            if bound.is_empty() {
-                continue;
-            }
-            let refs: Vec<BindingRef<'_>> = bound
-                .iter()
-                .map(|b| BindingRef {
-                    match_resources: b.spec.match_resources.as_ref(),
-                    param_ref: b.spec.param_ref.as_ref(),
-                })
-                .collect();
-            let target = PolicyRef {
-                constraints: policy.constraints.as_ref(),
-                param_kind: policy.param_kind.as_ref(),
-            };
-            let mut config_errors = Vec::new();
-            let matched = self
+            let dispatched = self
                 .dispatcher
-                .dispatch(
-                    (target, &refs),
-                    attributes,
-                    &mut namespace_object,
-                    &authorizer,
-                    &mut config_errors,
-                )
+                .dispatch(&policy.base, &bindings, attributes, &mut request)
                 .await?;
+            let Some(Dispatched {
+                bound,
+                errors: config_errors,
+                matched,
+            }) = dispatched
+            else {
+                continue;
+            };
             let fail = |binding: Option<String>, message: String| PolicyError {
                 policy: policy.name.clone(),
                 binding,
