@@ -121,8 +121,8 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
         }),
         // What the server reads and writes itself: namespaces for the NamespaceLifecycle
         // admission and webhooks' namespaceSelectors, the webhook configurations the
-        // admission webhook plugins follow and the ValidatingAdmissionPolicies and bindings
-        // the policy plugin follows, its APIServices for --register-apiservice.
+        // admission webhook plugins follow, the Validating- and MutatingAdmissionPolicies and
+        // bindings the policy plugins follow, its APIServices for --register-apiservice.
         to_value(ClusterRole {
             metadata: m.meta(&m.name, None),
             rules: Some(vec![
@@ -145,6 +145,16 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
                 rule(
                     "admissionregistration.k8s.io",
                     "validatingadmissionpolicybindings",
+                    &["get", "list", "watch"],
+                ),
+                rule(
+                    "admissionregistration.k8s.io",
+                    "mutatingadmissionpolicies",
+                    &["get", "list", "watch"],
+                ),
+                rule(
+                    "admissionregistration.k8s.io",
+                    "mutatingadmissionpolicybindings",
                     &["get", "list", "watch"],
                 ),
                 rule(
