@@ -156,7 +156,8 @@ async fn params_and_match_conditions() {
     server.stop().await;
 }
 
-#[tokio::test]
+// Several threads: kubectl blocks the test's thread while the server answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_follow_the_failure_policy_with_kubes_status() {
     let s = setup().await;
     bound(
@@ -185,6 +186,18 @@ async fn errors_follow_the_failure_policy_with_kubes_status() {
     );
     assert_eq!(status["details"]["name"], "a");
     assert_eq!(status["details"]["kind"], "flunders");
+    let file = s.dir.path().join("flunder.json");
+    let flunder = json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+                         "metadata": {"name": "k", "namespace": "default"}, "spec": {"reference": "r"}});
+    std::fs::write(&file, flunder.to_string()).unwrap();
+    let out = server.kubectl(&["create", "-f", file.to_str().unwrap()]);
+    assert!(!out.success);
+    assert!(
+        out.stderr
+            .contains("policy 'fails' with binding 'fails' denied request: expression"),
+        "{}",
+        out.stderr
+    );
 
     // With Ignore, the request goes through unchanged.
     s.core.set_mutating_admission_policy(policy(

@@ -33,6 +33,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use extension_apiserver_machinery::cel::Activation;
+use extension_apiserver_machinery::cel::convert::from_json;
 use extension_apiserver_machinery::patch::PatchSchema;
 use k8s_openapi::api::admissionregistration::v1::{MatchResources, ParamRef};
 use kube::api::Api;
@@ -45,6 +47,7 @@ use super::params::Params;
 use super::{Shared, follow_bindings, follow_policies, read};
 use crate::admission::namespace::CoreNamespaces;
 use crate::admission::objects::OwnObjects;
+use crate::admission::webhook::rules::Invocation;
 use crate::admission::{AdmissionPlugin, Attributes, MutatingAdmissionPlugin, Operation, cel};
 use crate::core_api::Followed;
 use crate::error::{Error, Result};
@@ -286,61 +289,29 @@ impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
             else {
                 continue;
             };
-            let fail = |binding: Option<String>, message: String| PolicyError {
+            let fail = |binding: Option<usize>, message: String| PolicyError {
                 policy: policy.name.clone(),
-                binding,
+                binding: binding.map(|i| bound[i].name.clone()),
                 message,
             };
             if policy.fail_closed {
                 errors.extend(
                     config_errors
                         .into_iter()
-                        .map(|e| fail(e.binding.map(|i| bound[i].name.clone()), e.message)),
+                        .map(|e| fail(e.binding, e.message)),
                 );
             }
             let Some(matched) = matched else {
                 continue;
             };
-            // The schema known is the requested version's, of the main resource: another
-            // version's object (or a `Scale`) merges without list semantics.
-            let schema = match &attributes.patch_schema() {
-                Some(schema)
-                    if matched.invocation.resource.version
-                        == attributes.request_resource.version
-                        && attributes.subresource.is_empty() =>
-                {
-                    (*schema).clone()
-                }
-                _ => Arc::new(PatchSchema::empty()),
-            };
+            let schema = schema_for(attributes, &matched.invocation);
             for (index, activations) in matched.bindings {
                 for activation in activations {
-                    let Some(object) = attributes.object.clone() else {
-                        continue;
-                    };
-                    let versioned = match &matched.invocation.convertor {
-                        Some(c) => c.to_served(&object)?,
-                        None => object,
-                    };
-                    let mut activation = activation;
-                    activation.set(
-                        "object",
-                        extension_apiserver_machinery::cel::convert::from_json(&versioned),
-                    );
-                    let (compiled, schema) = (policy.clone(), schema.clone());
-                    let outcome = cel::evaluate_blocking(move || {
-                        compiled.mutate(activation, &versioned, &schema)
-                    })
-                    .await?;
+                    let failed =
+                        invoke(policy, &matched.invocation, &schema, activation, attributes)
+                            .await?;
                     if policy.fail_closed {
-                        let binding = Some(bound[index].name.clone());
-                        errors.extend(outcome.errors.into_iter().map(|e| fail(binding.clone(), e)));
-                    }
-                    if let Some(mutated) = outcome.object {
-                        attributes.object = Some(match &matched.invocation.convertor {
-                            Some(c) => c.to_storage(&mutated)?,
-                            None => mutated,
-                        });
+                        errors.extend(failed.into_iter().map(|e| fail(Some(index), e)));
                     }
                 }
             }
@@ -350,6 +321,51 @@ impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
             false => Err(denied(attributes, &errors)),
         }
     }
+}
+
+/// The schema `invocation`'s object merges by: the request's (of the requested version and
+/// the main resource); another version's object, or a `Scale`, merges without list
+/// semantics.
+fn schema_for(attributes: &Attributes, invocation: &Invocation) -> Arc<PatchSchema> {
+    match attributes.patch_schema() {
+        Some(schema)
+            if invocation.resource.version == attributes.request_resource.version
+                && attributes.subresource.is_empty() =>
+        {
+            schema.clone()
+        }
+        _ => Arc::new(PatchSchema::empty()),
+    }
+}
+
+/// One invocation (a binding with one param): `policy`'s mutations on the object as it is
+/// now, in `invocation`'s version, on a blocking thread; the object is replaced when they
+/// changed it. The errors, in kube's words.
+async fn invoke(
+    policy: &Arc<CompiledPolicy>,
+    invocation: &Invocation,
+    schema: &Arc<PatchSchema>,
+    mut activation: Activation,
+    attributes: &mut Attributes,
+) -> Result<Vec<String>> {
+    let Some(object) = attributes.object.clone() else {
+        return Ok(Vec::new());
+    };
+    let versioned = match &invocation.convertor {
+        Some(c) => c.to_served(&object)?,
+        None => object,
+    };
+    activation.set("object", from_json(&versioned));
+    let (policy, schema) = (policy.clone(), schema.clone());
+    let outcome =
+        cel::evaluate_blocking(move || policy.mutate(activation, &versioned, &schema)).await?;
+    if let Some(mutated) = outcome.object {
+        attributes.object = Some(match &invocation.convertor {
+            Some(c) => c.to_storage(&mutated)?,
+            None => mutated,
+        });
+    }
+    Ok(outcome.errors)
 }
 
 /// kube's refusal (`generic.PolicyDispatcher`): `NewForbidden`'s Status, its message the
