@@ -316,5 +316,26 @@ async fn policies_run_before_the_mutating_webhooks() {
         json!({"policy": "yes"}),
         "the webhook sees the policy's mutation"
     );
+
+    // With `reinvocationPolicy: IfNeeded`, the policy runs again after the webhook's change.
+    s.core.set_mutating_admission_policy(policy(
+        "labels",
+        apply_configuration("Object{metadata: Object.metadata{labels: {'policy': 'yes'}}}"),
+        json!({"reinvocationPolicy": "IfNeeded"}),
+    ));
+    let both = json!({"mutated": "yes", "policy": "yes"});
+    let mut name = 0;
+    let reinvoked = extension_apiserver_testing::eventually(|| {
+        name += 1;
+        let name = format!("b{name}");
+        let server = &server;
+        let both = &both;
+        async move {
+            let (code, created) = create(server, &name, "r").await;
+            code == 201 && created["metadata"]["labels"] == *both
+        }
+    })
+    .await;
+    assert!(reinvoked, "the policy's label is back after the webhook");
     server.stop().await;
 }

@@ -124,6 +124,20 @@ pub trait AdmissionPlugin: Send + Sync {
 pub trait MutatingAdmissionPlugin: AdmissionPlugin {
     /// Mutates the request's object (kube's `Admit`); `Err` refuses the request.
     async fn admit(&self, attributes: &mut Attributes) -> Result<()>;
+
+    /// Whether [`reinvoke`](Self::reinvoke) may do anything (the chain then keeps what this
+    /// plugin left, to compare); by default not.
+    fn reinvocable(&self) -> bool {
+        false
+    }
+
+    /// Called once after the whole mutating step when a later plugin changed the object this
+    /// plugin left (kube's reinvocation, which MutatingAdmissionPolicy's `reinvocationPolicy:
+    /// IfNeeded` asks for); by default nothing is done again.
+    async fn reinvoke(&self, attributes: &mut Attributes) -> Result<()> {
+        let _ = attributes;
+        Ok(())
+    }
 }
 
 /// A plugin as the chain holds it: what its type implements, validating only
@@ -238,9 +252,24 @@ impl Admission {
         let operation = attributes.operation;
         let started = std::time::Instant::now();
         let verdict = async {
-            let mutating = self.plugins.iter().filter_map(|p| p.mutating.as_ref());
-            for plugin in mutating.filter(|p| p.handles(operation)) {
+            let mutating: Vec<_> = self
+                .plugins
+                .iter()
+                .filter_map(|p| p.mutating.as_ref())
+                .filter(|p| p.handles(operation))
+                .collect();
+            // What each plugin left, to know whom a later plugin's change concerns.
+            let mut left = Vec::with_capacity(mutating.len());
+            for plugin in &mutating {
                 plugin.admit(attributes).await?;
+                left.push(plugin.reinvocable().then(|| attributes.object.clone()));
+            }
+            // kube's reinvocation: once, in order, each plugin whose output a later one
+            // changed.
+            for (plugin, left) in mutating.iter().zip(left) {
+                if left.is_some_and(|left| left != attributes.object) {
+                    plugin.reinvoke(attributes).await?;
+                }
             }
             Ok(())
         }

@@ -30,6 +30,8 @@ struct CompiledMutation {
 #[derive(Debug)]
 pub(crate) struct CompiledPolicy {
     pub(crate) base: PolicyBase,
+    /// `reinvocationPolicy: IfNeeded`.
+    pub(crate) reinvoke_if_needed: bool,
     mutations: Vec<CompiledMutation>,
 }
 
@@ -83,6 +85,7 @@ impl CompiledPolicy {
                     variables: spec.variables.as_deref(),
                 },
             ),
+            reinvoke_if_needed: spec.reinvocation_policy.as_deref() == Some("IfNeeded"),
             mutations,
         }
     }

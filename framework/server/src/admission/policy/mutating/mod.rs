@@ -21,8 +21,8 @@
 //! validation, as any write. Errors (an expression that fails, a patch that does not apply,
 //! a param that cannot be found) refuse the request with kube's Status (403, reason
 //! `Invalid`, `policy 'p' with binding 'b' denied request: …`) under `failurePolicy: Fail`
-//! and are ignored under `Ignore`. `reinvocationPolicy` is read but not acted on: a policy
-//! runs once per request.
+//! and are ignored under `Ignore`. A policy with `reinvocationPolicy: IfNeeded` runs once
+//! more after the mutating webhooks when they changed the object.
 
 mod compiled;
 pub mod types;
@@ -268,6 +268,25 @@ impl AdmissionPlugin for MutatingAdmissionPolicy {
 #[async_trait]
 impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
     async fn admit(&self, attributes: &mut Attributes) -> Result<()> {
+        self.run(attributes, false).await
+    }
+
+    fn reinvocable(&self) -> bool {
+        self.current()
+            .is_some_and(|(policies, _)| policies.values().any(|p| p.reinvoke_if_needed))
+    }
+
+    /// kube's reinvocation: the policies with `reinvocationPolicy: IfNeeded`, once more,
+    /// after a later plugin (a mutating webhook) changed the object.
+    async fn reinvoke(&self, attributes: &mut Attributes) -> Result<()> {
+        self.run(attributes, true).await
+    }
+}
+
+impl MutatingAdmissionPolicy {
+    /// Every policy (or, when `reinvoking`, those with `reinvocationPolicy: IfNeeded`) whose
+    /// constraints and bindings match, in name order.
+    async fn run(&self, attributes: &mut Attributes, reinvoking: bool) -> Result<()> {
         let Some((policies, bindings)) = self.wait_until_ready(attributes).await? else {
             return Ok(());
         };
@@ -276,7 +295,10 @@ impl MutatingAdmissionPlugin for MutatingAdmissionPolicy {
         }
         let mut errors = Vec::new();
         let mut request = RequestState::new(attributes, &self.authorizer);
-        for policy in policies.values() {
+        let chosen = policies
+            .values()
+            .filter(|p| !reinvoking || p.reinvoke_if_needed);
+        for policy in chosen {
             let dispatched = self
                 .dispatcher
                 .dispatch(&policy.base, &bindings, attributes, &mut request)
