@@ -102,6 +102,8 @@ pub(crate) async fn list(
             start_after: start_after.clone(),
             revision,
             limit: page_size,
+            // A count only answers `remainingItemCount`, which a list with selectors has not.
+            skip_count: !filter.is_everything(),
         };
         let page = inner
             .backend
