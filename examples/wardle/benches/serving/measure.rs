@@ -124,14 +124,14 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
         at.push((settings.large, settle_rss(&client, &wardle).await?));
     }
     let n = settings.large.max(settings.objects);
-    let reads = Some((n, workload::scale_reads(&client, NS).await?));
+    let whole = Some((n, workload::scale_reads(&client, NS).await?));
     drop(client);
     cleanup(&wardle).await?;
     let memory = Memory {
         idle,
         at,
         json_size,
-        reads,
+        reads: whole,
     };
     let ours = Ours {
         creates,
