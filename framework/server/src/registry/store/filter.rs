@@ -61,14 +61,30 @@ impl Filter {
         self.labels.is_none() && self.fields.is_none()
     }
 
-    /// Whether a watch-cache object is selected, decoding it only when a selector needs to,
-    /// and only as far as it needs: labels, name and namespace are read from the JSON without
-    /// building the object (a sixth of a full decode), which is what a list with selectors over
-    /// a large cache spends its time on; other fields decode the object.
+    /// Whether a watch-cache object is selected, decoding it only when a selector needs to
+    /// (see [`selects_json`](Self::selects_json)).
     pub(crate) fn selects(&self, object: &CachedObject) -> Result<bool> {
         if self.is_everything() {
             return Ok(true);
         }
+        match self.selects_json(object.json(), || {
+            format!("cached object {}", object.key_suffix())
+        }) {
+            Some(selected) => selected,
+            None => Ok(self.matches(&decode_cached(object)?)),
+        }
+    }
+
+    /// Whether the object whose JSON is `json` is selected, when the selectors read no more
+    /// than its labels, name and namespace: those are read without building the object (a
+    /// sixth of a full decode), which is what a list with selectors over many objects spends
+    /// its time on. `None` when they read other fields: decode the object and ask
+    /// [`matches`](Self::matches). `what` names the object in an error.
+    pub(crate) fn selects_json(
+        &self,
+        json: &[u8],
+        what: impl FnOnce() -> String,
+    ) -> Option<Result<bool>> {
         // With a version's view, an object the view cannot show is not selected: decode it.
         let head_only = match &self.fields {
             None => true,
@@ -76,13 +92,13 @@ impl Filter {
                 self.view.is_none() && fields.requirements().iter().all(|r| Head::reads(&r.field))
             }
         };
-        if head_only {
-            let head: Head<'_> = serde_json::from_slice(object.json()).map_err(|e| {
-                Error::internal(format!("cached object {}: {e}", object.key_suffix()))
-            })?;
-            return Ok(self.matches_head(&head.metadata.unwrap_or_default()));
+        if !head_only {
+            return None;
         }
-        Ok(self.matches(&decode_cached(object)?))
+        Some(match serde_json::from_slice::<Head<'_>>(json) {
+            Ok(head) => Ok(self.matches_head(&head.metadata.unwrap_or_default())),
+            Err(e) => Err(Error::internal(format!("{}: {e}", what()))),
+        })
     }
 
     fn matches_head(&self, head: &HeadMetadata<'_>) -> bool {
