@@ -63,7 +63,8 @@ pub struct ListResult {
     pub revision: Revision,
     /// Whether more keys follow the last one returned (only with a limit).
     pub more: bool,
-    /// How many keys of the range remain after this page, when the backend knows.
+    /// How many keys of the range remain after this page, when the backend knows (and was
+    /// asked: see [`ListRequest::skip_count`]).
     pub remaining: Option<i64>,
 }
 
@@ -78,6 +79,12 @@ pub struct ListRequest {
     pub revision: Revision,
     /// At most this many keys; 0 means no limit.
     pub limit: usize,
+    /// Only whether keys follow the page matters, not how many: the backend may answer
+    /// `remaining: None` rather than count the rest of the range, which costs a scan of it on
+    /// SQL and in memory. Set by readers that walk a range page by page (the watch cache's
+    /// fill, a list whose selectors drop what they read); a page of a list answers
+    /// `remainingItemCount` with the count.
+    pub skip_count: bool,
 }
 
 /// A stream of events from a watch, in revision order.

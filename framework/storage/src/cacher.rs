@@ -629,6 +629,7 @@ impl Shared {
         let mut request = ListRequest {
             prefix: self.prefix.clone(),
             limit: 10_000,
+            skip_count: true,
             ..ListRequest::default()
         };
         loop {

@@ -386,6 +386,7 @@ fn page(prefix: &str, revision: Revision, limit: usize, after: Option<&str>) -> 
         start_after: after.map(str::to_owned),
         revision,
         limit,
+        skip_count: false,
     }
 }
 
@@ -432,6 +433,28 @@ pub async fn list_pagination(backend: Arc<dyn Backend>) {
         [("/p/k08", b"old".as_slice()), ("/p/k09", b"old")]
     );
     assert_no_more(&third);
+
+    // Without the count, `more` says the same (and a count, if any, is right).
+    for (after, limit, more, count) in [
+        (None, 4, true, 6),
+        (Some("/p/k03"), 4, true, 2),
+        (Some("/p/k07"), 4, false, 0),
+        (Some("/p/k07"), 2, false, 0),
+    ] {
+        let uncounted = ListRequest {
+            skip_count: true,
+            ..page("/p/", at, limit, after)
+        };
+        let result = list(&*backend, uncounted).await;
+        assert_eq!(result.revision, at);
+        assert_eq!(
+            result.more, more,
+            "more after {after:?} (limit {limit}) without a count"
+        );
+        assert!(result.remaining.is_none_or(|c| c == count));
+        let counted = list(&*backend, page("/p/", at, limit, after)).await;
+        assert_eq!(result.items, counted.items);
+    }
 
     let exact = list(&*backend, page("/p/", at, 2, Some("/p/k07"))).await;
     assert_eq!(page_keys(&exact), ["/p/k08", "/p/k09"]);

@@ -203,6 +203,14 @@ impl State {
             request.limit
         };
         let items: Vec<KeyValue> = visible.by_ref().take(limit).cloned().collect();
+        if request.skip_count {
+            return Ok(ListResult {
+                items,
+                revision,
+                more: visible.next().is_some(),
+                remaining: None,
+            });
+        }
         let remaining = visible.count();
         Ok(ListResult {
             items,

@@ -431,6 +431,18 @@ fn list(conn: &mut Connection, request: &ListRequest) -> Result<ListResult, Fail
         conn: &tx,
         revision: (revision < current).then_some(revision),
     };
+    if request.skip_count && request.limit > 0 {
+        // One row past the page says whether more follow, without counting them all.
+        let mut items = reader.items(&range, request.limit + 1)?;
+        let more = items.len() > request.limit;
+        items.truncate(request.limit);
+        return Ok(ListResult {
+            items,
+            revision,
+            more,
+            remaining: None,
+        });
+    }
     let items = reader.items(&range, request.limit)?;
     let remaining = match items.last() {
         Some(last) if items.len() == request.limit => reader.count(&range.after(&last.key))?,

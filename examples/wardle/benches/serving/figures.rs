@@ -186,6 +186,36 @@ pub fn memory_rows(memory: &Memory, label: &str) -> Vec<Row> {
         )
         .compared_to(json, per / memory.json_size),
     );
+    if let Some((n, reads)) = &memory.reads {
+        let per_object = |d: Duration| {
+            format!(
+                "{} ({:.2} µs/object)",
+                ms(d),
+                d.as_secs_f64() * 1e6 / *n as f64
+            )
+        };
+        rows.push(Row::plain(
+            format!("list of all {n}{label}"),
+            per_object(reads.full),
+        ));
+        rows.push(Row::plain(
+            format!("walk of {n} in pages of 500{label}"),
+            per_object(reads.walk),
+        ));
+        let two_seconds = Duration::from_secs(2);
+        for (what, took) in [
+            ("first page (limit 500)", reads.selector_page),
+            ("list", reads.selector_all),
+        ] {
+            rows.push(
+                Row::plain(
+                    format!("selector matching none of {n}, {what}{label}"),
+                    per_object(took),
+                )
+                .target("< 2 s", took < two_seconds),
+            );
+        }
+    }
     rows
 }
 

@@ -64,6 +64,8 @@ pub struct Memory {
     pub idle: u64,
     pub at: Vec<(usize, u64)>,
     pub json_size: f64,
+    /// Whole-collection reads at the largest number of objects.
+    pub reads: Option<(usize, workload::ScaleReads)>,
 }
 
 /// Reads are measured in this many rounds, each running a share of ours and then the same
@@ -121,12 +123,15 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
         workload::create(&client, NS, more, settings.concurrency).await?;
         at.push((settings.large, settle_rss(&client, &wardle).await?));
     }
+    let n = settings.large.max(settings.objects);
+    let whole = Some((n, workload::scale_reads(&client, NS).await?));
     drop(client);
     cleanup(&wardle).await?;
     let memory = Memory {
         idle,
         at,
         json_size,
+        reads: whole,
     };
     let ours = Ours {
         creates,
@@ -357,12 +362,14 @@ pub async fn memory(
         .get(&format!("{}?limit=100", workload::collection(NS)))
         .await?;
     let json_size = workload::mean_item_size(&list)?;
+    let reads = Some((made, workload::scale_reads(&client, NS).await?));
     drop(client);
     cleanup(&wardle).await?;
     Ok(Memory {
         idle,
         at,
         json_size,
+        reads,
     })
 }
 

@@ -182,6 +182,44 @@ pub async fn walks(
     Ok((Sample::new(latencies, start.elapsed()), pages))
 }
 
+/// Reads of a whole large collection, each timed once: what a million objects cost a client.
+pub struct ScaleReads {
+    /// One list of every object.
+    pub full: Duration,
+    /// A walk through every object in pages of 500.
+    pub walk: Duration,
+    /// A first page (limit 500) with a label selector that matches nothing: the server reads
+    /// every object to find out.
+    pub selector_page: Duration,
+    /// The same selector without a limit.
+    pub selector_all: Duration,
+}
+
+/// Times [`ScaleReads`] on the Flunders of `namespace`.
+pub async fn scale_reads(client: &Client, namespace: &str) -> Result<ScaleReads, Error> {
+    let path = collection(namespace);
+    let timed = |path: String| async move {
+        let started = Instant::now();
+        client.get(&path).await?;
+        Ok::<_, Error>(started.elapsed())
+    };
+    let full = timed(path.clone()).await?;
+    let first = format!("{path}?limit=500");
+    let (walk, _) = walks(client, 1, &first, |_, token| {
+        format!("{path}?limit=500&continue={}", query_escape(token))
+    })
+    .await?;
+    let nothing = "labelSelector=app%3Dnone";
+    let selector_page = timed(format!("{path}?{nothing}&limit=500")).await?;
+    let selector_all = timed(format!("{path}?{nothing}")).await?;
+    Ok(ScaleReads {
+        full,
+        walk: walk.quantile(0.5),
+        selector_page,
+        selector_all,
+    })
+}
+
 /// The `resourceVersion` of a list response.
 pub fn list_resource_version(list: &[u8]) -> Result<String, Error> {
     Ok(serde_json::from_slice::<ListHead>(list)?

@@ -6,8 +6,8 @@ use std::time::Duration;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::Inner;
 use super::filter::Filter;
+use super::{Inner, codec};
 use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
@@ -102,6 +102,8 @@ pub(crate) async fn list(
             start_after: start_after.clone(),
             revision,
             limit: page_size,
+            // A count only answers `remainingItemCount`, which a list with selectors has not.
+            skip_count: !filter.is_everything(),
         };
         let page = inner
             .backend
@@ -115,11 +117,23 @@ pub(crate) async fn list(
             if filter.is_everything() {
                 out.items.push(Object::Encoded(inner.encode(kv)?));
             } else {
-                let object = inner.decode(kv)?;
-                if !filter.matches(&object) {
-                    continue;
+                let stored = inner.versions.in_storage_version(kv)?;
+                match filter
+                    .selects_json(&stored.value, || format!("stored object {}", kv.key))
+                    .transpose()?
+                {
+                    Some(false) => continue,
+                    Some(true) => out
+                        .items
+                        .push(Object::Encoded(codec::encode_stored(&stored)?)),
+                    None => {
+                        let object = codec::decode_stored(&stored)?;
+                        if !filter.matches(&object) {
+                            continue;
+                        }
+                        out.items.push(object.into());
+                    }
                 }
-                out.items.push(object.into());
             }
             if limit > 0 && out.items.len() == limit {
                 let left_in_page = count - i - 1;

@@ -96,6 +96,7 @@ impl StorageMigrator {
         let mut request = ListRequest {
             prefix: self.inner.key_root.clone(),
             limit: PAGE,
+            skip_count: true,
             ..ListRequest::default()
         };
         loop {
