@@ -9,7 +9,8 @@ use crate::admission::{Attributes, Operation};
 use crate::error::Result;
 use crate::registry::context::RequestContext;
 use crate::registry::options::FieldValidation;
-use crate::runtime::{Resource, ResourceInfo};
+use crate::registry::strategy::Strategy;
+use crate::runtime::ResourceInfo;
 
 /// How the objects of a subresource of another kind appear to admission: the scale
 /// subresource's plugins see `Scale`s, as kube's `scaleUpdatedObjectInfo` shows them.
@@ -64,8 +65,10 @@ impl<'a> Admit<'a> {
     }
 
     /// The mutating step on `typed`, the new object of a create (`old` `None`) or an update:
-    /// encoded for the plugins, decoded again only if one changed it.
-    pub(crate) async fn mutate<T: Resource>(
+    /// encoded for the plugins, decoded again only if one changed it, and then defaulted
+    /// again, as kube defaults what a mutating webhook or policy returns (a field they set
+    /// may bring defaults of its own; kube does it after each, here after the chain).
+    pub(crate) async fn mutate<T: Strategy>(
         &self,
         operation: Operation,
         typed: &mut T,
@@ -92,6 +95,7 @@ impl<'a> Admit<'a> {
         // as kube-apiserver answers a webhook patch the object no longer decodes after.
         *typed = decode_typed(&object, FieldValidation::Ignore, self.ctx)
             .map_err(|e| crate::error::Error::internal(e.message()))?;
+        typed.default_fields();
         Ok(())
     }
 
