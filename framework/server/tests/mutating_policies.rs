@@ -153,6 +153,31 @@ async fn params_and_match_conditions() {
     let (code, skipped) = create(&server, "skip-me", "r").await;
     assert_eq!(code, 201, "{skipped}");
     assert_eq!(skipped["spec"]["reference"], "r");
+    // A param missing, with `parameterNotFoundAction: Deny`: a binding that cannot be configured
+    // has no reason of its own, so kube's refusal stays `Forbidden` (a failed mutation says
+    // `Invalid`).
+    s.core.set_mutating_admission_policy_binding(binding(
+        "from-params",
+        "from-params",
+        json!({"paramRef": {"name": "missing", "parameterNotFoundAction": "Deny"}}),
+    ));
+    let mut refused = None;
+    for _ in 0..100 {
+        let (code, answer) = create(&server, "no-param", "r").await;
+        if code == 403 {
+            refused = Some(answer);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let status = refused.expect("refused once the param is gone");
+    assert_eq!(status["reason"], "Forbidden", "{status}");
+    assert_eq!(
+        status["message"],
+        "policy 'from-params' with binding 'from-params' denied request: failed to \
+         configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
+        "{status}"
+    );
     server.stop().await;
 }
 

@@ -218,8 +218,23 @@ impl Expression {
             }
             self.program
                 .execute(&context)
-                .map_err(|e| EvalError::Runtime(e.to_string()))
+                .map_err(|e| EvalError::Runtime(cel_go_message(&e)))
         })
+    }
+}
+
+/// An evaluation error in cel-go's words where the two engines name the same failure (what
+/// kube's messages quote: `resulted in error: no such key: x`); a library function's own
+/// error without cel-rust's `Error executing function 'f':` before it, as cel-go reports it.
+fn cel_go_message(error: &cel::ExecutionError) -> String {
+    use cel::ExecutionError as E;
+    match error {
+        E::NoSuchKey(key) => format!("no such key: {key}"),
+        E::FunctionError { message, .. } => message.clone(),
+        E::DivisionByZero(_) => "division by zero".to_string(),
+        E::RemainderByZero(_) => "modulus by zero".to_string(),
+        E::Overflow(..) => "integer overflow".to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -345,6 +360,22 @@ mod tests {
         ] {
             assert!(compile(source).is_ok(), "{source}: {:?}", compile(source));
         }
+    }
+
+    #[test]
+    fn evaluation_errors_say_what_cel_go_says() {
+        let run = |source: &str| {
+            let expression = Environment::new(&[]).compile(source).unwrap();
+            let mut budget = Budget::admission();
+            expression
+                .evaluate(&Activation::default(), &mut budget)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(run("{'a': 1}.b == 1"), "no such key: b");
+        assert_eq!(run("1 / 0 == 1"), "division by zero");
+        assert_eq!(run("1 % 0 == 1"), "modulus by zero");
+        assert_eq!(run("9223372036854775807 + 1 > 0"), "integer overflow");
     }
 
     #[test]

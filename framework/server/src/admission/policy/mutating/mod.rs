@@ -226,6 +226,10 @@ struct PolicyError {
     policy: String,
     binding: Option<String>,
     message: String,
+    /// kube's `PolicyError.Reason`: `Invalid` for an error of `matchConditions` or a
+    /// mutation; none (the refusal stays `Forbidden`) for a policy or binding that could not
+    /// be configured.
+    invalid: bool,
 }
 
 impl PolicyError {
@@ -311,16 +315,17 @@ impl MutatingAdmissionPolicy {
             else {
                 continue;
             };
-            let fail = |binding: Option<usize>, message: String| PolicyError {
+            let fail = |binding: Option<usize>, message: String, invalid: bool| PolicyError {
                 policy: policy.name.clone(),
                 binding: binding.map(|i| bound[i].name.clone()),
                 message,
+                invalid,
             };
             if policy.fail_closed {
                 errors.extend(
                     config_errors
                         .into_iter()
-                        .map(|e| fail(e.binding, e.message)),
+                        .map(|e| fail(e.binding, e.message, false)),
                 );
             }
             let Some(matched) = matched else {
@@ -333,7 +338,7 @@ impl MutatingAdmissionPolicy {
                         invoke(policy, &matched.invocation, &schema, activation, attributes)
                             .await?;
                     if policy.fail_closed {
-                        errors.extend(failed.into_iter().map(|e| fail(Some(index), e)));
+                        errors.extend(failed.into_iter().map(|e| fail(Some(index), e, true)));
                     }
                 }
             }
@@ -391,11 +396,17 @@ async fn invoke(
 }
 
 /// kube's refusal (`generic.PolicyDispatcher`): `NewForbidden`'s Status, its message the
-/// first error's, reason `Invalid`, every error a cause.
+/// first error's, its reason the first error's (`Invalid`) when it has one, every error a
+/// cause.
 fn denied(attributes: &Attributes, errors: &[PolicyError]) -> Error {
     let forbidden = attributes.forbidden("admission request denied by policy");
     let messages: Vec<String> = errors.iter().map(PolicyError::text).collect();
-    let mut error = Error::new(403, "Invalid", &messages[0]);
+    let reason = if errors[0].invalid {
+        "Invalid"
+    } else {
+        "Forbidden"
+    };
+    let mut error = Error::new(403, reason, &messages[0]);
     if let Some(details) = forbidden.status().details.clone() {
         error = error.with_details(details);
     }
