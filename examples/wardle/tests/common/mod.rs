@@ -20,6 +20,22 @@ pub enum Backend {
     /// A fresh key prefix on the etcd named by `APISERVER_TEST_ETCD`.
     #[cfg(feature = "etcd")]
     Etcd3,
+    /// A fresh schema in the PostgreSQL named by `APISERVER_TEST_POSTGRES`.
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
+/// The PostgreSQL the postgres variants use: `APISERVER_TEST_POSTGRES`, default
+/// `postgres://postgres@127.0.0.1:54320/apiserver` (where `.ci/postgres.sh start` runs one).
+#[cfg(feature = "postgres")]
+pub fn postgres_url() -> String {
+    std::env::var("APISERVER_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into())
+}
+
+/// A PostgreSQL schema no other test (in this run or an earlier one) uses.
+pub fn postgres_schema() -> String {
+    format!("wardle_e2e_{}", uuid::Uuid::new_v4().simple())
 }
 
 /// The etcd the etcd3 variants use: `APISERVER_TEST_ETCD`, default `http://127.0.0.1:23790`
@@ -55,6 +71,15 @@ impl Backend {
                 compaction_interval_seconds: 0,
                 ..options
             },
+            // A schema of its own: its own revisions and compaction, shared with no other test.
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => ServerOptions {
+                storage_backend: StorageBackendKind::Postgres,
+                postgres_url: Some(postgres_url()),
+                postgres_schema: postgres_schema(),
+                postgres_pool_size: 4,
+                ..options
+            },
         }
     }
 }
@@ -76,6 +101,10 @@ pub async fn serve(options: ServerOptions) -> TestServer {
     if options.storage_backend == StorageBackendKind::Etcd3 {
         etcd_ready(&options.etcd_servers).await;
     }
+    #[cfg(feature = "postgres")]
+    if options.storage_backend == StorageBackendKind::Postgres {
+        postgres_ready(&options).await;
+    }
     TestServer::start_configured(options, wardle::configure).await
 }
 
@@ -94,11 +123,31 @@ pub async fn etcd_ready(endpoints: &[String]) {
     }
 }
 
+/// Panics with a clear message unless the PostgreSQL of `options` answers.
+#[cfg(feature = "postgres")]
+pub async fn postgres_ready(options: &ServerOptions) {
+    use extension_apiserver::storage::{PostgresBackend, PostgresOptions};
+    let url = options.postgres_url.clone();
+    let connect = PostgresBackend::connect(PostgresOptions {
+        url: url.clone(),
+        schema: options.postgres_schema.clone(),
+        pool_size: 1,
+        ..PostgresOptions::default()
+    });
+    if let Err(e) = connect.await {
+        panic!(
+            "PostgreSQL at {url:?} (APISERVER_TEST_POSTGRES) does not answer: {e}; \
+             `bash .ci/postgres.sh start` runs one on 127.0.0.1:54320"
+        );
+    }
+}
+
 /// Generates one `#[tokio::test]` per storage backend for each named `async fn(Backend)` of
-/// the test file: `memory::NAME`, `sqlite::NAME` and, with the `etcd` feature, `etcd3::NAME`.
+/// the test file: `memory::NAME`, `sqlite::NAME`, with the `etcd` feature `etcd3::NAME` and
+/// with the `postgres` feature `postgres::NAME`.
 ///
 /// Tests under `persistent:` restart the server and expect their objects back, which only a
-/// persistent backend can give: they run on SQLite and etcd3, not in memory.
+/// persistent backend can give: they run on SQLite, etcd3 and PostgreSQL, not in memory.
 ///
 /// ```ignore
 /// backend_tests! {
@@ -145,6 +194,21 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $persistent() {
                     super::$persistent($crate::common::Backend::Etcd3).await
+                }
+            )*)?
+        }
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $all() {
+                    super::$all($crate::common::Backend::Postgres).await
+                }
+            )*)?
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $persistent() {
+                    super::$persistent($crate::common::Backend::Postgres).await
                 }
             )*)?
         }
