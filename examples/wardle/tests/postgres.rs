@@ -1,0 +1,376 @@
+//! wardle on PostgreSQL beyond the shared suites: two replicas on one schema (one data set, one
+//! watch, read-your-writes across them), and the database going away and coming back under
+//! load (readyz red, `Status` 503, nothing acknowledged lost, a watch from before the outage
+//! with every change in order and none twice).
+//!
+//! The outage is made by a TCP relay of the test's own between the server and the CI's
+//! PostgreSQL (`APISERVER_TEST_POSTGRES`; `bash .ci/postgres.sh start` runs one): cutting it
+//! drops every connection and refuses new ones, as a restarting database does, without
+//! disturbing other tests on the same database.
+//! `cargo test -p wardle --features postgres --test wardle postgres_`.
+#![cfg(feature = "postgres")]
+
+use crate::common::*;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use extension_apiserver::server::ServerOptions;
+use extension_apiserver_testing::TestServer;
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use wardle::Flunder;
+
+const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+
+/// `host:port` of a `postgres://[user@]host:port/db` URL.
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end].to_owned()
+}
+
+/// A TCP relay on loopback to the test database that can be cut and mended.
+struct Relay {
+    port: u16,
+    up: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start() -> Relay {
+        let upstream = host_port(&postgres_url());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept = tokio::spawn({
+            let (up, connections) = (Arc::clone(&up), Arc::clone(&connections));
+            async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if !up.load(Ordering::SeqCst) {
+                        // Down: the connection is closed at once, as by a database that is
+                        // not there.
+                        continue;
+                    }
+                    let upstream = upstream.clone();
+                    let relay = tokio::spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    let mut connections = connections.lock().unwrap();
+                    connections.retain(|c| !c.is_finished());
+                    connections.push(relay);
+                }
+            }
+        });
+        Relay {
+            port,
+            up,
+            connections,
+            accept,
+        }
+    }
+
+    /// The test database's URL, through the relay.
+    fn url(&self) -> String {
+        let url = postgres_url();
+        url.replacen(&host_port(&url), &format!("127.0.0.1:{}", self.port), 1)
+    }
+
+    /// Drops every relayed connection and refuses new ones.
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn mend(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+/// Server options on the PostgreSQL at `url`, in `schema`.
+fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
+    ServerOptions {
+        postgres_url: Some(url.to_owned()),
+        postgres_schema: schema.to_owned(),
+        ..Backend::Postgres.options(dir)
+    }
+}
+
+/// The server, and an admin client that does not retry: kube-rs retries 503s by default,
+/// which would hide the answers these tests check.
+async fn start(options: ServerOptions) -> (TestServer, Client) {
+    let server = serve(options).await;
+    let mut config = config(&server).await;
+    config.default_retry = false;
+    (server, Client::try_from(config).unwrap())
+}
+
+struct Reply {
+    code: u16,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// One request; the bound only keeps a broken server from hanging the test.
+async fn send(client: &Client, method: &str, path: &str, body: &str) -> Reply {
+    let mut request = http::Request::builder().method(method).uri(path);
+    if !body.is_empty() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(90), client.send(request))
+        .await
+        .expect("an answer")
+        .expect("request sent");
+    let code = response.status().as_u16();
+    let body = tokio::time::timeout(
+        Duration::from_secs(90),
+        response.into_body().collect_bytes(),
+    )
+    .await
+    .expect("a body")
+    .expect("body read");
+    Reply {
+        code,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+fn flunder_json(name: &str) -> String {
+    serde_json::to_string(&flunder(name, "other")).unwrap()
+}
+
+/// `Status` 503 `ServiceUnavailable`, as kube-apiserver answers while etcd is away.
+#[track_caller]
+fn assert_unavailable(reply: &Reply) {
+    let status = reply.json();
+    assert_eq!(reply.code, 503, "{status}");
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert_eq!(status["code"], 503, "{status}");
+    assert_eq!(status["reason"], "ServiceUnavailable", "{status}");
+}
+
+/// Polls `/readyz` until it is `ok` (at most 120 tries, half a second apart).
+async fn wait_ready(client: &Client) {
+    for _ in 0..120 {
+        let reply = send(client, "GET", "/readyz", "").await;
+        if reply.code == 200 {
+            assert_eq!(reply.body, "ok");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the server did not become ready again on PostgreSQL");
+}
+
+/// Polls `/readyz?verbose` until the postgres check fails (at most 60 tries).
+async fn wait_not_ready(client: &Client) {
+    for _ in 0..60 {
+        let reply = send(client, "GET", "/readyz?verbose", "").await;
+        if reply.code == 500 {
+            assert!(reply.body.contains("[-]postgres failed"), "{}", reply.body);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("/readyz stayed green with the database away");
+}
+
+/// Two servers on one schema are replicas: what one writes the other reads at once (a
+/// consistent read asks the database for its revision), both give one object the same
+/// resourceVersion, and a watch through one sees the other's writes in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_replicas_share_data_and_watches_with_read_your_writes() {
+    let (one_dir, two_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let schema = postgres_schema();
+    let (one, one_client) = start(options(one_dir.path(), &postgres_url(), &schema)).await;
+    let (two, two_client) = start(options(two_dir.path(), &postgres_url(), &schema)).await;
+    let (on_one, on_two): (Api<Flunder>, Api<Flunder>) = (
+        Api::namespaced(one_client, "default"),
+        Api::namespaced(two_client, "default"),
+    );
+    let start_rv = on_two
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams::default().timeout(60);
+    let mut watch = on_two.watch(&params, &start_rv).await.unwrap().boxed();
+
+    let pp = PostParams::default();
+    let mut written = Vec::new();
+    for i in 0..10 {
+        let (writer, reader) = if i % 2 == 0 {
+            (&on_one, &on_two)
+        } else {
+            (&on_two, &on_one)
+        };
+        let name = format!("f{i}");
+        let created = writer.create(&pp, &flunder(&name, "x")).await.unwrap();
+        let rv = created.metadata.resource_version.clone().unwrap();
+        // Read your writes on the other replica: a get and a consistent list see it.
+        let got = reader.get(&name).await.unwrap();
+        assert_eq!(got.metadata.resource_version.as_deref(), Some(rv.as_str()));
+        let list = reader.list(&ListParams::default()).await.unwrap();
+        assert!(
+            list.items
+                .iter()
+                .any(|f| f.metadata.name.as_deref() == Some(&name)),
+            "{name} missing from the other replica's list"
+        );
+        written.push((name, rv));
+    }
+
+    for (name, rv) in &written {
+        let event = tokio::time::timeout(Duration::from_secs(60), watch.next())
+            .await
+            .expect("a watch event in time")
+            .expect("the watch is open")
+            .expect("a good event");
+        match event {
+            WatchEvent::Added(f) => {
+                assert_eq!(f.metadata.name.as_ref(), Some(name));
+                assert_eq!(f.metadata.resource_version.as_ref(), Some(rv));
+            }
+            other => panic!("expected ADDED {name}, got {other:?}"),
+        }
+    }
+    one.stop().await;
+    two.stop().await;
+}
+
+/// The database goes away under a stream of creates and comes back: `/readyz` fails on
+/// `postgres` and requests get `Status` 503 meanwhile, the server recovers by itself, every
+/// acknowledged create is there afterwards, and a watch from before the outage sees every one
+/// of them, in order, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_outage_under_load_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start().await;
+    let (server, client) = start(options(dir.path(), &relay.url(), &postgres_schema())).await;
+    wait_ready(&client).await;
+    let api: Api<Flunder> = Api::namespaced(client.clone(), "default");
+    // Something stored first: a watch from resourceVersion 0 would mean "from any state".
+    let pp = PostParams::default();
+    api.create(&pp, &flunder("first", "x")).await.unwrap();
+    let start_rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+
+    // Creates, one after another, until told to stop; each 201 is acknowledged.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn({
+        let (client, stop) = (client.clone(), Arc::clone(&stop));
+        async move {
+            let mut acknowledged = Vec::new();
+            let mut failed = 0;
+            for i in 0..100_000 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let name = format!("load-{i}");
+                let reply = send(&client, "POST", FLUNDERS, &flunder_json(&name)).await;
+                match reply.code {
+                    201 => acknowledged.push(name),
+                    503 => {
+                        assert_unavailable(&reply);
+                        failed += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    code => panic!("create {name}: {code} {}", reply.body),
+                }
+            }
+            (acknowledged, failed)
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    relay.cut();
+    wait_not_ready(&client).await;
+    assert_unavailable(&send(&client, "GET", &format!("{FLUNDERS}/load-0"), "").await);
+    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("lost")).await);
+    // Health that needs no storage stays green.
+    assert_eq!(send(&client, "GET", "/livez", "").await.code, 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    relay.mend();
+    wait_ready(&client).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (acknowledged, failed) = load.await.unwrap();
+    assert!(failed > 0, "no create met the outage");
+    assert!(acknowledged.len() > 2, "too few creates: {acknowledged:?}");
+
+    // Every acknowledged create is stored; the refused one is not.
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let stored: BTreeMap<String, String> = list
+        .items
+        .iter()
+        .map(|f| {
+            (
+                f.metadata.name.clone().unwrap(),
+                f.metadata.resource_version.clone().unwrap(),
+            )
+        })
+        .collect();
+    for name in &acknowledged {
+        assert!(stored.contains_key(name), "acknowledged {name} was lost");
+    }
+    assert!(!stored.contains_key("lost"));
+
+    // A watch from before the outage: every object stored since once, in resourceVersion order.
+    let params = WatchParams::default().timeout(60);
+    let mut watch = api.watch(&params, &start_rv).await.unwrap().boxed();
+    let mut last: u64 = start_rv.parse().unwrap();
+    let mut seen = BTreeMap::new();
+    while seen.len() + 1 < stored.len() {
+        let event = tokio::time::timeout(Duration::from_secs(60), watch.next())
+            .await
+            .expect("a watch event in time")
+            .expect("the watch is open")
+            .expect("a good event");
+        let WatchEvent::Added(f) = event else {
+            panic!("expected only ADDED events, got {event:?}");
+        };
+        let rv: u64 = f.metadata.resource_version.unwrap().parse().unwrap();
+        assert!(rv > last, "out of order or twice: {rv} after {last}");
+        last = rv;
+        let name = f.metadata.name.unwrap();
+        assert!(seen.insert(name.clone(), rv).is_none(), "{name} twice");
+    }
+    assert_eq!(seen.len() + 1, stored.len());
+    server.stop().await;
+}
