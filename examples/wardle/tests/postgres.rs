@@ -374,3 +374,72 @@ async fn postgres_outage_under_load_loses_nothing_acknowledged() {
     assert_eq!(seen.len() + 1, stored.len());
     server.stop().await;
 }
+
+/// Where `.ci/postgres.sh start` leaves the CA and the client certificate of the TLS role:
+/// `APISERVER_TEST_POSTGRES_TLS`, default `/tmp/apiserver-ci-postgres-tls`.
+fn tls_dir() -> std::path::PathBuf {
+    std::env::var_os("APISERVER_TEST_POSTGRES_TLS")
+        .map_or_else(|| "/tmp/apiserver-ci-postgres-tls".into(), Into::into)
+}
+
+/// The test database as the role that may log in only over TLS with a client certificate.
+fn tls_url() -> String {
+    let url = postgres_url();
+    let after_host = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+    let database = after_host
+        .split_once('/')
+        .map_or("apiserver", |(_, db)| db.split('?').next().unwrap_or(db));
+    format!("postgres://apiserver_tls@{}/{database}", host_port(&url))
+}
+
+/// `--postgres-cafile`, `--postgres-certfile` and `--postgres-keyfile`: the server verifies
+/// PostgreSQL's certificate against the CA and logs in with its client certificate (the
+/// role's only way in); without the certificate, or without TLS, it cannot connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_over_tls_with_a_client_certificate() {
+    use extension_apiserver::storage::{PostgresBackend, PostgresOptions, PostgresTls};
+    let tls = tls_dir();
+    let (ca, cert, key) = (
+        tls.join("ca.crt"),
+        tls.join("client.crt"),
+        tls.join("client.key"),
+    );
+    assert!(
+        ca.exists() && cert.exists() && key.exists(),
+        "no TLS files in {} (APISERVER_TEST_POSTGRES_TLS); `bash .ci/postgres.sh start` makes them",
+        tls.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        postgres_cafile: Some(ca.clone()),
+        postgres_certfile: Some(cert),
+        postgres_keyfile: Some(key),
+        ..options(dir.path(), &tls_url(), &postgres_schema())
+    };
+    let (server, client) = start(options).await;
+    let api: Api<Flunder> = Api::namespaced(client, "default");
+    let created = api
+        .create(&PostParams::default(), &flunder("secure", "x"))
+        .await
+        .unwrap();
+    let got = api.get("secure").await.unwrap();
+    assert_eq!(
+        got.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    server.stop().await;
+
+    // The same role without its certificate, or without TLS, is turned away.
+    let connect = |tls: Option<PostgresTls>| {
+        PostgresBackend::connect(PostgresOptions {
+            url: Some(tls_url()),
+            schema: postgres_schema(),
+            pool_size: 1,
+            tls,
+            ..PostgresOptions::default()
+        })
+    };
+    let ca_only = PostgresTls::from_files(&ca, None, None).unwrap();
+    assert!(connect(Some(ca_only)).await.is_err());
+    assert!(connect(None).await.is_err());
+}

@@ -528,17 +528,33 @@ impl From<Fail> for StorageError {
     fn from(fail: Fail) -> Self {
         match fail {
             Fail::Storage(e) => e,
+            Fail::Pool(deadpool_postgres::PoolError::Backend(e)) => Fail::Postgres(e).into(),
             Fail::Pool(e) => StorageError::Unavailable(format!("postgres: {e}")),
             Fail::Postgres(e) => match e.code() {
                 // No code: the connection failed or closed (the server went away).
-                None => StorageError::Unavailable(format!("postgres: {e}")),
+                None => StorageError::Unavailable(format!("postgres: {}", describe(&e))),
                 Some(code) if unavailable(code) => {
-                    StorageError::Unavailable(format!("postgres: {e}"))
+                    StorageError::Unavailable(format!("postgres: {}", describe(&e)))
                 }
-                Some(_) => StorageError::Internal(format!("postgres: {e}")),
+                Some(_) => StorageError::Internal(format!("postgres: {}", describe(&e))),
             },
         }
     }
+}
+
+/// The driver's error with what caused it: the server's message for a database error
+/// (tokio-postgres says only "db error"), the I/O or TLS failure for a connection.
+fn describe(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
 }
 
 /// The server's errors that say "not now" rather than "never": shutting down, starting up,

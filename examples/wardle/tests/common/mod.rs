@@ -126,12 +126,21 @@ pub async fn etcd_ready(endpoints: &[String]) {
 /// Panics with a clear message unless the PostgreSQL of `options` answers.
 #[cfg(feature = "postgres")]
 pub async fn postgres_ready(options: &ServerOptions) {
-    use extension_apiserver::storage::{PostgresBackend, PostgresOptions};
+    use extension_apiserver::storage::{PostgresBackend, PostgresOptions, PostgresTls};
     let url = options.postgres_url.clone();
+    let tls = options.postgres_cafile.as_ref().map(|ca| {
+        PostgresTls::from_files(
+            ca,
+            options.postgres_certfile.as_deref(),
+            options.postgres_keyfile.as_deref(),
+        )
+        .unwrap_or_else(|e| panic!("PostgreSQL TLS files: {e}"))
+    });
     let connect = PostgresBackend::connect(PostgresOptions {
         url: url.clone(),
         schema: options.postgres_schema.clone(),
         pool_size: 1,
+        tls,
         ..PostgresOptions::default()
     });
     if let Err(e) = connect.await {
