@@ -1,7 +1,8 @@
 //! wardle on PostgreSQL beyond the shared suites: two replicas on one schema (one data set, one
-//! watch, read-your-writes across them), and the database going away and coming back under
-//! load (readyz red, `Status` 503, nothing acknowledged lost, a watch from before the outage
-//! with every change in order and none twice).
+//! watch, read-your-writes across them); the database going away and coming back under load
+//! (readyz red, `Status` 503, nothing acknowledged lost, a watch from before the outage with
+//! every change in order and none twice), or away when the server starts; TLS with a CA and a
+//! client certificate.
 //!
 //! The outage is made by a TCP relay of the test's own between the server and the CI's
 //! PostgreSQL (`APISERVER_TEST_POSTGRES`; `bash .ci/postgres.sh start` runs one): cutting it
@@ -442,4 +443,41 @@ async fn postgres_over_tls_with_a_client_certificate() {
     let ca_only = PostgresTls::from_files(&ca, None, None).unwrap();
     assert!(connect(Some(ca_only)).await.is_err());
     assert!(connect(None).await.is_err());
+}
+
+/// As on etcd: the server starts while the database does not answer, `/readyz` fails on
+/// `postgres` and storage requests get `Status` 503; once it answers the server creates its
+/// tables and serves, with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_starts_while_the_database_is_away_and_serves_once_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start().await;
+    relay.cut();
+    let options = options(dir.path(), &relay.url(), &postgres_schema());
+    // Not `serve`: its check that the database answers would fail, as it should.
+    let server = TestServer::start_configured(options, wardle::configure).await;
+    let mut config = config(&server).await;
+    config.default_retry = false;
+    let client = Client::try_from(config).unwrap();
+
+    wait_not_ready(&client).await;
+    assert_unavailable(&send(&client, "GET", FLUNDERS, "").await);
+    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("early")).await);
+    assert_eq!(send(&client, "GET", "/livez", "").await.code, 200);
+
+    relay.mend();
+    wait_ready(&client).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("one")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let reply = send(&client, "GET", FLUNDERS, "").await;
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    let list = reply.json();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["one"]);
+    server.stop().await;
 }

@@ -243,8 +243,13 @@ pub struct PostgresBackend {
 
 impl PostgresBackend {
     /// Connects, creates or migrates the schema and its tables, and starts listening for
-    /// other servers' writes. Fails when the database does not answer within
-    /// [`PostgresOptions::connect_timeout`].
+    /// other servers' writes.
+    ///
+    /// A database that does not answer yet is waited for, as etcd is: this succeeds, and
+    /// every call (and [`Backend::ready`]) fails with [`StorageError::Unavailable`] until it
+    /// answers; the first call that reaches it creates the tables. One that answers and
+    /// refuses (a bad password or certificate, a schema newer than this build's) is an error
+    /// here.
     pub async fn connect(options: PostgresOptions) -> Result<Self, StorageError> {
         check_schema_name(&options.schema)?;
         let mut config = config_from(options.url.as_deref(), env_var)?;
@@ -300,26 +305,22 @@ impl PostgresBackend {
         let db = Arc::new(Db {
             pool,
             request_timeout: options.request_timeout,
-            // The same name in every server of the schema; `hashtext` is stable across them.
-            lock_name: format!("extension-apiserver/{}", options.schema),
-            lock: 0,
+            lock: lock_key(&options.schema),
             channel: format!("apiserver_{}", options.schema),
+            schema: options.schema.clone(),
+            migrated: tokio::sync::OnceCell::new(),
         });
-        let lock = db
-            .call(async {
-                let client = db.client().await?;
-                let row = client
-                    .query_one("SELECT hashtext($1)::BIGINT", &[&db.lock_name])
-                    .await?;
-                Ok(row.get::<_, i64>(0))
-            })
-            .await?;
-        let db = Arc::new(Db {
-            lock,
-            ..Arc::into_inner(db).expect("not shared yet")
-        });
-        db.call(migrate(&db, &options.schema)).await?;
-        let revision = db.call(db.max_revision()).await?;
+        // An unreachable database is waited for, as etcd is: the server starts, `/readyz`
+        // fails and requests get 503 until it answers (and the schema is made then). One
+        // that answers and refuses (authentication, a newer schema) stops the start.
+        let revision = match db.call(db.max_revision()).await {
+            Ok(revision) => revision,
+            Err(StorageError::Unavailable(reason)) => {
+                tracing::warn!(%reason, "postgres does not answer yet; retrying in the background");
+                0
+            }
+            Err(error) => return Err(error),
+        };
         let notifier = Notifier::new(revision);
         let tasks = vec![
             AbortOnDrop(tokio::spawn(listen(
@@ -449,11 +450,13 @@ impl Backend for PostgresBackend {
 struct Db {
     pool: Pool,
     request_timeout: Duration,
-    lock_name: String,
     /// The advisory lock every write of the schema holds until it commits.
     lock: i64,
     /// The `NOTIFY` channel of the schema.
     channel: String,
+    schema: String,
+    /// Set once the schema and its tables are known to be there, in this build's version.
+    migrated: tokio::sync::OnceCell<()>,
 }
 
 impl Db {
@@ -472,8 +475,15 @@ impl Db {
         }
     }
 
+    /// A pooled connection; the first one that can be had creates or migrates the schema.
     async fn client(&self) -> Result<deadpool_postgres::Client, Fail> {
-        self.pool.get().await.map_err(Fail::Pool)
+        let mut client = self.pool.get().await.map_err(Fail::Pool)?;
+        if !self.migrated.initialized() {
+            self.migrated
+                .get_or_try_init(|| migrate(self, &mut client))
+                .await?;
+        }
+        Ok(client)
     }
 
     async fn max_revision(&self) -> Result<Revision, Fail> {
@@ -659,13 +669,22 @@ fn config_from(
     Ok(config)
 }
 
+/// The advisory lock of a schema: the same number in every server of it (FNV-1a of its name,
+/// stable across builds and machines, unlike std's hasher).
+fn lock_key(schema: &str) -> i64 {
+    let name = format!("extension-apiserver/{schema}");
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
 /// Creates the schema and its tables, or checks that an existing one is not newer than this
 /// build; servers starting together take turns on the schema's lock.
-async fn migrate(db: &Db, schema: &str) -> Result<(), Fail> {
-    let mut client = db.client().await?;
+async fn migrate(db: &Db, client: &mut deadpool_postgres::Client) -> Result<(), Fail> {
     let tx = client.transaction().await?;
     tx.execute(LOCK, &[&db.lock]).await?;
-    tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+    tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", db.schema))
         .await?;
     tx.batch_execute(SCHEMA).await?;
     let version: Option<i64> = tx
@@ -1068,11 +1087,7 @@ mod tests {
     async fn reconnecting_keeps_data_and_refuses_a_newer_schema() {
         let first = on_postgres().await;
         first.create("/t/a", Bytes::from("1")).await.unwrap();
-        let schema = first
-            .db
-            .lock_name
-            .trim_start_matches("extension-apiserver/")
-            .to_owned();
+        let schema = first.db.schema.clone();
         let url = std::env::var("APISERVER_TEST_POSTGRES")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
         let options = PostgresOptions {
@@ -1138,6 +1153,43 @@ mod tests {
 
         assert!(config_from(None, env(&[("PGPORT", "many")])).is_err());
         assert!(config_from(Some("postgres://[::"), env(&[])).is_err());
+    }
+
+    /// Nothing listens on the port: the backend is made all the same, and says it is not
+    /// ready, as every call fails, with `Unavailable` (503), within the deadlines.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreachable_database_is_unavailable_not_fatal() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let backend = PostgresBackend::connect(PostgresOptions {
+            url: Some(format!("postgres://postgres@127.0.0.1:{port}/none")),
+            ..PostgresOptions::default()
+        })
+        .await
+        .expect("made without the database");
+        assert!(matches!(
+            backend.ready().await,
+            Err(StorageError::Unavailable(_))
+        ));
+        assert!(matches!(
+            backend.get("/t/a").await,
+            Err(StorageError::Unavailable(_))
+        ));
+        assert!(matches!(
+            backend.create("/t/a", Bytes::from("1")).await,
+            Err(StorageError::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn lock_keys_are_stable() {
+        // FNV-1a of "extension-apiserver/apiserver": the same in every build and server.
+        assert_eq!(lock_key("apiserver"), lock_key("apiserver"));
+        assert_ne!(lock_key("apiserver"), lock_key("apiserver2"));
+        assert_eq!(lock_key("apiserver"), 0x71e0_7a7d_8340_0190);
     }
 
     #[test]

@@ -126,7 +126,9 @@ pub async fn etcd_ready(endpoints: &[String]) {
 /// Panics with a clear message unless the PostgreSQL of `options` answers.
 #[cfg(feature = "postgres")]
 pub async fn postgres_ready(options: &ServerOptions) {
-    use extension_apiserver::storage::{PostgresBackend, PostgresOptions, PostgresTls};
+    use extension_apiserver::storage::{
+        Backend as _, PostgresBackend, PostgresOptions, PostgresTls,
+    };
     let url = options.postgres_url.clone();
     let tls = options.postgres_cafile.as_ref().map(|ca| {
         PostgresTls::from_files(
@@ -143,7 +145,11 @@ pub async fn postgres_ready(options: &ServerOptions) {
         tls,
         ..PostgresOptions::default()
     });
-    if let Err(e) = connect.await {
+    let ready = match connect.await {
+        Ok(backend) => backend.ready().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = ready {
         panic!(
             "PostgreSQL at {url:?} (APISERVER_TEST_POSTGRES) does not answer: {e}; \
              `bash .ci/postgres.sh start` runs one on 127.0.0.1:54320"
