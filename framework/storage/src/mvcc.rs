@@ -1,6 +1,7 @@
-//! The revision rules shared by the embedded backends (memory, sqlite).
+//! The revision rules shared by the backends that keep their own history (memory, sqlite,
+//! postgres).
 //!
-//! Both keep their own history but must agree on what a write may do and which revisions a
+//! Each keeps its own history but all must agree on what a write may do and which revisions a
 //! read or watch may ask for, so that the conformance suite sees one behaviour.
 
 use bytes::Bytes;
