@@ -36,7 +36,7 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError,
 };
-use super::mvcc::{self, Write};
+use super::mvcc::{self, KeyRange, LogRow, Write};
 use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
 use crate::tls::certs::{CertKey, parse_certs_pem};
 use crate::tls::{TlsError, crypto_provider, root_store};
@@ -758,15 +758,21 @@ async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
     Ok(event)
 }
 
-async fn list(db: &Db, request: &ListRequest) -> Result<ListResult, Fail> {
-    let mut client = db.client().await?;
-    // One snapshot: the revision and the rows agree.
-    let tx = client
+/// A read-only transaction on one snapshot: the revision and the rows it reads agree.
+async fn snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<deadpool_postgres::Transaction<'_>, Fail> {
+    Ok(client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
-        .await?;
+        .await?)
+}
+
+async fn list(db: &Db, request: &ListRequest) -> Result<ListResult, Fail> {
+    let mut client = db.client().await?;
+    let tx = snapshot(&mut client).await?;
     let current: Revision = tx
         .query_one(&tx.prepare_cached(MAX_REVISION).await?, &[])
         .await?
@@ -788,39 +794,6 @@ async fn list(db: &Db, request: &ListRequest) -> Result<ListResult, Fail> {
         more: remaining > 0,
         remaining: Some(remaining),
     })
-}
-
-/// The byte range of keys a list covers, as PostgreSQL compares `bytea` (bytewise, like Rust
-/// compares `str`).
-struct KeyRange {
-    start: Vec<u8>,
-    end: Vec<u8>,
-}
-
-impl KeyRange {
-    fn new(prefix: &str, start_after: Option<&str>) -> Self {
-        // 0xFF never occurs in UTF-8: `prefix + 0xFF` is above every key with the prefix.
-        let mut end = prefix.as_bytes().to_vec();
-        end.push(0xFF);
-        let range = Self {
-            start: prefix.as_bytes().to_vec(),
-            end,
-        };
-        match start_after {
-            Some(key) if key >= prefix => range.after(key),
-            _ => range,
-        }
-    }
-
-    /// The same range, from just after `key` (`key + 0x00` is the smallest greater value).
-    fn after(&self, key: &str) -> Self {
-        let mut start = key.as_bytes().to_vec();
-        start.push(0);
-        Self {
-            start,
-            end: self.end.clone(),
-        }
-    }
 }
 
 /// The keys of `range` at the latest revision (`at: None`) or at an older one.
@@ -874,12 +847,7 @@ async fn events_after(
     limit: usize,
 ) -> Result<EventBatch, Fail> {
     let mut client = db.client().await?;
-    let tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await?;
+    let tx = snapshot(&mut client).await?;
     mvcc::check_watch_start(after, compacted(&tx).await?)?;
     let current: Revision = tx
         .query_one(&tx.prepare_cached(MAX_REVISION).await?, &[])
@@ -1001,9 +969,8 @@ fn key_value(row: &Row) -> Result<KeyValue, Fail> {
 
 /// A row of [`EVENTS`]: the log row, then its previous row's value, create and mod revision.
 fn event(row: &Row) -> Result<Event, Fail> {
-    let revision: Revision = row.try_get(0)?;
     let key = key_at(row, 1)?;
-    let prev_kv = match row.try_get::<_, Option<Revision>>(7)? {
+    let prev = match row.try_get::<_, Option<Revision>>(7)? {
         Some(mod_revision) => Some(KeyValue {
             key: key.clone(),
             value: Bytes::from(row.try_get::<_, Vec<u8>>(5)?),
@@ -1012,32 +979,20 @@ fn event(row: &Row) -> Result<Event, Fail> {
         }),
         None => None,
     };
-    if row.try_get(4)? {
-        // A delete row stores no value: the event carries the one it removed.
-        let kv = prev_kv.clone().ok_or_else(|| {
-            StorageError::Internal(format!(
-                "postgres: delete at revision {revision} has no previous value"
-            ))
-        })?;
-        return Ok(Event {
-            event_type: EventType::Delete,
-            kv: KeyValue {
-                mod_revision: revision,
-                ..kv
-            },
-            prev_kv,
-        });
-    }
-    Ok(Event {
-        event_type: EventType::Put,
-        kv: KeyValue {
-            key,
-            value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
-            create_revision: row.try_get(3)?,
-            mod_revision: revision,
-        },
-        prev_kv,
-    })
+    let deleted: bool = row.try_get(4)?;
+    let value = if deleted {
+        None
+    } else {
+        Some(Bytes::from(row.try_get::<_, Vec<u8>>(2)?))
+    };
+    let log_row = LogRow {
+        revision: row.try_get(0)?,
+        key,
+        value,
+        create_revision: row.try_get(3)?,
+        prev,
+    };
+    Ok(log_row.into_event()?)
 }
 
 fn key_at(row: &Row, index: usize) -> Result<String, Fail> {
