@@ -23,7 +23,6 @@ use extension_apiserver_testing::TestServer;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use wardle::Flunder;
@@ -117,55 +116,11 @@ fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
     }
 }
 
-/// The server, and an admin client that does not retry: kube-rs retries 503s by default,
-/// which would hide the answers these tests check.
+/// The server (once the database answered), and an admin client that does not retry.
 async fn start(options: ServerOptions) -> (TestServer, Client) {
     let server = serve(options).await;
-    let mut config = config(&server).await;
-    config.default_retry = false;
-    (server, Client::try_from(config).unwrap())
-}
-
-struct Reply {
-    code: u16,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
-/// One request; the bound only keeps a broken server from hanging the test.
-async fn send(client: &Client, method: &str, path: &str, body: &str) -> Reply {
-    let mut request = http::Request::builder().method(method).uri(path);
-    if !body.is_empty() {
-        request = request.header("content-type", "application/json");
-    }
-    let request = request
-        .body(kube::client::Body::from(body.as_bytes().to_vec()))
-        .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(90), client.send(request))
-        .await
-        .expect("an answer")
-        .expect("request sent");
-    let code = response.status().as_u16();
-    let body = tokio::time::timeout(
-        Duration::from_secs(90),
-        response.into_body().collect_bytes(),
-    )
-    .await
-    .expect("a body")
-    .expect("body read");
-    Reply {
-        code,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-fn flunder_json(name: &str) -> String {
-    serde_json::to_string(&flunder(name, "other")).unwrap()
+    let client = no_retry_client(&server).await;
+    (server, client)
 }
 
 /// `Status` 503 `ServiceUnavailable`, as kube-apiserver answers while etcd is away.
@@ -217,13 +172,7 @@ async fn postgres_replicas_share_data_and_watches_with_read_your_writes() {
         Api::namespaced(one_client, "default"),
         Api::namespaced(two_client, "default"),
     );
-    let start_rv = on_two
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let start_rv = list_rv(&on_two).await;
     let params = WatchParams::default().timeout(60);
     let mut watch = on_two.watch(&params, &start_rv).await.unwrap().boxed();
 
@@ -283,13 +232,7 @@ async fn postgres_outage_under_load_loses_nothing_acknowledged() {
     // Something stored first: a watch from resourceVersion 0 would mean "from any state".
     let pp = PostParams::default();
     api.create(&pp, &flunder("first", "x")).await.unwrap();
-    let start_rv = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let start_rv = list_rv(&api).await;
 
     // Creates, one after another, until told to stop; each 201 is acknowledged.
     let stop = Arc::new(AtomicBool::new(false));
@@ -456,9 +399,7 @@ async fn postgres_starts_while_the_database_is_away_and_serves_once_it_answers()
     let options = options(dir.path(), &relay.url(), &postgres_schema());
     // Not `serve`: its check that the database answers would fail, as it should.
     let server = TestServer::start_configured(options, wardle::configure).await;
-    let mut config = config(&server).await;
-    config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
+    let client = no_retry_client(&server).await;
 
     wait_not_ready(&client).await;
     assert_unavailable(&send(&client, "GET", FLUNDERS, "").await);

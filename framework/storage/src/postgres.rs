@@ -87,14 +87,27 @@ const LIST_AT: &str = concat!(
     " ORDER BY l.key LIMIT $4"
 );
 const COUNT_AT: &str = concat!("SELECT COUNT(*) FROM log l WHERE ", visible_at!());
-const INSERT_LOG: &str = "INSERT INTO log
-    (revision, key, value, create_revision, prev_revision, deleted)
-    VALUES ($1, $2, $3, $4, $5, $6)";
-const SET_LIVE: &str = "INSERT INTO live (key, revision) VALUES ($1, $2)
-    ON CONFLICT (key) DO UPDATE SET revision = excluded.revision";
-const DELETE_LIVE: &str = "DELETE FROM live WHERE key = $1";
-/// Delivered to the listeners when the write commits.
-const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+/// What a write reads under the lock, in one round trip: the store's revision and the key's
+/// latest row (NULLs when it has none). A statement of its own after the lock, so that its
+/// snapshot sees the previous writer's commit.
+const READ_FOR_WRITE: &str = "SELECT (SELECT COALESCE(MAX(revision), 0)::BIGINT FROM log),
+        c.key, l.value, l.create_revision, l.revision
+    FROM (SELECT 1) one LEFT JOIN live c ON c.key = $1
+    LEFT JOIN log l ON l.revision = c.revision";
+/// A put, in one round trip: the log row, the key's live row, and the notification that the
+/// listeners get when the write commits (`$7` channel, `$8` revision).
+const WRITE_PUT: &str = "WITH logged AS (INSERT INTO log
+        (revision, key, value, create_revision, prev_revision, deleted)
+        VALUES ($1, $2, $3, $4, $5, $6)),
+    live_row AS (INSERT INTO live (key, revision) VALUES ($2, $1)
+        ON CONFLICT (key) DO UPDATE SET revision = excluded.revision)
+    SELECT pg_notify($7, $8)";
+/// A delete, as [`WRITE_PUT`] but removing the live row.
+const WRITE_DELETE: &str = "WITH logged AS (INSERT INTO log
+        (revision, key, value, create_revision, prev_revision, deleted)
+        VALUES ($1, $2, $3, $4, $5, $6)),
+    live_row AS (DELETE FROM live WHERE key = $2)
+    SELECT pg_notify($7, $8)";
 const EVENTS: &str = "SELECT l.revision, l.key, l.value, l.create_revision, l.deleted,
         p.value, p.create_revision, p.revision
     FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
@@ -710,25 +723,35 @@ async fn migrate(db: &Db, client: &mut deadpool_postgres::Client) -> Result<(), 
 async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
+    // Prepared (or found in the cache) before the lock, which is held from here to the
+    // commit: three round trips (read, write, commit).
+    let (lock, read) = (
+        tx.prepare_cached(LOCK).await?,
+        tx.prepare_cached(READ_FOR_WRITE).await?,
+    );
+    let (put, delete) = (
+        tx.prepare_cached(WRITE_PUT).await?,
+        tx.prepare_cached(WRITE_DELETE).await?,
+    );
     // Held until the commit is visible: the next writer's MAX sees this revision.
-    tx.execute(&tx.prepare_cached(LOCK).await?, &[&db.lock])
-        .await?;
-    let revision: Revision = tx
-        .query_one(&tx.prepare_cached(MAX_REVISION).await?, &[])
-        .await?
-        .get(0);
-    let current = tx
-        .query_opt(&tx.prepare_cached(GET).await?, &[&key.as_bytes()])
-        .await?
-        .as_ref()
-        .map(key_value)
-        .transpose()?;
+    tx.execute(&lock, &[&db.lock]).await?;
+    let row = tx.query_one(&read, &[&key.as_bytes()]).await?;
+    let revision: Revision = row.try_get(0)?;
+    let current = match row.try_get::<_, Option<Revision>>(4)? {
+        Some(mod_revision) => Some(KeyValue {
+            key: key.to_owned(),
+            value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
+            create_revision: row.try_get(3)?,
+            mod_revision,
+        }),
+        None => None,
+    };
     let event = write.apply(key, current, revision + 1)?;
     let deleted = event.event_type == EventType::Delete;
     let value = (!deleted).then_some(event.kv.value.as_ref());
     let prev_revision = event.prev_kv.as_ref().map(|prev| prev.mod_revision);
     tx.execute(
-        &tx.prepare_cached(INSERT_LOG).await?,
+        if deleted { &delete } else { &put },
         &[
             &event.revision(),
             &key.as_bytes(),
@@ -736,22 +759,9 @@ async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
             &event.kv.create_revision,
             &prev_revision,
             &deleted,
+            &db.channel,
+            &event.revision().to_string(),
         ],
-    )
-    .await?;
-    if deleted {
-        tx.execute(&tx.prepare_cached(DELETE_LIVE).await?, &[&key.as_bytes()])
-            .await?;
-    } else {
-        tx.execute(
-            &tx.prepare_cached(SET_LIVE).await?,
-            &[&key.as_bytes(), &event.revision()],
-        )
-        .await?;
-    }
-    tx.execute(
-        &tx.prepare_cached(NOTIFY).await?,
-        &[&db.channel, &event.revision().to_string()],
     )
     .await?;
     tx.commit().await?;

@@ -244,6 +244,72 @@ pub async fn client(server: &TestServer) -> Client {
     Client::try_from(config(server).await).unwrap()
 }
 
+/// An admin client of `server` that does not retry: kube-rs retries 503s by default, which
+/// would hide the answers the outage tests check.
+pub async fn no_retry_client(server: &TestServer) -> Client {
+    let mut config = config(server).await;
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+/// An answer: code and body.
+pub struct Reply {
+    pub code: u16,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Sends one request (a JSON body when not empty). The bound only keeps a broken server from
+/// hanging the test; the outage tests tell a storage error (503) from the server's own 60 s
+/// request timeout (a 504) by it.
+pub async fn send(client: &Client, method: &str, path: &str, body: &str) -> Reply {
+    use std::time::Duration;
+    let mut request = http::Request::builder().method(method).uri(path);
+    if !body.is_empty() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(90), client.send(request))
+        .await
+        .expect("an answer")
+        .expect("request sent");
+    let code = response.status().as_u16();
+    let body = tokio::time::timeout(
+        Duration::from_secs(90),
+        response.into_body().collect_bytes(),
+    )
+    .await
+    .expect("a body")
+    .expect("body read");
+    Reply {
+        code,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// A flunder in `default` as JSON, for [`send`].
+pub fn flunder_json(name: &str) -> String {
+    serde_json::to_string(&flunder(name, "other")).unwrap()
+}
+
+/// The resourceVersion of a list of flunders in `default`: where a watch of what follows
+/// starts.
+pub async fn list_rv(api: &kube::Api<Flunder>) -> String {
+    api.list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
 /// A flunder in no particular namespace referring to `reference`.
 pub fn flunder(name: &str, reference: &str) -> Flunder {
     let mut f = Flunder {
