@@ -11,8 +11,8 @@
 //! below it: a watcher reading `revision > last` can never miss a later-committed lower
 //! revision (what a sequence would allow).
 //!
-//! Watches: every watcher reads the log after its last revision (the loop of
-//! [`notify`](super::notify)); it is woken by this server's own writes, by a `NOTIFY` that
+//! Watches: every watcher reads the log after its last revision (the loop the SQLite backend
+//! uses too); it is woken by this server's own writes, by a `NOTIFY` that
 //! every write sends on commit (other servers' writes), and by a poll of `MAX(revision)`
 //! every [`PostgresOptions::poll_interval`], so a notification lost while the listening
 //! connection reconnects delays an event but never loses it.
