@@ -32,6 +32,11 @@ install() {
   fi
   echo "installing Debian's postgresql and openssl" >&2
   export DEBIAN_FRONTEND=noninteractive
+  # No cluster of the package's own (it would start one on port 5432): this script makes its.
+  if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+    mkdir -p /etc/postgresql-common
+    echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+  fi
   apt-get update -qq
   apt-get install -y -qq postgresql openssl >/dev/null
 }
