@@ -695,16 +695,16 @@ fn lock_key(schema: &str) -> i64 {
 /// Creates the schema and its tables, or checks that an existing one is not newer than this
 /// build; servers starting together take turns on the schema's lock.
 async fn migrate(db: &Db, client: &mut deadpool_postgres::Client) -> Result<(), Fail> {
+    // Made already, in this version: nothing to write, so a read-only standby serves reads.
+    if schema_version(&***client).await? == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
     let tx = client.transaction().await?;
     tx.execute(LOCK, &[&db.lock]).await?;
     tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", db.schema))
         .await?;
     tx.batch_execute(SCHEMA).await?;
-    let version: Option<i64> = tx
-        .query_opt("SELECT value FROM meta WHERE name = 'schema_version'", &[])
-        .await?
-        .map(|row| row.get(0));
-    if let Some(version) = version
+    if let Some(version) = schema_version(&*tx).await?
         && version > SCHEMA_VERSION
     {
         let message = format!("postgres: schema version {version} is newer than this build's");
@@ -718,6 +718,20 @@ async fn migrate(db: &Db, client: &mut deadpool_postgres::Client) -> Result<(), 
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The version recorded in the schema; `None` when it has no tables yet.
+async fn schema_version(client: &impl tokio_postgres::GenericClient) -> Result<Option<i64>, Fail> {
+    let exists = client
+        .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
+        .await?;
+    if !exists.get::<_, bool>(0) {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt("SELECT value FROM meta WHERE name = 'schema_version'", &[])
+        .await?;
+    Ok(row.map(|row| row.get(0)))
 }
 
 async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
@@ -1145,6 +1159,32 @@ mod tests {
         ));
         assert!(matches!(
             backend.create("/t/a", Bytes::from("1")).await,
+            Err(StorageError::Unavailable(_))
+        ));
+    }
+
+    /// A standby (here: every transaction read-only) refuses writes with "read-only
+    /// transaction": that is a 503 until the primary answers, never a 500.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_only_standby_is_unavailable() {
+        let url = std::env::var("APISERVER_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
+        let primary = on_postgres().await;
+        primary.create("/t/a", Bytes::from("1")).await.unwrap();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let standby = PostgresBackend::connect(PostgresOptions {
+            url: Some(format!(
+                "{url}{separator}options=-c%20default_transaction_read_only%3Don"
+            )),
+            schema: primary.db.schema.clone(),
+            pool_size: 2,
+            ..PostgresOptions::default()
+        })
+        .await
+        .expect("connects");
+        assert!(standby.get("/t/a").await.unwrap().is_some());
+        assert!(matches!(
+            standby.create("/t/b", Bytes::from("1")).await,
             Err(StorageError::Unavailable(_))
         ));
     }
