@@ -164,57 +164,11 @@ fn options(dir: &Path, etcd: &Etcd) -> ServerOptions {
     }
 }
 
-/// The server, and an admin client that does not retry: kube-rs retries 503s by default,
-/// which would hide the answers these tests check.
+/// The server, and an admin client that does not retry (see [`no_retry_client`]).
 async fn start(options: ServerOptions) -> (TestServer, Client) {
     let server = TestServer::start_with_options(options, vec![wardle::api_group()]).await;
-    let mut config = config(&server).await;
-    config.default_retry = false;
-    (server, Client::try_from(config).unwrap())
-}
-
-/// An answer: code and body.
-struct Reply {
-    code: u16,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
-/// Sends one request. The bound only keeps a broken server from hanging the test; the 503
-/// checks below tell a storage error from the server's own 60 s request timeout (a 504).
-async fn send(client: &Client, method: &str, path: &str, body: &str) -> Reply {
-    let mut request = http::Request::builder().method(method).uri(path);
-    if !body.is_empty() {
-        request = request.header("content-type", "application/json");
-    }
-    let request = request
-        .body(kube::client::Body::from(body.as_bytes().to_vec()))
-        .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(90), client.send(request))
-        .await
-        .expect("an answer")
-        .expect("request sent");
-    let code = response.status().as_u16();
-    let body = tokio::time::timeout(
-        Duration::from_secs(90),
-        response.into_body().collect_bytes(),
-    )
-    .await
-    .expect("a body")
-    .expect("body read");
-    Reply {
-        code,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-fn flunder_json(name: &str) -> String {
-    serde_json::to_string(&flunder(name, "other")).unwrap()
+    let client = no_retry_client(&server).await;
+    (server, client)
 }
 
 /// Asserts `/readyz` fails on etcd, as kube-apiserver's does.

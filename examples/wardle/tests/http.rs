@@ -641,11 +641,14 @@ async fn health_version_and_anonymous(backend: Backend) {
     // the roots), `exclude`, and 404 for a check that does not exist.
     let reply = get(&client, "/healthz/ping", "*/*").await;
     assert_eq!((reply.code, reply.text().as_str()), (StatusCode::OK, "ok"));
-    // The storage check is named for the backend: `etcd` as kube-apiserver's, else `storage`.
+    // The storage check is named for the backend: `etcd` as kube-apiserver's, `postgres`, else
+    // `storage`.
     #[allow(unreachable_patterns)]
     let check = match backend {
         #[cfg(feature = "etcd")]
         Backend::Etcd3 => "etcd",
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => "postgres",
         _ => "storage",
     };
     let reply = get(&client, &format!("/readyz/{check}"), "*/*").await;

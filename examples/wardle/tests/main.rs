@@ -10,5 +10,6 @@ mod kubectl;
 mod lifecycle;
 mod manifests;
 mod migrate_storage;
+mod postgres;
 mod readme;
 mod reliability;

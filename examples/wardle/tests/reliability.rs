@@ -55,6 +55,12 @@ fn storage_args(backend: Backend, dir: &Path) -> Vec<String> {
             // Compaction is etcd-wide; other tests on the same etcd watch from old revisions.
             "--etcd-compaction-interval=0".into(),
         ],
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => vec![
+            "--storage-backend=postgres".into(),
+            format!("--postgres-url={}", postgres_url()),
+            format!("--postgres-schema={}", postgres_schema()),
+        ],
     }
 }
 

@@ -163,7 +163,7 @@ pub enum StorageError {
 /// a revision and watches from a revision.
 ///
 /// Implementations: [`memory`](crate::memory), [`sqlite`](crate::sqlite),
-/// and `etcd3` with the `etcd` cargo feature.
+/// `etcd3` with the `etcd` cargo feature and `postgres` with the `postgres` one.
 /// Every implementation must pass [`conformance`](crate::conformance).
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {

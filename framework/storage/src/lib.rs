@@ -5,8 +5,8 @@
 //! or API semantics.
 //!
 //! - [`Backend`]: the trait a store implements (get, list, create, update, delete, watch,
-//!   compaction), with [`MemoryBackend`], [`SqliteBackend`] and (feature `etcd`) the etcd3
-//!   backend;
+//!   compaction), with [`MemoryBackend`], [`SqliteBackend`], (feature `etcd`) the etcd3
+//!   backend and (feature `postgres`) the PostgreSQL backend;
 //! - [`Cacher`]: the watch cache in front of a backend;
 //! - [`conformance`]: the suite every backend passes; a new backend is a crate of its own
 //!   beside this one that runs [`backend_conformance_tests!`] in its tests.
@@ -22,6 +22,8 @@ pub mod instrumented;
 pub mod memory;
 mod mvcc;
 mod notify;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 mod shared_read;
 pub mod size_limit;
@@ -35,10 +37,12 @@ pub use cacher::{Cacher, CacherOptions};
 #[cfg(feature = "etcd")]
 pub use etcd3::{Etcd3Backend, Etcd3Options, Etcd3Tls};
 pub use memory::MemoryBackend;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresBackend, PostgresOptions, PostgresTls};
 pub use size_limit::{DEFAULT_MAX_OBJECT_BYTES, SizeLimited};
 pub use sqlite::SqliteBackend;
 
 // The machinery's modules this crate stands on, under the names the code uses.
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 use extension_apiserver_machinery::tls;
 use extension_apiserver_machinery::{lifecycle, metrics, spans};

@@ -1,6 +1,7 @@
-//! The revision rules shared by the embedded backends (memory, sqlite).
+//! The revision rules shared by the backends that keep their own history (memory, sqlite,
+//! postgres).
 //!
-//! Both keep their own history but must agree on what a write may do and which revisions a
+//! Each keeps its own history but all must agree on what a write may do and which revisions a
 //! read or watch may ask for, so that the conformance suite sees one behaviour.
 
 use bytes::Bytes;
@@ -110,6 +111,86 @@ pub(crate) fn check_watch_start(after: Revision, compacted: Revision) -> Result<
         })
     } else {
         Ok(())
+    }
+}
+
+/// The byte range of keys a list covers, compared bytewise: as SQLite compares BLOBs,
+/// PostgreSQL `bytea`, and Rust `str`.
+pub(crate) struct KeyRange {
+    pub(crate) start: Vec<u8>,
+    pub(crate) end: Vec<u8>,
+}
+
+impl KeyRange {
+    /// The keys under `prefix`, after `start_after` when given.
+    pub(crate) fn new(prefix: &str, start_after: Option<&str>) -> Self {
+        // 0xFF never occurs in UTF-8, so `prefix + 0xFF` is above every key with the prefix
+        // and below every other key above the prefix.
+        let mut end = prefix.as_bytes().to_vec();
+        end.push(0xFF);
+        let range = Self {
+            start: prefix.as_bytes().to_vec(),
+            end,
+        };
+        match start_after {
+            Some(key) if key >= prefix => range.after(key),
+            _ => range,
+        }
+    }
+
+    /// The same range, from just after `key`.
+    pub(crate) fn after(&self, key: &str) -> Self {
+        // `key + 0x00` is the smallest byte string greater than `key`.
+        let mut start = key.as_bytes().to_vec();
+        start.push(0);
+        Self {
+            start,
+            end: self.end.clone(),
+        }
+    }
+}
+
+/// One row of a history log, as a backend that keeps one reads it back for a watch.
+pub(crate) struct LogRow {
+    pub(crate) revision: Revision,
+    pub(crate) key: String,
+    /// The value written; `None` for a delete, which stores none.
+    pub(crate) value: Option<Bytes>,
+    pub(crate) create_revision: Revision,
+    /// The key's previous row (absent for a create).
+    pub(crate) prev: Option<KeyValue>,
+}
+
+impl LogRow {
+    /// The event the row records: a put carries its value; a delete carries the value it
+    /// removed, at the delete's revision.
+    pub(crate) fn into_event(self) -> Result<Event, StorageError> {
+        let Some(value) = self.value else {
+            let kv = self.prev.clone().ok_or_else(|| {
+                StorageError::Internal(format!(
+                    "delete at revision {} has no previous value",
+                    self.revision
+                ))
+            })?;
+            return Ok(Event {
+                event_type: EventType::Delete,
+                kv: KeyValue {
+                    mod_revision: self.revision,
+                    ..kv
+                },
+                prev_kv: self.prev,
+            });
+        };
+        Ok(Event {
+            event_type: EventType::Put,
+            kv: KeyValue {
+                key: self.key,
+                value,
+                create_revision: self.create_revision,
+                mod_revision: self.revision,
+            },
+            prev_kv: self.prev,
+        })
     }
 }
 

@@ -1,4 +1,5 @@
-//! The watch loop shared by the embedded backends (memory, sqlite).
+//! The watch loop shared by the backends that keep their own history log (memory, sqlite,
+//! postgres).
 //!
 //! Writers only bump a revision in a `tokio::sync::watch` channel; each watcher reads its next
 //! events from the backend's history log in bounded batches. So a watcher holds no lock while

@@ -18,7 +18,7 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError,
 };
-use super::mvcc::{self, Write};
+use super::mvcc::{self, KeyRange, LogRow, Write};
 use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
 
 const SCHEMA_VERSION: i64 = 1;
@@ -456,40 +456,6 @@ fn list(conn: &mut Connection, request: &ListRequest) -> Result<ListResult, Fail
     })
 }
 
-/// The byte range of keys a list covers, as SQLite compares BLOBs (like Rust compares `str`).
-struct KeyRange {
-    start: Vec<u8>,
-    end: Vec<u8>,
-}
-
-impl KeyRange {
-    fn new(prefix: &str, start_after: Option<&str>) -> Self {
-        // 0xFF never occurs in UTF-8, so `prefix + 0xFF` is above every key with the prefix
-        // and below every other key above the prefix.
-        let mut end = prefix.as_bytes().to_vec();
-        end.push(0xFF);
-        let range = Self {
-            start: prefix.as_bytes().to_vec(),
-            end,
-        };
-        match start_after {
-            Some(key) if key >= prefix => range.after(key),
-            _ => range,
-        }
-    }
-
-    /// The same range, from just after `key`.
-    fn after(&self, key: &str) -> Self {
-        // `key + 0x00` is the smallest BLOB greater than `key`.
-        let mut start = key.as_bytes().to_vec();
-        start.push(0);
-        Self {
-            start,
-            end: self.end.clone(),
-        }
-    }
-}
-
 /// Reads a key range at the latest revision (`revision: None`) or at an older one.
 struct RangeReader<'a> {
     conn: &'a Connection,
@@ -584,9 +550,8 @@ fn key_value(row: &Row<'_>) -> rusqlite::Result<KeyValue> {
 
 /// A row of [`EVENTS`]: the log row, then its previous row's value, create and mod revision.
 fn event(row: &Row<'_>) -> rusqlite::Result<Event> {
-    let revision: Revision = row.get(0)?;
     let key = key_at(row, 1)?;
-    let prev_kv = match row.get::<_, Option<Revision>>(7)? {
+    let prev = match row.get::<_, Option<Revision>>(7)? {
         Some(mod_revision) => Some(KeyValue {
             key: key.clone(),
             value: row.get::<_, Vec<u8>>(5)?.into(),
@@ -595,28 +560,21 @@ fn event(row: &Row<'_>) -> rusqlite::Result<Event> {
         }),
         None => None,
     };
-    if row.get(4)? {
-        // A delete row stores no value: the event carries the one it removed.
-        let kv = prev_kv.clone().ok_or_else(|| missing_previous(revision))?;
-        return Ok(Event {
-            event_type: EventType::Delete,
-            kv: KeyValue {
-                mod_revision: revision,
-                ..kv
-            },
-            prev_kv,
-        });
-    }
-    let kv = KeyValue {
-        key,
-        value: row.get::<_, Vec<u8>>(2)?.into(),
-        create_revision: row.get(3)?,
-        mod_revision: revision,
+    let deleted: bool = row.get(4)?;
+    let value = if deleted {
+        None
+    } else {
+        Some(row.get::<_, Vec<u8>>(2)?.into())
     };
-    Ok(Event {
-        event_type: EventType::Put,
-        kv,
-        prev_kv,
+    let log_row = LogRow {
+        revision: row.get(0)?,
+        key,
+        value,
+        create_revision: row.get(3)?,
+        prev,
+    };
+    log_row.into_event().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Integer, e.into())
     })
 }
 
@@ -624,11 +582,6 @@ fn key_at(row: &Row<'_>, index: usize) -> rusqlite::Result<String> {
     String::from_utf8(row.get(index)?).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, e.into())
     })
-}
-
-fn missing_previous(revision: Revision) -> rusqlite::Error {
-    let message = format!("delete at revision {revision} has no previous value");
-    rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Integer, message.into())
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Ceilings measured beside the server in the same run: a bare axum server behind the very
 //! same TLS configuration returning the bytes wardle returned (reads), and raw stores of the
-//! same object bytes (writes): etcd-client puts and SQLite inserts.
+//! same object bytes (writes): etcd-client puts, SQLite inserts and PostgreSQL inserts.
 
 use std::net::TcpListener as StdListener;
 use std::path::Path;
@@ -251,4 +251,71 @@ pub async fn sqlite_inserts(
         }
     })
     .await
+}
+
+/// Raw PostgreSQL inserts of `value` into a table of a fresh schema (dropped afterwards), one
+/// autocommitted statement each, `concurrency` in flight over as many connections as the
+/// backend's default pool (16).
+#[cfg(feature = "postgres")]
+pub async fn postgres_inserts(
+    url: &str,
+    value: Bytes,
+    count: usize,
+    concurrency: usize,
+) -> Result<Sample, Error> {
+    let schema = format!(
+        "bench_raw_{}_{}",
+        std::process::id(),
+        crate::server::unique()
+    );
+    let setup = postgres_connect(url).await?;
+    setup
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; \
+             CREATE TABLE {schema}.raw (key BYTEA PRIMARY KEY, value BYTEA NOT NULL)"
+        ))
+        .await?;
+    let insert = format!("INSERT INTO {schema}.raw (key, value) VALUES ($1, $2)");
+    let mut connections = Vec::new();
+    for _ in 0..concurrency.clamp(1, 16) {
+        let client = postgres_connect(url).await?;
+        let statement = client.prepare(&insert).await?;
+        connections.push((client, statement));
+    }
+    let connections = Arc::new(connections);
+    let sample = crate::client::drive(count, concurrency, move |i| {
+        let (connections, value) = (connections.clone(), value.clone());
+        async move {
+            let (client, statement) = &connections[i % connections.len()];
+            let key = format!("f-{i:07}");
+            client
+                .execute(statement, &[&key.as_bytes(), &&value[..]])
+                .await?;
+            Ok::<_, Error>(())
+        }
+    })
+    .await?;
+    setup
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await?;
+    Ok(sample)
+}
+
+/// Drops a run's PostgreSQL schema and everything in it.
+#[cfg(feature = "postgres")]
+pub async fn drop_schema(url: &str, schema: &str) -> Result<(), Error> {
+    let client = postgres_connect(url).await?;
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await?;
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_connect(url: &str) -> Result<tokio_postgres::Client, Error> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
 }

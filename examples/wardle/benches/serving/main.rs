@@ -4,13 +4,14 @@
 //! same object). Figures are printed, never asserted.
 //!
 //! ```text
-//! cargo bench -p wardle --bench serving -- [--backend memory|sqlite|etcd3]... [--quick]
-//!     [--etcd-servers URL] [--objects N] [--large N] [--concurrency N]
+//! cargo bench -p wardle --bench serving -- [--backend memory|sqlite|etcd3|postgres]... [--quick]
+//!     [--etcd-servers URL] [--postgres-url URL] [--objects N] [--large N] [--concurrency N]
 //! cargo bench -p wardle --features etcd --bench serving -- --backend etcd3   # etcd3 needs the feature
+//! cargo bench -p wardle --features postgres --bench serving -- --backend postgres   # and postgres its own
 //! cargo bench -p wardle --bench serving -- --rules    # only the schema rules' cost per write
 //! ```
 //!
-//! `.ci/bench` runs every backend with a throw-away etcd. See `book/src/benchmarks.md`.
+//! `.ci/bench` runs every backend with a throw-away etcd and PostgreSQL. See `book/src/benchmarks.md`.
 
 mod ceiling;
 mod client;
@@ -60,6 +61,7 @@ fn settings() -> Result<Settings, Error> {
     let mut rules_only = false;
     let mut backends = Vec::new();
     let mut etcd = "http://127.0.0.1:23790".to_string();
+    let mut postgres = "postgres://postgres@127.0.0.1:54320/apiserver".to_string();
     let (mut objects, mut large, mut concurrency) = (None, None, None);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -70,6 +72,7 @@ fn settings() -> Result<Settings, Error> {
             "--rules" => rules_only = true,
             "--backend" => backends.extend(value("--backend")?.split(',').map(str::to_string)),
             "--etcd-servers" => etcd = value("--etcd-servers")?,
+            "--postgres-url" => postgres = value("--postgres-url")?,
             "--objects" => objects = Some(value("--objects")?.parse()?),
             "--large" => large = Some(value("--large")?.parse()?),
             "--concurrency" => concurrency = Some(value("--concurrency")?.parse()?),
@@ -81,6 +84,9 @@ fn settings() -> Result<Settings, Error> {
         if cfg!(feature = "etcd") {
             backends.push("etcd3".into());
         }
+        if cfg!(feature = "postgres") {
+            backends.push("postgres".into());
+        }
     }
     let backends = backends
         .iter()
@@ -91,7 +97,14 @@ fn settings() -> Result<Settings, Error> {
             "etcd3" => {
                 Err("etcd3 needs the etcd feature: cargo bench -p wardle --features etcd …".into())
             }
-            other => Err(format!("unknown backend {other:?} (memory, sqlite, etcd3)")),
+            "postgres" if cfg!(feature = "postgres") => Ok(Backend::Postgres(postgres.clone())),
+            "postgres" => Err(
+                "postgres needs the postgres feature: cargo bench -p wardle --features postgres …"
+                    .into(),
+            ),
+            other => Err(format!(
+                "unknown backend {other:?} (memory, sqlite, etcd3, postgres)"
+            )),
         })
         .collect::<Result<_, String>>()?;
     let objects = objects.unwrap_or(10_000);

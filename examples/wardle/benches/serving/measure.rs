@@ -417,10 +417,19 @@ async fn raw_writes(
         }
         #[cfg(not(feature = "etcd"))]
         Backend::Etcd3(_) => Err("etcd3 needs the etcd feature".into()),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(url) => {
+            let sample =
+                ceiling::postgres_inserts(url, object, count, settings.concurrency).await?;
+            Ok((sample, "raw PostgreSQL inserts (16 connections)"))
+        }
+        #[cfg(not(feature = "postgres"))]
+        Backend::Postgres(_) => Err("postgres needs the postgres feature".into()),
     }
 }
 
-/// Removes the run's keys from etcd (other backends keep their data in the run's directory).
+/// Removes the run's keys from etcd and its schema from PostgreSQL (other backends keep their
+/// data in the run's directory).
 async fn cleanup(wardle: &Wardle) -> Result<(), Error> {
     #[cfg(feature = "etcd")]
     if let (Some(prefix), Some(servers)) = (&wardle.etcd_prefix, &wardle.etcd_servers) {
@@ -429,5 +438,11 @@ async fn cleanup(wardle: &Wardle) -> Result<(), Error> {
     }
     #[cfg(not(feature = "etcd"))]
     let _ = (&wardle.etcd_prefix, &wardle.etcd_servers);
+    #[cfg(feature = "postgres")]
+    if let Some((url, schema)) = &wardle.postgres_schema {
+        ceiling::drop_schema(url, schema).await?;
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = &wardle.postgres_schema;
     Ok(())
 }

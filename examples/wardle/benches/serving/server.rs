@@ -20,6 +20,8 @@ pub enum Backend {
     Sqlite,
     /// `--storage-backend=etcd3` against these endpoints, under a fresh key prefix.
     Etcd3(String),
+    /// `--storage-backend=postgres` on the database at this URL, in a fresh schema.
+    Postgres(String),
 }
 
 impl Backend {
@@ -29,6 +31,7 @@ impl Backend {
             Backend::Memory => "memory",
             Backend::Sqlite => "sqlite",
             Backend::Etcd3(_) => "etcd3",
+            Backend::Postgres(_) => "postgres",
         }
     }
 }
@@ -44,6 +47,8 @@ pub struct Wardle {
     pub etcd_prefix: Option<String>,
     /// The etcd endpoints, if on etcd.
     pub etcd_servers: Option<String>,
+    /// The PostgreSQL URL and schema of this run, if on PostgreSQL (dropped by the caller).
+    pub postgres_schema: Option<(String, String)>,
 }
 
 impl Wardle {
@@ -58,7 +63,7 @@ impl Wardle {
             .args(["--bind-address=127.0.0.1", "--secure-port=0"])
             .arg(format!("--cert-dir={}", cert_dir.display()))
             .arg(format!("--storage-backend={}", backend.name()));
-        let (mut etcd_prefix, mut etcd_servers) = (None, None);
+        let (mut etcd_prefix, mut etcd_servers, mut postgres_schema) = (None, None, None);
         match backend {
             Backend::Memory => {}
             Backend::Sqlite => {
@@ -70,6 +75,12 @@ impl Wardle {
                 command.arg(format!("--etcd-prefix={prefix}"));
                 etcd_prefix = Some(prefix);
                 etcd_servers = Some(servers.clone());
+            }
+            Backend::Postgres(url) => {
+                let schema = format!("bench_{}_{}", std::process::id(), unique());
+                command.arg(format!("--postgres-url={url}"));
+                command.arg(format!("--postgres-schema={schema}"));
+                postgres_schema = Some((url.clone(), schema));
             }
         }
         if let Some(on) = watch_cache {
@@ -95,6 +106,7 @@ impl Wardle {
             cert_dir,
             etcd_prefix,
             etcd_servers,
+            postgres_schema,
         };
         wardle.port = serving_port(stderr)?.port();
         Ok(wardle)

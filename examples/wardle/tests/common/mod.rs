@@ -20,6 +20,22 @@ pub enum Backend {
     /// A fresh key prefix on the etcd named by `APISERVER_TEST_ETCD`.
     #[cfg(feature = "etcd")]
     Etcd3,
+    /// A fresh schema in the PostgreSQL named by `APISERVER_TEST_POSTGRES`.
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
+/// The PostgreSQL the postgres variants use: `APISERVER_TEST_POSTGRES`, default
+/// `postgres://postgres@127.0.0.1:54320/apiserver` (where `.ci/postgres.sh start` runs one).
+#[cfg(feature = "postgres")]
+pub fn postgres_url() -> String {
+    std::env::var("APISERVER_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into())
+}
+
+/// A PostgreSQL schema no other test (in this run or an earlier one) uses.
+pub fn postgres_schema() -> String {
+    format!("wardle_e2e_{}", uuid::Uuid::new_v4().simple())
 }
 
 /// The etcd the etcd3 variants use: `APISERVER_TEST_ETCD`, default `http://127.0.0.1:23790`
@@ -55,6 +71,15 @@ impl Backend {
                 compaction_interval_seconds: 0,
                 ..options
             },
+            // A schema of its own: its own revisions and compaction, shared with no other test.
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => ServerOptions {
+                storage_backend: StorageBackendKind::Postgres,
+                postgres_url: Some(postgres_url()),
+                postgres_schema: postgres_schema(),
+                postgres_pool_size: 4,
+                ..options
+            },
         }
     }
 }
@@ -76,6 +101,10 @@ pub async fn serve(options: ServerOptions) -> TestServer {
     if options.storage_backend == StorageBackendKind::Etcd3 {
         etcd_ready(&options.etcd_servers).await;
     }
+    #[cfg(feature = "postgres")]
+    if options.storage_backend == StorageBackendKind::Postgres {
+        postgres_ready(&options).await;
+    }
     TestServer::start_configured(options, wardle::configure).await
 }
 
@@ -94,11 +123,46 @@ pub async fn etcd_ready(endpoints: &[String]) {
     }
 }
 
+/// Panics with a clear message unless the PostgreSQL of `options` answers.
+#[cfg(feature = "postgres")]
+pub async fn postgres_ready(options: &ServerOptions) {
+    use extension_apiserver::storage::{
+        Backend as _, PostgresBackend, PostgresOptions, PostgresTls,
+    };
+    let url = options.postgres_url.clone();
+    let tls = options.postgres_cafile.as_ref().map(|ca| {
+        PostgresTls::from_files(
+            ca,
+            options.postgres_certfile.as_deref(),
+            options.postgres_keyfile.as_deref(),
+        )
+        .unwrap_or_else(|e| panic!("PostgreSQL TLS files: {e}"))
+    });
+    let connect = PostgresBackend::connect(PostgresOptions {
+        url: url.clone(),
+        schema: options.postgres_schema.clone(),
+        pool_size: 1,
+        tls,
+        ..PostgresOptions::default()
+    });
+    let ready = match connect.await {
+        Ok(backend) => backend.ready().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = ready {
+        panic!(
+            "PostgreSQL at {url:?} (APISERVER_TEST_POSTGRES) does not answer: {e}; \
+             `bash .ci/postgres.sh start` runs one on 127.0.0.1:54320"
+        );
+    }
+}
+
 /// Generates one `#[tokio::test]` per storage backend for each named `async fn(Backend)` of
-/// the test file: `memory::NAME`, `sqlite::NAME` and, with the `etcd` feature, `etcd3::NAME`.
+/// the test file: `memory::NAME`, `sqlite::NAME`, with the `etcd` feature `etcd3::NAME` and
+/// with the `postgres` feature `postgres::NAME`.
 ///
 /// Tests under `persistent:` restart the server and expect their objects back, which only a
-/// persistent backend can give: they run on SQLite and etcd3, not in memory.
+/// persistent backend can give: they run on SQLite, etcd3 and PostgreSQL, not in memory.
 ///
 /// ```ignore
 /// backend_tests! {
@@ -148,6 +212,21 @@ macro_rules! backend_tests {
                 }
             )*)?
         }
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $all() {
+                    super::$all($crate::common::Backend::Postgres).await
+                }
+            )*)?
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $persistent() {
+                    super::$persistent($crate::common::Backend::Postgres).await
+                }
+            )*)?
+        }
     };
 }
 pub(crate) use backend_tests;
@@ -163,6 +242,72 @@ pub async fn config(server: &TestServer) -> Config {
 /// A kube-rs client authenticated as the admin.
 pub async fn client(server: &TestServer) -> Client {
     Client::try_from(config(server).await).unwrap()
+}
+
+/// An admin client of `server` that does not retry: kube-rs retries 503s by default, which
+/// would hide the answers the outage tests check.
+pub async fn no_retry_client(server: &TestServer) -> Client {
+    let mut config = config(server).await;
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+/// An answer: code and body.
+pub struct Reply {
+    pub code: u16,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Sends one request (a JSON body when not empty). The bound only keeps a broken server from
+/// hanging the test; the outage tests tell a storage error (503) from the server's own 60 s
+/// request timeout (a 504) by it.
+pub async fn send(client: &Client, method: &str, path: &str, body: &str) -> Reply {
+    use std::time::Duration;
+    let mut request = http::Request::builder().method(method).uri(path);
+    if !body.is_empty() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(90), client.send(request))
+        .await
+        .expect("an answer")
+        .expect("request sent");
+    let code = response.status().as_u16();
+    let body = tokio::time::timeout(
+        Duration::from_secs(90),
+        response.into_body().collect_bytes(),
+    )
+    .await
+    .expect("a body")
+    .expect("body read");
+    Reply {
+        code,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// A flunder in `default` as JSON, for [`send`].
+pub fn flunder_json(name: &str) -> String {
+    serde_json::to_string(&flunder(name, "other")).unwrap()
+}
+
+/// The resourceVersion of a list of flunders in `default`: where a watch of what follows
+/// starts.
+pub async fn list_rv(api: &kube::Api<Flunder>) -> String {
+    api.list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
 }
 
 /// A flunder in no particular namespace referring to `reference`.

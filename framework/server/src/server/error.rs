@@ -30,6 +30,9 @@ pub enum ServerError {
     /// `--etcd-cafile`, `--etcd-certfile` or `--etcd-keyfile` could not be used.
     #[error("etcd TLS: {0}")]
     EtcdTls(#[source] crate::tls::TlsError),
+    /// `--postgres-cafile`, `--postgres-certfile` or `--postgres-keyfile` could not be used.
+    #[error("postgres TLS: {0}")]
+    PostgresTls(#[source] crate::tls::TlsError),
     /// The storage backend could not be opened.
     #[error("storage: {0}")]
     Storage(#[from] crate::storage::StorageError),

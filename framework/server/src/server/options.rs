@@ -16,6 +16,8 @@ pub enum StorageBackendKind {
     Memory,
     /// An etcd v3 cluster (--etcd-servers). Needs the `etcd` feature of the `extension-apiserver` crate.
     Etcd3,
+    /// A PostgreSQL database (--postgres-url). Needs the `postgres` feature of the `extension-apiserver` crate.
+    Postgres,
 }
 
 /// `--http2-max-streams-per-connection`'s default: what `k8s.io/apiserver`'s
@@ -121,6 +123,47 @@ pub struct ServerOptions {
     #[arg(long = "etcd-keyfile", requires = "etcd_certfile")]
     pub etcd_keyfile: Option<PathBuf>,
 
+    /// The PostgreSQL database (with --storage-backend=postgres), as a libpq URL
+    /// (`postgres://user@host:5432/db?sslmode=require`) or key=value string. What it leaves out
+    /// comes from the usual environment: PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
+    /// PGSSLMODE, PGAPPNAME, PGCONNECT_TIMEOUT. The database must answer at start, when the
+    /// server creates or migrates its tables.
+    #[arg(long = "postgres-url", value_name = "URL")]
+    pub postgres_url: Option<String>,
+
+    /// CA file that PostgreSQL's serving certificate (and host name) is verified against;
+    /// with it the connection is TLS (sslmode=require at least), without it plain text.
+    #[arg(long = "postgres-cafile", value_name = "FILE")]
+    pub postgres_cafile: Option<PathBuf>,
+
+    /// Client certificate for PostgreSQL (`clientcert=verify-full` in pg_hba.conf), with
+    /// --postgres-keyfile and --postgres-cafile.
+    #[arg(long = "postgres-certfile", value_name = "FILE", requires_all = ["postgres_keyfile", "postgres_cafile"])]
+    pub postgres_certfile: Option<PathBuf>,
+
+    /// The key of --postgres-certfile.
+    #[arg(
+        long = "postgres-keyfile",
+        value_name = "FILE",
+        requires = "postgres_certfile"
+    )]
+    pub postgres_keyfile: Option<PathBuf>,
+
+    /// The most connections to PostgreSQL this server holds at once (one more listens for
+    /// other servers' writes).
+    #[arg(long = "postgres-pool-size", default_value_t = 16)]
+    pub postgres_pool_size: usize,
+
+    /// The PostgreSQL schema of this server's tables, created when missing: replicas of one
+    /// server share it, different servers on one database each need their own. Lowercase
+    /// letters, digits and _.
+    #[arg(
+        long = "postgres-schema",
+        default_value = "apiserver",
+        value_name = "SCHEMA"
+    )]
+    pub postgres_schema: String,
+
     /// The prefix of every storage key, as kube-apiserver's --etcd-prefix.
     #[arg(long = "etcd-prefix", default_value = "/registry")]
     pub storage_prefix: String,
@@ -220,6 +263,12 @@ impl Default for ServerOptions {
             etcd_certfile: None,
             #[cfg(feature = "etcd")]
             etcd_keyfile: None,
+            postgres_url: None,
+            postgres_cafile: None,
+            postgres_certfile: None,
+            postgres_keyfile: None,
+            postgres_pool_size: 16,
+            postgres_schema: "apiserver".into(),
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
             watch_cache: true,
@@ -274,5 +323,53 @@ mod tests {
         assert!(Cli::try_parse_from(["server", "--etcd-keyfile=client.key"]).is_err());
         let only_ca = Cli::try_parse_from(["server", "--etcd-cafile=ca.crt"]).unwrap();
         assert!(only_ca.options.etcd_certfile.is_none());
+    }
+}
+
+#[cfg(test)]
+mod postgres_tests {
+    use clap::Parser;
+
+    use super::{ServerOptions, StorageBackendKind};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: ServerOptions,
+    }
+
+    #[test]
+    fn postgres_flags() {
+        let cli = Cli::try_parse_from([
+            "server",
+            "--storage-backend=postgres",
+            "--postgres-url=postgres://api@db:5432/objects",
+            "--postgres-cafile=ca.crt",
+            "--postgres-certfile=client.crt",
+            "--postgres-keyfile=client.key",
+            "--postgres-pool-size=4",
+            "--postgres-schema=wardle",
+        ])
+        .unwrap();
+        let options = cli.options;
+        assert_eq!(options.storage_backend, StorageBackendKind::Postgres);
+        assert_eq!(
+            options.postgres_url.as_deref(),
+            Some("postgres://api@db:5432/objects")
+        );
+        assert_eq!(options.postgres_pool_size, 4);
+        assert_eq!(options.postgres_schema, "wardle");
+        let defaults = Cli::try_parse_from(["server"]).unwrap().options;
+        assert_eq!(defaults.postgres_schema, "apiserver");
+        assert!(defaults.postgres_url.is_none());
+    }
+
+    #[test]
+    fn a_postgres_client_certificate_needs_its_key_and_a_ca() {
+        let with = |flags: &[&str]| Cli::try_parse_from([&["server"], flags].concat());
+        assert!(with(&["--postgres-certfile=c", "--postgres-cafile=ca"]).is_err());
+        assert!(with(&["--postgres-keyfile=k", "--postgres-cafile=ca"]).is_err());
+        assert!(with(&["--postgres-certfile=c", "--postgres-keyfile=k"]).is_err());
+        assert!(with(&["--postgres-cafile=ca"]).is_ok());
     }
 }

@@ -322,7 +322,46 @@ pub async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, S
             Arc::new(SqliteBackend::open(&options.sqlite_path)?)
         }
         StorageBackendKind::Etcd3 => open_etcd3(options).await?,
+        StorageBackendKind::Postgres => open_postgres(options).await?,
     })
+}
+
+/// Connects to `--postgres-url` (or the PG* environment) and creates or migrates the tables
+/// in `--postgres-schema`. Keys are not prefixed here: the stores already put `--etcd-prefix`
+/// in front of theirs.
+///
+/// The database must answer now; later, while it does not, `/readyz` fails and requests get
+/// 503. Unreadable `--postgres-cafile`/`--postgres-certfile`/`--postgres-keyfile` are an error
+/// here, at start.
+#[cfg(feature = "postgres")]
+async fn open_postgres(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+    use crate::storage::{PostgresBackend, PostgresOptions, PostgresTls};
+    let tls = match &options.postgres_cafile {
+        Some(ca) => Some(
+            PostgresTls::from_files(
+                ca,
+                options.postgres_certfile.as_deref(),
+                options.postgres_keyfile.as_deref(),
+            )
+            .map_err(ServerError::PostgresTls)?,
+        ),
+        None => None,
+    };
+    let postgres_options = PostgresOptions {
+        url: options.postgres_url.clone(),
+        schema: options.postgres_schema.clone(),
+        pool_size: options.postgres_pool_size,
+        tls,
+        ..PostgresOptions::default()
+    };
+    Ok(Arc::new(PostgresBackend::connect(postgres_options).await?))
+}
+
+/// Without the feature there is no PostgreSQL driver, so say so instead of panicking.
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
+    let message = "--storage-backend=postgres: apiserver was built without the postgres feature";
+    Err(crate::storage::StorageError::Unavailable(message.into()).into())
 }
 
 /// Connects to `--etcd-servers`. Keys are not prefixed here: the stores already put

@@ -1013,6 +1013,7 @@ impl APIServer {
     ) -> HealthState {
         let storage_check = match self.options.storage_backend {
             StorageBackendKind::Etcd3 => "etcd",
+            StorageBackendKind::Postgres => "postgres",
             _ => "storage",
         };
         HealthState {

@@ -1,0 +1,1233 @@
+//! A [`Backend`] on PostgreSQL, through tokio-postgres and a deadpool pool (feature `postgres`).
+//!
+//! The layout is the SQLite backend's (and kine's `sqllog`): one `log` table with a row per
+//! revision, `live` pointing each existing key at its latest row, `meta` holding the schema
+//! version and the compacted revision. Every table lives in a PostgreSQL schema of the
+//! server's own, so several servers (or tenants) share one database.
+//!
+//! Revisions: a write takes a transaction-level advisory lock of the schema, reads
+//! `MAX(revision)`, and writes `MAX + 1`. The lock is held until the commit is visible, so
+//! commit order equals revision order and a reader that sees revision `R` sees every revision
+//! below it: a watcher reading `revision > last` can never miss a later-committed lower
+//! revision (what a sequence would allow).
+//!
+//! Watches: every watcher reads the log after its last revision (the loop the SQLite backend
+//! uses too); it is woken by this server's own writes, by a `NOTIFY` that
+//! every write sends on commit (other servers' writes), and by a poll of `MAX(revision)`
+//! every [`PostgresOptions::poll_interval`], so a notification lost while the listening
+//! connection reconnects delays an event but never loses it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures::future::BoxFuture;
+use rustls::pki_types::CertificateDer;
+use tokio::task::JoinHandle;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, Config, IsolationLevel, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::backend::{
+    Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
+    StorageError,
+};
+use super::mvcc::{self, KeyRange, LogRow, Write};
+use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
+use crate::tls::certs::{CertKey, parse_certs_pem};
+use crate::tls::{TlsError, crypto_provider, root_store};
+
+const SCHEMA_VERSION: i64 = 1;
+
+/// The tables, created in the server's schema (the connections' `search_path`).
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS log (
+    revision BIGINT PRIMARY KEY,
+    key BYTEA NOT NULL,
+    value BYTEA,
+    create_revision BIGINT NOT NULL,
+    prev_revision BIGINT,
+    deleted BOOLEAN NOT NULL
+);
+CREATE INDEX IF NOT EXISTS log_key_revision ON log (key, revision);
+CREATE TABLE IF NOT EXISTS live (
+    key BYTEA PRIMARY KEY,
+    revision BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+";
+
+const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+const MAX_REVISION: &str = "SELECT COALESCE(MAX(revision), 0)::BIGINT FROM log";
+const COMPACTED: &str = "SELECT value FROM meta WHERE name = 'compacted'";
+const GET: &str = "SELECT c.key, l.value, l.create_revision, l.revision
+    FROM live c JOIN log l ON l.revision = c.revision WHERE c.key = $1";
+const LIST_LATEST: &str = "SELECT c.key, l.value, l.create_revision, l.revision
+    FROM live c JOIN log l ON l.revision = c.revision
+    WHERE c.key >= $1 AND c.key < $2 ORDER BY c.key LIMIT $3";
+const COUNT_LATEST: &str = "SELECT COUNT(*) FROM live WHERE key >= $1 AND key < $2";
+/// A key's row visible at `$3`: its newest row at or before `$3`, unless that is a delete.
+macro_rules! visible_at {
+    () => {
+        "l.key >= $1 AND l.key < $2 AND l.revision <= $3 AND NOT l.deleted
+        AND NOT EXISTS (SELECT 1 FROM log n
+            WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3)"
+    };
+}
+const LIST_AT: &str = concat!(
+    "SELECT l.key, l.value, l.create_revision, l.revision FROM log l WHERE ",
+    visible_at!(),
+    " ORDER BY l.key LIMIT $4"
+);
+const COUNT_AT: &str = concat!("SELECT COUNT(*) FROM log l WHERE ", visible_at!());
+/// What a write reads under the lock, in one round trip: the store's revision and the key's
+/// latest row (NULLs when it has none). A statement of its own after the lock, so that its
+/// snapshot sees the previous writer's commit.
+const READ_FOR_WRITE: &str = "SELECT (SELECT COALESCE(MAX(revision), 0)::BIGINT FROM log),
+        c.key, l.value, l.create_revision, l.revision
+    FROM (SELECT 1) one LEFT JOIN live c ON c.key = $1
+    LEFT JOIN log l ON l.revision = c.revision";
+/// A put, in one round trip: the log row, the key's live row, and the notification that the
+/// listeners get when the write commits (`$7` channel, `$8` revision).
+const WRITE_PUT: &str = "WITH logged AS (INSERT INTO log
+        (revision, key, value, create_revision, prev_revision, deleted)
+        VALUES ($1, $2, $3, $4, $5, $6)),
+    live_row AS (INSERT INTO live (key, revision) VALUES ($2, $1)
+        ON CONFLICT (key) DO UPDATE SET revision = excluded.revision)
+    SELECT pg_notify($7, $8)";
+/// A delete, as [`WRITE_PUT`] but removing the live row.
+const WRITE_DELETE: &str = "WITH logged AS (INSERT INTO log
+        (revision, key, value, create_revision, prev_revision, deleted)
+        VALUES ($1, $2, $3, $4, $5, $6)),
+    live_row AS (DELETE FROM live WHERE key = $2)
+    SELECT pg_notify($7, $8)";
+const EVENTS: &str = "SELECT l.revision, l.key, l.value, l.create_revision, l.deleted,
+        p.value, p.create_revision, p.revision
+    FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
+    WHERE l.revision > $1 AND l.revision <= $2 AND l.key >= $3 AND l.key < $4
+    ORDER BY l.revision LIMIT $5";
+/// Keeps, below the compacted revision `$1`, only each key's newest row: reads at `$1` need
+/// it, and so does the key's first later event (as its previous value). As SQLite's.
+const COMPACT: [&str; 3] = [
+    "DELETE FROM log WHERE revision < $1 AND EXISTS (SELECT 1 FROM log n
+        WHERE n.key = log.key AND n.revision > log.revision AND n.revision < $1)",
+    "DELETE FROM log WHERE revision < $1 AND deleted",
+    "INSERT INTO meta (name, value) VALUES ('compacted', $1)
+        ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+];
+
+/// How to reach PostgreSQL and where to keep the data.
+#[derive(Clone, Debug)]
+pub struct PostgresOptions {
+    /// A libpq connection URL or key=value string (`postgres://user@host:5432/db`). Whatever
+    /// it leaves out comes from the usual environment, as libpq takes it: `PGHOST`, `PGPORT`,
+    /// `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGSSLMODE`, `PGCONNECT_TIMEOUT`.
+    /// `None`: the environment alone.
+    pub url: Option<String>,
+    /// The PostgreSQL schema holding this server's tables, created when missing. Servers
+    /// that share it share their data (replicas); servers with schemas of their own share
+    /// only the database. Lowercase letters, digits and `_`, at most 48 characters.
+    pub schema: String,
+    /// At most this many connections in the pool (one more listens for notifications).
+    pub pool_size: usize,
+    /// TLS to the database. Without it the connection is in plain text (`sslmode=disable`).
+    pub tls: Option<PostgresTls>,
+    /// How long to wait for a connection (TCP, TLS and authentication).
+    pub connect_timeout: Duration,
+    /// How long one read or write may take (waiting for a pooled connection included)
+    /// before it fails with [`StorageError::Unavailable`] (HTTP 503).
+    pub request_timeout: Duration,
+    /// How long the readiness check (`/readyz`) waits for the database.
+    pub ready_timeout: Duration,
+    /// How often the store's revision is polled, for writes whose notification was lost
+    /// (the listening connection was down).
+    pub poll_interval: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            url: None,
+            schema: "apiserver".to_owned(),
+            pool_size: 16,
+            tls: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            ready_timeout: Duration::from_secs(2),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// TLS to PostgreSQL: the CA bundle the server's certificate is verified against (with its
+/// host name, as libpq's `sslmode=verify-full`) and, for a server that asks for one
+/// (`clientcert=verify-full` in `pg_hba.conf`), a client certificate and key. All PEM.
+#[derive(Clone)]
+pub struct PostgresTls {
+    ca: Vec<CertificateDer<'static>>,
+    identity: Option<CertKey>,
+}
+
+impl std::fmt::Debug for PostgresTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresTls")
+            .field("ca_certificates", &self.ca.len())
+            .field("client_certificate", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl PostgresTls {
+    /// From PEM data: the CA bundle, and an optional client certificate chain with its key.
+    pub fn from_pem(ca_pem: &[u8], identity: Option<(&[u8], &[u8])>) -> Result<Self, TlsError> {
+        let ca = parse_certs_pem(ca_pem)?;
+        root_store(&ca)?;
+        let identity = identity
+            .map(|(cert, key)| CertKey::from_pem(cert, key))
+            .transpose()?;
+        Ok(Self { ca, identity })
+    }
+
+    /// Reads `--postgres-cafile`, `--postgres-certfile` and `--postgres-keyfile`. A
+    /// certificate needs its key and the other way round; a file that cannot be read or
+    /// parsed is an error naming it.
+    pub fn from_files(
+        ca_file: &Path,
+        cert_file: Option<&Path>,
+        key_file: Option<&Path>,
+    ) -> Result<Self, TlsError> {
+        let read = |path: &Path| std::fs::read(path).map_err(|e| TlsError::io(path, e));
+        let ca_pem = read(ca_file)?;
+        let identity = match (cert_file, key_file) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            (None, None) => None,
+            _ => {
+                return Err(TlsError::Invalid(
+                    "a client certificate for PostgreSQL needs both a certificate and a key file"
+                        .into(),
+                ));
+            }
+        };
+        let ca = parse_certs_pem(&ca_pem).map_err(named(ca_file))?;
+        root_store(&ca).map_err(named(ca_file))?;
+        let identity = match (&identity, cert_file) {
+            (Some((cert, key)), Some(cert_file)) => {
+                Some(CertKey::from_pem(cert, key).map_err(named(cert_file))?)
+            }
+            _ => None,
+        };
+        Ok(Self { ca, identity })
+    }
+
+    fn connector(&self) -> Result<MakeRustlsConnect, TlsError> {
+        let builder = rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(root_store(&self.ca)?);
+        let config = match &self.identity {
+            Some(identity) => builder
+                .with_client_auth_cert(identity.cert_chain.clone(), identity.key.clone_key())?,
+            None => builder.with_no_client_auth(),
+        };
+        Ok(MakeRustlsConnect::new(config))
+    }
+}
+
+/// Names the file a TLS error came from.
+fn named(path: &Path) -> impl Fn(TlsError) -> TlsError + '_ {
+    move |e| TlsError::Invalid(format!("{}: {e}", path.display()))
+}
+
+/// A storage backend on PostgreSQL.
+#[derive(Debug)]
+pub struct PostgresBackend {
+    db: Arc<Db>,
+    notifier: Notifier,
+    ready_timeout: Duration,
+    /// The listener and the poller, stopped when the backend is dropped.
+    _tasks: Vec<AbortOnDrop>,
+}
+
+impl PostgresBackend {
+    /// Connects, creates or migrates the schema and its tables, and starts listening for
+    /// other servers' writes.
+    ///
+    /// A database that does not answer yet is waited for, as etcd is: this succeeds, and
+    /// every call (and [`Backend::ready`]) fails with [`StorageError::Unavailable`] until it
+    /// answers; the first call that reaches it creates the tables. One that answers and
+    /// refuses (a bad password or certificate, a schema newer than this build's) is an error
+    /// here.
+    pub async fn connect(options: PostgresOptions) -> Result<Self, StorageError> {
+        check_schema_name(&options.schema)?;
+        let mut config = config_from(options.url.as_deref(), env_var)?;
+        config.connect_timeout(
+            *config
+                .get_connect_timeout()
+                .unwrap_or(&options.connect_timeout),
+        );
+        // Every statement below names tables without a schema: the search path picks ours.
+        // The name is checked above to need no quoting.
+        let search_path = format!("-c search_path={}", options.schema);
+        let all = match config.get_options() {
+            Some(given) if !given.is_empty() => format!("{given} {search_path}"),
+            _ => search_path,
+        };
+        config.options(all);
+        let tls = match &options.tls {
+            Some(tls) => {
+                if config.get_ssl_mode() == SslMode::Prefer {
+                    config.ssl_mode(SslMode::Require);
+                }
+                tls.connector()
+                    .map_err(|e| StorageError::Internal(format!("postgres TLS: {e}")))?
+            }
+            None if config.get_ssl_mode() == SslMode::Require => {
+                return Err(StorageError::Internal(
+                    "postgres: sslmode=require needs the CA that signed the server's \
+                     certificate (--postgres-cafile)"
+                        .into(),
+                ));
+            }
+            None => {
+                config.ssl_mode(SslMode::Disable);
+                // Never used: no TLS is negotiated.
+                PostgresTls::plain_connector()
+            }
+        };
+        let manager = Manager::from_config(
+            config.clone(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.request_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| StorageError::Internal(format!("postgres pool: {e}")))?;
+        let db = Arc::new(Db {
+            pool,
+            request_timeout: options.request_timeout,
+            lock: lock_key(&options.schema),
+            channel: format!("apiserver_{}", options.schema),
+            schema: options.schema.clone(),
+            migrated: tokio::sync::OnceCell::new(),
+        });
+        // An unreachable database is waited for, as etcd is: the server starts, `/readyz`
+        // fails and requests get 503 until it answers (and the schema is made then). One
+        // that answers and refuses (authentication, a newer schema) stops the start.
+        let revision = match db.call(db.max_revision()).await {
+            Ok(revision) => revision,
+            Err(StorageError::Unavailable(reason)) => {
+                tracing::warn!(%reason, "postgres does not answer yet; retrying in the background");
+                0
+            }
+            Err(error) => return Err(error),
+        };
+        let notifier = Notifier::new(revision);
+        let tasks = vec![
+            AbortOnDrop(tokio::spawn(listen(
+                config,
+                tls,
+                db.channel.clone(),
+                Arc::clone(&db),
+                notifier.clone(),
+                options.poll_interval,
+            ))),
+            AbortOnDrop(tokio::spawn(poll(
+                Arc::clone(&db),
+                notifier.clone(),
+                options.poll_interval,
+            ))),
+        ];
+        Ok(Self {
+            db,
+            notifier,
+            ready_timeout: options.ready_timeout,
+            _tasks: tasks,
+        })
+    }
+
+    async fn write(&self, key: &str, write: Write) -> Result<KeyValue, StorageError> {
+        let event = self.db.call(commit_write(&self.db, key, write)).await?;
+        self.notifier.publish(event.revision());
+        Ok(event.kv)
+    }
+}
+
+impl PostgresTls {
+    /// A connector for configurations that never negotiate TLS (`sslmode=disable`).
+    fn plain_connector() -> MakeRustlsConnect {
+        let config = rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()
+            .expect("the provider supports the default versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        MakeRustlsConnect::new(config)
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
+        self.db
+            .call(async {
+                let client = self.db.client().await?;
+                let statement = client.prepare_cached(GET).await?;
+                let row = client.query_opt(&statement, &[&key.as_bytes()]).await?;
+                row.as_ref().map(key_value).transpose()
+            })
+            .await
+    }
+
+    async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
+        self.db.call(list(&self.db, request)).await
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError> {
+        self.write(key, Write::Create(value)).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+    ) -> Result<KeyValue, StorageError> {
+        self.write(key, Write::Update(value, expected)).await
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> Result<KeyValue, StorageError> {
+        self.write(key, Write::Delete(expected)).await
+    }
+
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<ProgressStream, StorageError> {
+        self.notifier.watch(self.db.clone(), prefix, after).await
+    }
+
+    /// Reads the store's revision (other servers write too), and wakes this server's
+    /// watchers up to it.
+    async fn request_progress(&self) {
+        if let Ok(revision) = self.current_revision().await {
+            self.notifier.publish(revision);
+        }
+    }
+
+    async fn current_revision(&self) -> Result<Revision, StorageError> {
+        let revision = self.db.call(self.db.max_revision()).await?;
+        self.notifier.publish(revision);
+        Ok(revision)
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
+        self.db.call(compact(&self.db, revision)).await
+    }
+
+    /// Whether the database answers a query within [`PostgresOptions::ready_timeout`].
+    async fn ready(&self) -> Result<(), StorageError> {
+        let check = async {
+            let client = self.db.client().await?;
+            client.simple_query("SELECT 1").await?;
+            Ok::<_, Fail>(())
+        };
+        match tokio::time::timeout(self.ready_timeout, check).await {
+            Ok(result) => result.map_err(StorageError::from),
+            Err(_) => Err(StorageError::Unavailable(format!(
+                "postgres did not answer within {:?}",
+                self.ready_timeout
+            ))),
+        }
+    }
+}
+
+/// The pool and the names shared by every server of the schema; the watchers' [`EventSource`].
+#[derive(Debug)]
+struct Db {
+    pool: Pool,
+    request_timeout: Duration,
+    /// The advisory lock every write of the schema holds until it commits.
+    lock: i64,
+    /// The `NOTIFY` channel of the schema.
+    channel: String,
+    schema: String,
+    /// Set once the schema and its tables are known to be there, in this build's version.
+    migrated: tokio::sync::OnceCell<()>,
+}
+
+impl Db {
+    /// Runs one call with the request deadline: a database that stopped answering (no
+    /// reset, only silence) fails the call with `Unavailable` instead of hanging it.
+    async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, Fail>>,
+    ) -> Result<T, StorageError> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(result) => result.map_err(StorageError::from),
+            Err(_) => Err(StorageError::Unavailable(format!(
+                "postgres did not answer within {:?}",
+                self.request_timeout
+            ))),
+        }
+    }
+
+    /// A pooled connection; the first one that can be had creates or migrates the schema.
+    async fn client(&self) -> Result<deadpool_postgres::Client, Fail> {
+        let mut client = self.pool.get().await.map_err(Fail::Pool)?;
+        if !self.migrated.initialized() {
+            self.migrated
+                .get_or_try_init(|| migrate(self, &mut client))
+                .await?;
+        }
+        Ok(client)
+    }
+
+    async fn max_revision(&self) -> Result<Revision, Fail> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(MAX_REVISION).await?;
+        Ok(client.query_one(&statement, &[]).await?.get(0))
+    }
+}
+
+impl EventSource for Db {
+    fn events_after(
+        self: Arc<Self>,
+        prefix: String,
+        after: Revision,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<EventBatch, StorageError>> {
+        Box::pin(async move { self.call(events_after(&self, &prefix, after, limit)).await })
+    }
+}
+
+/// Aborts a background task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A failure of a call: the driver's, the pool's, or a storage rule that refused the call.
+#[derive(Debug)]
+enum Fail {
+    Postgres(tokio_postgres::Error),
+    Pool(deadpool_postgres::PoolError),
+    Storage(StorageError),
+}
+
+impl From<tokio_postgres::Error> for Fail {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Fail::Postgres(e)
+    }
+}
+
+impl From<StorageError> for Fail {
+    fn from(e: StorageError) -> Self {
+        Fail::Storage(e)
+    }
+}
+
+impl From<Fail> for StorageError {
+    fn from(fail: Fail) -> Self {
+        match fail {
+            Fail::Storage(e) => e,
+            Fail::Pool(deadpool_postgres::PoolError::Backend(e)) => Fail::Postgres(e).into(),
+            Fail::Pool(e) => StorageError::Unavailable(format!("postgres: {e}")),
+            Fail::Postgres(e) => match e.code() {
+                // No code: the connection failed or closed (the server went away).
+                None => StorageError::Unavailable(format!("postgres: {}", describe(&e))),
+                Some(code) if unavailable(code) => {
+                    StorageError::Unavailable(format!("postgres: {}", describe(&e)))
+                }
+                Some(_) => StorageError::Internal(format!("postgres: {}", describe(&e))),
+            },
+        }
+    }
+}
+
+/// The driver's error with what caused it: the server's message for a database error
+/// (tokio-postgres says only "db error"), the I/O or TLS failure for a connection.
+fn describe(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// The server's errors that say "not now" rather than "never": shutting down, starting up,
+/// out of connections, a canceled statement, a read-only standby.
+fn unavailable(code: &SqlState) -> bool {
+    [
+        SqlState::ADMIN_SHUTDOWN,
+        SqlState::CRASH_SHUTDOWN,
+        SqlState::CANNOT_CONNECT_NOW,
+        SqlState::TOO_MANY_CONNECTIONS,
+        SqlState::QUERY_CANCELED,
+        SqlState::READ_ONLY_SQL_TRANSACTION,
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+    ]
+    .contains(code)
+}
+
+fn check_schema_name(schema: &str) -> Result<(), StorageError> {
+    let valid = !schema.is_empty()
+        && schema.len() <= 48
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !schema.starts_with("pg_");
+    if valid {
+        Ok(())
+    } else {
+        Err(StorageError::Internal(format!(
+            "postgres schema {schema:?}: lowercase letters, digits and _, starting with a \
+             letter or _, at most 48 characters, not pg_…"
+        )))
+    }
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+/// The connection settings of `url`, completed from the environment as libpq completes them.
+fn config_from(
+    url: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, StorageError> {
+    let invalid =
+        |e: tokio_postgres::Error| StorageError::Internal(format!("postgres connection URL: {e}"));
+    let mut config: Config = match url {
+        Some(url) => url.parse().map_err(invalid)?,
+        None => Config::new(),
+    };
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        config.host(env("PGHOST").unwrap_or_else(|| "localhost".to_owned()));
+    }
+    if config.get_ports().is_empty()
+        && let Some(port) = env("PGPORT")
+    {
+        let port = port.parse().map_err(|_| {
+            StorageError::Internal(format!("postgres: PGPORT {port:?} is not a port"))
+        })?;
+        config.port(port);
+    }
+    if config.get_user().is_none() {
+        let user = env("PGUSER")
+            .or_else(|| env("USER"))
+            .unwrap_or_else(|| "postgres".into());
+        config.user(user);
+    }
+    if config.get_password().is_none()
+        && let Some(password) = env("PGPASSWORD")
+    {
+        config.password(password);
+    }
+    if config.get_dbname().is_none()
+        && let Some(dbname) = env("PGDATABASE")
+    {
+        config.dbname(dbname);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(env("PGAPPNAME").unwrap_or_else(|| "extension-apiserver".into()));
+    }
+    if config.get_connect_timeout().is_none()
+        && let Some(seconds) = env("PGCONNECT_TIMEOUT").and_then(|s| s.parse().ok())
+    {
+        config.connect_timeout(Duration::from_secs(seconds));
+    }
+    // Only when the URL names no mode: the URL's `sslmode` wins, as in libpq.
+    let url_mode = url.is_some_and(|url| url.contains("sslmode"));
+    if !url_mode && let Some(mode) = env("PGSSLMODE") {
+        config.ssl_mode(match mode.as_str() {
+            "disable" => SslMode::Disable,
+            "allow" | "prefer" => SslMode::Prefer,
+            // verify-ca and verify-full: rustls always verifies the chain and the host name.
+            "require" | "verify-ca" | "verify-full" => SslMode::Require,
+            other => {
+                return Err(StorageError::Internal(format!(
+                    "postgres: PGSSLMODE {other:?} is not a mode"
+                )));
+            }
+        });
+    }
+    Ok(config)
+}
+
+/// The advisory lock of a schema: the same number in every server of it (FNV-1a of its name,
+/// stable across builds and machines, unlike std's hasher).
+fn lock_key(schema: &str) -> i64 {
+    let name = format!("extension-apiserver/{schema}");
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// Creates the schema and its tables, or checks that an existing one is not newer than this
+/// build; servers starting together take turns on the schema's lock.
+async fn migrate(db: &Db, client: &mut deadpool_postgres::Client) -> Result<(), Fail> {
+    // Made already, in this version: nothing to write, so a read-only standby serves reads.
+    if schema_version(&***client).await? == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    let tx = client.transaction().await?;
+    tx.execute(LOCK, &[&db.lock]).await?;
+    tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", db.schema))
+        .await?;
+    tx.batch_execute(SCHEMA).await?;
+    if let Some(version) = schema_version(&*tx).await?
+        && version > SCHEMA_VERSION
+    {
+        let message = format!("postgres: schema version {version} is newer than this build's");
+        return Err(StorageError::Internal(message).into());
+    }
+    tx.execute(
+        "INSERT INTO meta (name, value) VALUES ('schema_version', $1)
+            ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        &[&SCHEMA_VERSION],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The version recorded in the schema; `None` when it has no tables yet.
+async fn schema_version(client: &impl tokio_postgres::GenericClient) -> Result<Option<i64>, Fail> {
+    let exists = client
+        .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
+        .await?;
+    if !exists.get::<_, bool>(0) {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt("SELECT value FROM meta WHERE name = 'schema_version'", &[])
+        .await?;
+    Ok(row.map(|row| row.get(0)))
+}
+
+async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
+    let mut client = db.client().await?;
+    let tx = client.transaction().await?;
+    // Prepared (or found in the cache) before the lock, which is held from here to the
+    // commit: three round trips (read, write, commit).
+    let (lock, read) = (
+        tx.prepare_cached(LOCK).await?,
+        tx.prepare_cached(READ_FOR_WRITE).await?,
+    );
+    let (put, delete) = (
+        tx.prepare_cached(WRITE_PUT).await?,
+        tx.prepare_cached(WRITE_DELETE).await?,
+    );
+    // Held until the commit is visible: the next writer's MAX sees this revision.
+    tx.execute(&lock, &[&db.lock]).await?;
+    let row = tx.query_one(&read, &[&key.as_bytes()]).await?;
+    let revision: Revision = row.try_get(0)?;
+    let current = match row.try_get::<_, Option<Revision>>(4)? {
+        Some(mod_revision) => Some(KeyValue {
+            key: key.to_owned(),
+            value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
+            create_revision: row.try_get(3)?,
+            mod_revision,
+        }),
+        None => None,
+    };
+    let event = write.apply(key, current, revision + 1)?;
+    let deleted = event.event_type == EventType::Delete;
+    let value = (!deleted).then_some(event.kv.value.as_ref());
+    let prev_revision = event.prev_kv.as_ref().map(|prev| prev.mod_revision);
+    tx.execute(
+        if deleted { &delete } else { &put },
+        &[
+            &event.revision(),
+            &key.as_bytes(),
+            &value,
+            &event.kv.create_revision,
+            &prev_revision,
+            &deleted,
+            &db.channel,
+            &event.revision().to_string(),
+        ],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(event)
+}
+
+/// A read-only transaction on one snapshot: the revision and the rows it reads agree.
+async fn snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<deadpool_postgres::Transaction<'_>, Fail> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?)
+}
+
+async fn list(db: &Db, request: &ListRequest) -> Result<ListResult, Fail> {
+    let mut client = db.client().await?;
+    let tx = snapshot(&mut client).await?;
+    let current: Revision = tx
+        .query_one(&tx.prepare_cached(MAX_REVISION).await?, &[])
+        .await?
+        .get(0);
+    let revision = mvcc::read_revision(request.revision, current, compacted(&tx).await?)?;
+    let range = KeyRange::new(&request.prefix, request.start_after.as_deref());
+    let at = (revision < current).then_some(revision);
+    let items = range_items(&tx, &range, at, request.limit).await?;
+    let remaining = match items.last() {
+        Some(last) if items.len() == request.limit => {
+            range_count(&tx, &range.after(&last.key), at).await?
+        }
+        _ => 0,
+    };
+    tx.commit().await?;
+    Ok(ListResult {
+        items,
+        revision,
+        more: remaining > 0,
+        remaining: Some(remaining),
+    })
+}
+
+/// The keys of `range` at the latest revision (`at: None`) or at an older one.
+async fn range_items(
+    tx: &deadpool_postgres::Transaction<'_>,
+    range: &KeyRange,
+    at: Option<Revision>,
+    limit: usize,
+) -> Result<Vec<KeyValue>, Fail> {
+    // LIMIT NULL: no limit.
+    let limit = (limit > 0).then_some(limit as i64);
+    let rows = match at {
+        None => {
+            let statement = tx.prepare_cached(LIST_LATEST).await?;
+            tx.query(&statement, &[&range.start, &range.end, &limit])
+                .await?
+        }
+        Some(revision) => {
+            let statement = tx.prepare_cached(LIST_AT).await?;
+            tx.query(&statement, &[&range.start, &range.end, &revision, &limit])
+                .await?
+        }
+    };
+    rows.iter().map(key_value).collect()
+}
+
+async fn range_count(
+    tx: &deadpool_postgres::Transaction<'_>,
+    range: &KeyRange,
+    at: Option<Revision>,
+) -> Result<i64, Fail> {
+    let row = match at {
+        None => {
+            let statement = tx.prepare_cached(COUNT_LATEST).await?;
+            tx.query_one(&statement, &[&range.start, &range.end])
+                .await?
+        }
+        Some(revision) => {
+            let statement = tx.prepare_cached(COUNT_AT).await?;
+            tx.query_one(&statement, &[&range.start, &range.end, &revision])
+                .await?
+        }
+    };
+    Ok(row.get(0))
+}
+
+async fn events_after(
+    db: &Db,
+    prefix: &str,
+    after: Revision,
+    limit: usize,
+) -> Result<EventBatch, Fail> {
+    let mut client = db.client().await?;
+    let tx = snapshot(&mut client).await?;
+    mvcc::check_watch_start(after, compacted(&tx).await?)?;
+    let current: Revision = tx
+        .query_one(&tx.prepare_cached(MAX_REVISION).await?, &[])
+        .await?
+        .get(0);
+    let window_end = current.min(after.saturating_add(SCAN_WINDOW));
+    let range = KeyRange::new(prefix, None);
+    let rows = tx
+        .query(
+            &tx.prepare_cached(EVENTS).await?,
+            &[
+                &after,
+                &window_end,
+                &range.start,
+                &range.end,
+                &(limit as i64),
+            ],
+        )
+        .await?;
+    tx.commit().await?;
+    let events = rows.iter().map(event).collect::<Result<Vec<_>, _>>()?;
+    let scanned_to = match events.last() {
+        Some(last) if events.len() == limit => last.revision(),
+        _ => window_end.max(after),
+    };
+    Ok(EventBatch { events, scanned_to })
+}
+
+async fn compact(db: &Db, revision: Revision) -> Result<(), Fail> {
+    let mut client = db.client().await?;
+    let tx = client.transaction().await?;
+    tx.execute(LOCK, &[&db.lock]).await?;
+    let current: Revision = tx.query_one(MAX_REVISION, &[]).await?.get(0);
+    if mvcc::compaction_needed(revision, current, compacted(&tx).await?)? {
+        for sql in COMPACT {
+            tx.execute(sql, &[&revision]).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+async fn compacted(tx: &deadpool_postgres::Transaction<'_>) -> Result<Revision, Fail> {
+    let row = tx
+        .query_opt(&tx.prepare_cached(COMPACTED).await?, &[])
+        .await?;
+    Ok(row.map_or(0, |row| row.get(0)))
+}
+
+/// Listens for the schema's notifications on a connection of its own, reconnecting after a
+/// failure; each (re)connection then reads the revision, for what it missed while down.
+async fn listen(
+    config: Config,
+    tls: MakeRustlsConnect,
+    channel: String,
+    db: Arc<Db>,
+    notifier: Notifier,
+    retry: Duration,
+) {
+    loop {
+        match config.connect(tls.clone()).await {
+            Ok((client, mut connection)) => {
+                let (messages, mut received) = tokio::sync::mpsc::unbounded_channel();
+                // The connection runs in its own task: the client's calls need it polled.
+                let driver = AbortOnDrop(tokio::spawn(async move {
+                    let mut stream =
+                        futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(Ok(message)) = futures::StreamExt::next(&mut stream).await {
+                        if messages.send(message).is_err() {
+                            break;
+                        }
+                    }
+                }));
+                let listening = client.batch_execute(&format!("LISTEN {channel}")).await;
+                if let Err(error) = listening {
+                    tracing::warn!(%error, "postgres: LISTEN failed");
+                } else {
+                    if let Ok(revision) = db.call(db.max_revision()).await {
+                        notifier.publish(revision);
+                    }
+                    while let Some(message) = received.recv().await {
+                        if let AsyncMessage::Notification(notification) = message
+                            && let Ok(revision) = notification.payload().parse()
+                        {
+                            notifier.publish(revision);
+                        }
+                    }
+                    tracing::warn!("postgres: the notification connection closed; reconnecting");
+                }
+                drop(driver);
+            }
+            Err(error) => tracing::warn!(%error, "postgres: cannot listen for notifications"),
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
+
+/// Reads the revision every `interval`: the fallback for notifications that were lost.
+async fn poll(db: Arc<Db>, notifier: Notifier, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Ok(revision) = db.call(db.max_revision()).await {
+            notifier.publish(revision);
+        }
+    }
+}
+
+/// A row of (key, value, create_revision, mod_revision).
+fn key_value(row: &Row) -> Result<KeyValue, Fail> {
+    Ok(KeyValue {
+        key: key_at(row, 0)?,
+        value: Bytes::from(row.try_get::<_, Vec<u8>>(1)?),
+        create_revision: row.try_get(2)?,
+        mod_revision: row.try_get(3)?,
+    })
+}
+
+/// A row of [`EVENTS`]: the log row, then its previous row's value, create and mod revision.
+fn event(row: &Row) -> Result<Event, Fail> {
+    let key = key_at(row, 1)?;
+    let prev = match row.try_get::<_, Option<Revision>>(7)? {
+        Some(mod_revision) => Some(KeyValue {
+            key: key.clone(),
+            value: Bytes::from(row.try_get::<_, Vec<u8>>(5)?),
+            create_revision: row.try_get(6)?,
+            mod_revision,
+        }),
+        None => None,
+    };
+    let deleted: bool = row.try_get(4)?;
+    let value = if deleted {
+        None
+    } else {
+        Some(Bytes::from(row.try_get::<_, Vec<u8>>(2)?))
+    };
+    let log_row = LogRow {
+        revision: row.try_get(0)?,
+        key,
+        value,
+        create_revision: row.try_get(3)?,
+        prev,
+    };
+    Ok(log_row.into_event()?)
+}
+
+fn key_at(row: &Row, index: usize) -> Result<String, Fail> {
+    String::from_utf8(row.try_get(index)?)
+        .map_err(|e| StorageError::Internal(format!("postgres: a key is not UTF-8: {e}")).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::tests;
+
+    /// A backend on a schema of its own in the database of `APISERVER_TEST_POSTGRES` (default:
+    /// the one `.ci/postgres.sh start` runs); fails when it does not answer.
+    async fn on_postgres() -> PostgresBackend {
+        let url = std::env::var("APISERVER_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
+        let options = PostgresOptions {
+            url: Some(url.clone()),
+            schema: format!("unit_{:016x}", rand_suffix()),
+            pool_size: 4,
+            ..PostgresOptions::default()
+        };
+        PostgresBackend::connect(options)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url} (APISERVER_TEST_POSTGRES): {e}"))
+    }
+
+    fn rand_suffix() -> u64 {
+        use std::hash::{BuildHasher, RandomState};
+        RandomState::new().hash_one(std::time::SystemTime::now())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lagging_watcher_is_compacted() {
+        tests::lagging_watcher_is_compacted(&on_postgres().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn quiet_prefix_crosses_scan_windows() {
+        tests::quiet_prefix_crosses_scan_windows(&on_postgres().await).await;
+    }
+
+    /// A second connect to the same schema finds the tables and the revision it left; a
+    /// schema version newer than this build's is refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconnecting_keeps_data_and_refuses_a_newer_schema() {
+        let first = on_postgres().await;
+        first.create("/t/a", Bytes::from("1")).await.unwrap();
+        let schema = first.db.schema.clone();
+        let url = std::env::var("APISERVER_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
+        let options = PostgresOptions {
+            url: Some(url),
+            schema,
+            pool_size: 2,
+            ..PostgresOptions::default()
+        };
+        let second = PostgresBackend::connect(options.clone()).await.unwrap();
+        assert_eq!(second.current_revision().await.unwrap(), 1);
+        assert!(second.get("/t/a").await.unwrap().is_some());
+        let client = second.db.client().await.unwrap();
+        client
+            .execute(
+                "UPDATE meta SET value = $1 WHERE name = 'schema_version'",
+                &[&(SCHEMA_VERSION + 1)],
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            PostgresBackend::connect(options).await,
+            Err(StorageError::Internal(_))
+        ));
+    }
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn the_environment_completes_the_url() {
+        let vars = env(&[
+            ("PGHOST", "db.internal"),
+            ("PGPORT", "6432"),
+            ("PGUSER", "api"),
+            ("PGPASSWORD", "secret"),
+            ("PGDATABASE", "objects"),
+            ("PGSSLMODE", "verify-full"),
+        ]);
+        let config = config_from(None, &vars).unwrap();
+        assert_eq!(
+            config.get_hosts(),
+            &[tokio_postgres::config::Host::Tcp("db.internal".into())]
+        );
+        assert_eq!(config.get_ports(), &[6432]);
+        assert_eq!(config.get_user(), Some("api"));
+        assert_eq!(config.get_password(), Some(&b"secret"[..]));
+        assert_eq!(config.get_dbname(), Some("objects"));
+        assert_eq!(config.get_ssl_mode(), SslMode::Require);
+
+        // What the URL names wins; the rest still comes from the environment.
+        let url = "postgres://owner@127.0.0.1:5432/mine?sslmode=disable";
+        let config = config_from(Some(url), &vars).unwrap();
+        assert_eq!(config.get_ports(), &[5432]);
+        assert_eq!(config.get_user(), Some("owner"));
+        assert_eq!(config.get_password(), Some(&b"secret"[..]));
+        assert_eq!(config.get_dbname(), Some("mine"));
+        assert_eq!(config.get_ssl_mode(), SslMode::Disable);
+
+        assert!(config_from(None, env(&[("PGPORT", "many")])).is_err());
+        assert!(config_from(Some("postgres://[::"), env(&[])).is_err());
+    }
+
+    /// Nothing listens on the port: the backend is made all the same, and says it is not
+    /// ready, as every call fails, with `Unavailable` (503), within the deadlines.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreachable_database_is_unavailable_not_fatal() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let backend = PostgresBackend::connect(PostgresOptions {
+            url: Some(format!("postgres://postgres@127.0.0.1:{port}/none")),
+            ..PostgresOptions::default()
+        })
+        .await
+        .expect("made without the database");
+        assert!(matches!(
+            backend.ready().await,
+            Err(StorageError::Unavailable(_))
+        ));
+        assert!(matches!(
+            backend.get("/t/a").await,
+            Err(StorageError::Unavailable(_))
+        ));
+        assert!(matches!(
+            backend.create("/t/a", Bytes::from("1")).await,
+            Err(StorageError::Unavailable(_))
+        ));
+    }
+
+    /// A standby (here: every transaction read-only) refuses writes with "read-only
+    /// transaction": that is a 503 until the primary answers, never a 500.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_only_standby_is_unavailable() {
+        let url = std::env::var("APISERVER_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
+        let primary = on_postgres().await;
+        primary.create("/t/a", Bytes::from("1")).await.unwrap();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let standby = PostgresBackend::connect(PostgresOptions {
+            url: Some(format!(
+                "{url}{separator}options=-c%20default_transaction_read_only%3Don"
+            )),
+            schema: primary.db.schema.clone(),
+            pool_size: 2,
+            ..PostgresOptions::default()
+        })
+        .await
+        .expect("connects");
+        assert!(standby.get("/t/a").await.unwrap().is_some());
+        assert!(matches!(
+            standby.create("/t/b", Bytes::from("1")).await,
+            Err(StorageError::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn lock_keys_are_stable() {
+        // FNV-1a of "extension-apiserver/apiserver": the same in every build and server.
+        assert_eq!(lock_key("apiserver"), lock_key("apiserver"));
+        assert_ne!(lock_key("apiserver"), lock_key("apiserver2"));
+        assert_eq!(lock_key("apiserver"), 0x71e0_7a7d_8340_0190);
+    }
+
+    #[test]
+    fn schema_names_need_no_quoting() {
+        for good in ["apiserver", "wardle_1", "_x"] {
+            assert!(check_schema_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Upper",
+            "1st",
+            "a-b",
+            "a b",
+            "x\"y",
+            "pg_catalog",
+            &"a".repeat(49),
+        ] {
+            assert!(check_schema_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tls_files_are_checked_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = crate::tls::pki::TestCa::new("postgres-ca");
+        let client = ca.client("apiserver", &[]);
+        let (cert, key) = client.write(dir.path(), "client");
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+        assert!(PostgresTls::from_files(&ca_file, Some(&cert), Some(&key)).is_ok());
+        assert!(PostgresTls::from_files(&ca_file, None, None).is_ok());
+        assert!(PostgresTls::from_files(&ca_file, Some(&cert), None).is_err());
+        assert!(PostgresTls::from_files(&key, None, None).is_err());
+        assert!(PostgresTls::from_files(&dir.path().join("missing"), None, None).is_err());
+    }
+}
