@@ -806,23 +806,16 @@ mod tests {
                 {"op": "add", "path": "/a/0", "value": 2},
                 {"op": "add", "path": "/l/-", "value": 3},
                 {"op": "add", "path": "/l/+0", "value": 0},
-                {"op": "replace", "path": "", "value": {"whole": true}},
-                {"op": "test", "path": "", "value": {"whole": true}},
-            ]),
-        )
-        .unwrap();
-        assert_eq!(patched, json!({"whole": true}));
-        let patched = apply(
-            json!({"a": {}, "l": [1]}),
-            json!([
-                {"op": "add", "path": "/a/x~1y~0z", "value": 1},
-                {"op": "add", "path": "/a/0", "value": 2},
-                {"op": "add", "path": "/l/-", "value": 3},
-                {"op": "add", "path": "/l/+0", "value": 0},
             ]),
         )
         .unwrap();
         assert_eq!(patched, json!({"a": {"x/y~z": 1, "0": 2}, "l": [0, 1, 3]}));
+        // An empty path replaces or tests the whole document.
+        let whole = json!([
+            {"op": "replace", "path": "", "value": {"whole": true}},
+            {"op": "test", "path": "", "value": {"whole": true}},
+        ]);
+        assert_eq!(apply(patched, whole).unwrap(), json!({"whole": true}));
     }
 
     #[test]
