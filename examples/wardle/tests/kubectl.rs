@@ -306,6 +306,22 @@ async fn apply_get_patch_edit_delete(backend: Backend) {
         "-p",
         r#"[{"op":"add","path":"/metadata/labels/extra","value":"y"}]"#,
     ]));
+    // A JSON patch that does not apply: 422 with json-patch v4's words, as kube-apiserver.
+    let out = server.kubectl(&[
+        "patch",
+        "fl",
+        "a",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/nothere"}]"#,
+    ]);
+    assert!(
+        !out.success
+            && out.stderr.contains(
+                "error in remove for path: '/spec/nothere': Unable to remove nonexistent key: nothere: missing value"
+            ),
+        "{out:?}"
+    );
     ok(server.kubectl(&[
         "patch",
         "fl",

@@ -364,3 +364,51 @@ async fn policies_run_before_the_mutating_webhooks() {
     assert!(reinvoked, "the policy's label is back after the webhook");
     server.stop().await;
 }
+
+/// A JSON patch applies with json-patch v4's semantics and words (kube's `patch/json_patch.go`):
+/// one that does not apply denies the request with `JSON Patch: <v4's error>`, one whose `test`
+/// fails leaves the object as it was.
+#[tokio::test]
+async fn json_patches_fail_in_json_patch_v4s_words_and_a_failed_test_changes_nothing() {
+    let s = setup().await;
+    bound(
+        &s.core,
+        policy(
+            "p",
+            json_patch("[JSONPatch{op: 'remove', path: '/spec/nothere'}]"),
+            json!({}),
+        ),
+        json!({}),
+    );
+    let server = s.server().await;
+    let (code, status) = create(&server, "a", "r").await;
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(
+        status["message"],
+        "policy 'p' with binding 'p' denied request: JSON Patch: error in remove for path: \
+         '/spec/nothere': Unable to remove nonexistent key: nothere: missing value",
+        "{status}"
+    );
+
+    // Once the policy tests first, nothing is denied and nothing changes.
+    s.core.set_mutating_admission_policy(policy(
+        "p",
+        json_patch(
+            "[JSONPatch{op: 'test', path: '/spec/reference', value: 'other'}, \
+              JSONPatch{op: 'replace', path: '/spec/reference', value: 'changed'}]",
+        ),
+        json!({}),
+    ));
+    let mut created = Value::Null;
+    for i in 0..200 {
+        let (code, body) = create(&server, &format!("b{i}"), "r").await;
+        if code == 201 {
+            created = body;
+            break;
+        }
+        assert_eq!(code, 403, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(created["spec"]["reference"], "r", "{created}");
+    server.stop().await;
+}

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::runtime::FieldValidation;
 use crate::runtime::nesting::{self, TooDeep};
 
-pub use json::apply_json_patch;
+pub use json::{JsonPatch, JsonPatchError, JsonPatchErrorKind, MAX_COPY_BYTES, apply_json_patch};
 pub use merge::{apply_merge_patch, merge_patch};
 pub use schema::PatchSchema;
 pub use strategic::{apply_strategic_merge_patch, strategic_merge_patch};
@@ -182,7 +182,7 @@ pub fn apply_patch(
 #[derive(Clone, Debug)]
 pub enum DecodedPatch {
     /// JSON patch operations.
-    Json(json_patch::Patch),
+    Json(JsonPatch),
     /// A JSON merge patch (an object or a list).
     Merge(Value),
     /// A strategic merge patch.

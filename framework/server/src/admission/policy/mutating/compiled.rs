@@ -6,7 +6,7 @@ use extension_apiserver_machinery::cel::convert::{from_json, to_json};
 use extension_apiserver_machinery::cel::cost::Budget;
 use extension_apiserver_machinery::cel::{Activation, Value};
 use extension_apiserver_machinery::fieldmanager::merge_apply_configuration;
-use extension_apiserver_machinery::patch::{PatchSchema, apply_json_patch};
+use extension_apiserver_machinery::patch::{JsonPatch, PatchSchema};
 
 use super::types::MutatingAdmissionPolicy;
 use crate::admission::cel::{Compiled, Matched};
@@ -199,11 +199,20 @@ fn json_patch(value: &Value, object: &serde_json::Value) -> Result<serde_json::V
         }
         operations.push(operation);
     }
-    let body = serde_json::to_vec(&operations).unwrap_or_default();
-    match apply_json_patch(object, &body) {
+    let patch = JsonPatch(
+        operations
+            .into_iter()
+            .filter_map(|op| match op {
+                serde_json::Value::Object(op) => Some(op),
+                _ => None,
+            })
+            .collect(),
+    );
+    match patch.apply(object) {
         Ok(patched) => Ok(patched),
-        // kube: a patch whose `test` fails is not applied, and that is no error.
-        Err(e) if e.to_string().contains("json patch test operation") => Ok(object.clone()),
+        // kube (`errors.Is(err, jsonpatch.ErrTestFailed)`): a patch whose `test` fails is not
+        // applied, and that is no error.
+        Err(e) if e.is_test_failed() => Ok(object.clone()),
         Err(e) => Err(format!("JSON Patch: {e}")),
     }
 }
