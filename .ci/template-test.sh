@@ -28,9 +28,12 @@ readme_commands() {
 }
 
 # Starts the README's run command in its own process group on a free port, waits (at most
-# 60 s) until /readyz answers through the kubeconfig the server writes, and drives it.
+# 60 s) until /readyz answers through the kubeconfig the server writes, and drives it. The
+# project is built first: the 60 s are the server's, not the compiler's (on a busy machine
+# `cargo run` can spend longer than that building).
 check_run_command() {
   local dir=$1 command=$2 group=$3 kind=$4
+  (cd "$dir" && cargo build --quiet)
   command=${command/--secure-port=8443/--secure-port=0}
   (cd "$dir" && exec setsid bash -c "exec $command" >"$tmp/server.log" 2>&1) &
   server_pid=$!
