@@ -5,7 +5,7 @@
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jiff::Timestamp;
@@ -27,6 +27,8 @@ pub struct Exit {
     pub code: i32,
     /// When it ended.
     pub time: Timestamp,
+    /// How long it ran, on the monotonic clock (a step of the wall clock does not change it).
+    pub ran: Duration,
     /// Whether `cancel` ended it.
     pub cancelled: bool,
 }
@@ -41,6 +43,8 @@ pub struct Process {
     kill: Notify,
     cancelled: SyncMutex<bool>,
     exit: watch::Sender<Option<Exit>>,
+    /// When it started, on the monotonic clock.
+    began: Instant,
 }
 
 impl Process {
@@ -55,6 +59,7 @@ impl Process {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| std::io::Error::other("no program"))?;
+        let began = Instant::now();
         let mut child = Command::new(program)
             .args(args)
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
@@ -70,6 +75,7 @@ impl Process {
             kill: Notify::new(),
             cancelled: SyncMutex::new(false),
             exit,
+            began,
         });
         Ok((process, child))
     }
@@ -110,6 +116,7 @@ impl Process {
         let exit = Exit {
             code: status.map(exit_code).unwrap_or(-1),
             time: Timestamp::now(),
+            ran: self.began.elapsed(),
             cancelled: *self
                 .cancelled
                 .lock()
@@ -142,6 +149,13 @@ impl Process {
     /// How it ended, once it has.
     pub fn exit(&self) -> watch::Receiver<Option<Exit>> {
         self.exit.subscribe()
+    }
+
+    /// How long it ran, or has run so far, on the monotonic clock.
+    pub fn ran(&self) -> Duration {
+        self.exit
+            .borrow()
+            .map_or_else(|| self.began.elapsed(), |exit| exit.ran)
     }
 
     /// Whether it has a stdin (its run's `spec.stdin`) still open.

@@ -318,18 +318,17 @@ impl Runs {
             .map(|p| p.output.totals())
             .unwrap_or_default();
         let status = run.status.unwrap_or_default();
-        // The process's own times when it ran here (the status keeps whole seconds).
-        let times = match &process {
-            Some(p) => Some((p.started, p.exit().borrow().map(|e| e.time))),
-            None => status
-                .start_time
-                .as_ref()
-                .map(|start| (start.0, status.completion_time.as_ref().map(|t| t.0))),
+        // The process's own clock when it ran here (the status keeps whole seconds).
+        let duration = match &process {
+            Some(p) => Some(p.ran().as_secs_f64()),
+            None => status.start_time.as_ref().map(|start| {
+                let end = status
+                    .completion_time
+                    .as_ref()
+                    .map_or_else(Timestamp::now, |t| t.0);
+                end.duration_since(start.0).as_secs_f64()
+            }),
         };
-        let duration = times.map(|(start, end)| {
-            let end = end.unwrap_or_else(Timestamp::now);
-            end.duration_since(start).as_secs_f64()
-        });
         Ok(RunSummary {
             metadata: ObjectMeta {
                 name: run.metadata.name,
