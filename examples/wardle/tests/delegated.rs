@@ -149,3 +149,65 @@ async fn kubectl_with_a_token_is_allowed_by_rbac_and_denied_without_it() {
     assert_eq!(core.count("/tokenreviews"), 2);
     server.stop().await;
 }
+
+/// kube-apiserver defaults an object again after a mutating admission plugin changed it
+/// (`GetObjectDefaulter().Default` in both mutating dispatchers): a MutatingAdmissionPolicy of
+/// the core that sets `spec.reference` on a flunder created without one leaves a flunder whose
+/// `referenceType` wardle's defaulting filled in, which its validation requires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_a_mutating_policy_changed_is_defaulted_again() {
+    use extension_apiserver::aggregator::AggregatorOptions;
+    use extension_apiserver_testing::TestServer;
+
+    let dir = tempfile::tempdir().unwrap();
+    let core = FakeCore::start(&dir.path().join("core")).await;
+    core.serve_mutating_admission_policies(true);
+    core.set_mutating_admission_policy(serde_json::json!({
+        "metadata": {"name": "reference"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["wardle.example.com"], "apiVersions": ["*"],
+                "operations": ["CREATE"], "resources": ["flunders"],
+            }]},
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                "expression": "Object{spec: Object.spec{reference: 'other'}}"}}],
+        },
+    }));
+    core.set_mutating_admission_policy_binding(serde_json::json!({
+        "metadata": {"name": "reference"}, "spec": {"policyName": "reference"},
+    }));
+    let aggregator = AggregatorOptions {
+        kubeconfig: Some(core.kubeconfig(CALLER)),
+        ..AggregatorOptions::default()
+    };
+    let options = Backend::Memory.options(&dir.path().join("server"));
+    let server = TestServer::start_configured(options, move |s| {
+        wardle::configure(s).aggregator_options(aggregator)
+    })
+    .await;
+
+    let flunder = dir.path().join("flunder.json");
+    std::fs::write(
+        &flunder,
+        r#"{"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+            "metadata": {"name": "mutated", "namespace": "default"}, "spec": {}}"#,
+    )
+    .unwrap();
+    // The policies are followed from the core once the server is up: wait until it acts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let created = loop {
+        let out = server.kubectl(&["create", "-f", flunder.to_str().unwrap(), "-o", "json"]);
+        let created: serde_json::Value = serde_json::from_str(&ok(out)).unwrap();
+        if created["spec"]["reference"] == "other" || std::time::Instant::now() > deadline {
+            break created;
+        }
+        ok(server.kubectl(&["delete", "flunder", "mutated"]));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        created["spec"],
+        serde_json::json!({"reference": "other", "referenceType": "Flunder"}),
+        "{created}"
+    );
+    server.stop().await;
+}
