@@ -1,7 +1,8 @@
 //! What the secure port allows one connection, over real TLS on 127.0.0.1 with a server of the
 //! test kit: idle connections are closed as Go's server closes them (kube-apiserver's
 //! `IdleTimeout` and `ReadHeaderTimeout`, configured short here), a quiet watch never is, and
-//! request headers up to Go's 1 MiB are accepted over HTTP/1.1 and HTTP/2.
+//! request headers up to Go's 1 MiB are accepted over HTTP/1.1 and HTTP/2, and
+//! `--goaway-chance` closes HTTP/2 connections gracefully without failing a request.
 //! Every wait is bounded; nothing asserts on time but generous bounds.
 
 use std::path::Path;
@@ -59,13 +60,21 @@ const WIDGETS: &str = "/apis/conn.example.com/v1/namespaces/default/widgets";
 
 /// A server with these idle and read-header timeouts, and a TLS client for it.
 async fn start(idle: Duration, read_header: Duration) -> (TestServer, Client) {
+    start_with(move |o| {
+        o.http_idle_timeout = idle;
+        o.http_read_header_timeout = read_header;
+    })
+    .await
+}
+
+/// A server with these options, and a TLS client for it.
+async fn start_with(
+    options: impl FnOnce(&mut extension_apiserver::server::ServerOptions) + Send + 'static,
+) -> (TestServer, Client) {
     let group = APIGroup::new("conn.example.com").version("v1", |v| v.resource::<Widget>());
     let server = TestServer::builder()
         .group(group)
-        .options(move |o| {
-            o.http_idle_timeout = idle;
-            o.http_read_header_timeout = read_header;
-        })
+        .options(options)
         .start()
         .await;
     let client = Client::of(&server.kubeconfig);
@@ -403,4 +412,162 @@ async fn http2_accepts_a_header_list_of_hundreds_of_kilobytes() {
     assert_eq!(response.status(), 200);
     connection.abort();
     server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// --goaway-chance
+// ---------------------------------------------------------------------------------------
+
+/// What a client saw sending requests one after another over HTTP/2.
+#[derive(Debug, Default)]
+struct Goaways {
+    /// Connections opened.
+    connections: usize,
+    /// Connections the server ended with a GOAWAY without error.
+    graceful_closes: usize,
+    /// Requests the server's GOAWAY left unprocessed, sent again on a new connection (as Go's
+    /// and hyper's clients do).
+    resent: usize,
+}
+
+/// Whether a request failed because the server's GOAWAY left it unprocessed.
+fn unprocessed(e: &h2::Error) -> bool {
+    (e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR))
+        || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+/// Sends `count` GETs one after another over HTTP/2, on a new connection whenever the server
+/// sent a GOAWAY; every request must be answered 200.
+async fn h2_requests(client: &Client, count: usize) -> Goaways {
+    let mut seen = Goaways::default();
+    let mut open = None;
+    let mut answered = 0;
+    let mut attempts = 0;
+    while answered < count {
+        attempts += 1;
+        assert!(attempts < 4 * count, "requests keep failing: {seen:?}");
+        let (sender, connection) = match open.take() {
+            Some(open) => open,
+            None => {
+                seen.connections += 1;
+                client.h2().await
+            }
+        };
+        let sent = async {
+            let mut sender = sender.ready().await?;
+            let request = http::Request::get(client.uri(WIDGETS)).body(()).unwrap();
+            let (response, _) = sender.send_request(request, true)?;
+            let response = response.await?;
+            let status = response.status();
+            let mut body = response.into_body();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk?;
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            Ok::<_, h2::Error>((sender, status))
+        };
+        match timeout(WAIT, sent).await.expect("an answer in time") {
+            Ok((sender, status)) => {
+                assert_eq!(status, 200, "request {answered}");
+                answered += 1;
+                if connection.is_finished() {
+                    seen.graceful_closes += usize::from(matches!(connection.await, Ok(Ok(()))));
+                } else {
+                    open = Some((sender, connection));
+                }
+            }
+            Err(e) if unprocessed(&e) => {
+                seen.resent += 1;
+                let closed = timeout(WAIT, connection).await.expect("closed in time");
+                seen.graceful_closes += usize::from(matches!(closed, Ok(Ok(()))));
+            }
+            Err(e) => panic!("request {answered} failed: {e} ({seen:?})"),
+        }
+    }
+    if let Some((_, connection)) = open {
+        connection.abort();
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goaway_chance_closes_http2_connections_gracefully() {
+    // 500 requests at kube's highest chance: no GOAWAY at all has a chance of 0.98^500 < 1e-4.
+    let (server, client) = start_with(|o| o.goaway_chance = 0.02).await;
+    let seen = h2_requests(&client, 500).await;
+    assert!(seen.graceful_closes >= 1, "no GOAWAY seen: {seen:?}");
+    assert!(seen.connections >= 2, "{seen:?}");
+    server.stop().await;
+
+    let (server, client) = start_with(|o| o.goaway_chance = 0.0).await;
+    let seen = h2_requests(&client, 300).await;
+    assert_eq!(
+        (seen.connections, seen.graceful_closes, seen.resent),
+        (1, 0, 0)
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_never_draws_the_goaway() {
+    let (server, client) = start_with(|o| o.goaway_chance = 0.02).await;
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    // Watches on one connection, every one of which would have drawn at a chance of 1.
+    let mut watches = Vec::new();
+    for _ in 0..200 {
+        let uri = client.uri(&format!("{WIDGETS}?watch=1&timeoutSeconds=60"));
+        let request = http::Request::get(uri).body(()).unwrap();
+        let (response, _) = sender.send_request(request, true).unwrap();
+        let response = timeout(WAIT, response).await.unwrap().unwrap();
+        assert_eq!(response.status(), 200);
+        watches.push(response);
+        sender = sender.ready().await.unwrap();
+    }
+    assert!(!connection.is_finished(), "a watch drew the GOAWAY");
+    connection.abort();
+    server.stop().await;
+}
+
+#[test]
+fn goaway_chance_is_bounded_as_kube_bounds_it() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: extension_apiserver::server::ServerOptions,
+    }
+    let set = Cli::try_parse_from(["server", "--goaway-chance=0.001"]).unwrap();
+    assert_eq!(set.options.goaway_chance, 0.001);
+    let defaults = Cli::try_parse_from(["server"]).unwrap().options;
+    assert_eq!(defaults.goaway_chance, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goaway_chance_above_kubes_bound_refuses_to_start() {
+    let group = APIGroup::new("conn.example.com").version("v1", |v| v.resource::<Widget>());
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = extension_apiserver::server::ServerOptions {
+        secure_port: 0,
+        bind_address: [127, 0, 0, 1].into(),
+        cert_dir: dir.path().join("certs"),
+        storage_backend: extension_apiserver::server::StorageBackendKind::Memory,
+        goaway_chance: 0.05,
+        ..Default::default()
+    };
+    options.auth.authentication_skip_lookup = true;
+    let built = extension_apiserver::APIServer::new(options)
+        .without_logging()
+        .group(group)
+        .build()
+        .await;
+    let Err(error) = built else {
+        panic!("a server with --goaway-chance=0.05 was built")
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("--goaway-chance can not be less than 0 or greater than 0.02"),
+        "{error}"
+    );
 }
