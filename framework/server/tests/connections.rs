@@ -571,3 +571,137 @@ async fn a_goaway_chance_above_kubes_bound_refuses_to_start() {
         "{error}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// A watcher that stops reading
+// ---------------------------------------------------------------------------------------
+
+/// Opens a watch of the widgets on `sender`'s connection: its body, unread.
+async fn open_watch(sender: &h2::client::SendRequest<Bytes>) -> h2::RecvStream {
+    let mut sender = timeout(WAIT, sender.clone().ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let uri = format!("{WIDGETS}?watch=1&resourceVersion=0&timeoutSeconds=600");
+    let request = http::Request::get(uri).body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let response = timeout(WAIT, response).await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    response.into_body()
+}
+
+/// Reads a watch until `count` ADDED events, or to its end when `count` is `None`; returns
+/// how many it got.
+async fn read_added(mut body: h2::RecvStream, count: Option<usize>) -> usize {
+    let (mut added, mut text) = (0, Vec::new());
+    while count.is_none_or(|count| added < count) {
+        let Some(chunk) = body.data().await else {
+            break;
+        };
+        let chunk = chunk.expect("the watch's body");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+        while let Some(end) = text.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = text.drain(..=end).collect();
+            added += usize::from(line.starts_with(br#"{"type":"ADDED""#));
+        }
+    }
+    added
+}
+
+/// `apiserver_terminated_watchers_total` of the widgets, from `/metrics`.
+async fn terminated_watchers(client: &Client) -> u64 {
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    let request = http::Request::get(client.uri("/metrics")).body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let response = timeout(WAIT, response).await.unwrap().unwrap();
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    connection.abort();
+    let series =
+        r#"apiserver_terminated_watchers_total{group="conn.example.com",resource="widgets"} "#;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
+    // Widgets of about 2 KiB: the slow watch's 64 KiB HTTP/2 window holds some 30 events,
+    // its channel 256, so it stops taking events long before the last write.
+    const WRITES: usize = 1000;
+    let (server, client) = start(LONG, LONG).await;
+    let before = terminated_watchers(&client).await;
+    // The slow watcher has a connection of its own (a stream that is not read holds back
+    // the connection's window too); three others share one and read everything.
+    let (slow_sender, slow_connection) = client.h2().await;
+    let slow = open_watch(&slow_sender).await;
+    let (fast_sender, fast_connection) = client.h2().await;
+    let mut fast = Vec::new();
+    for _ in 0..3 {
+        let body = open_watch(&fast_sender).await;
+        fast.push(tokio::spawn(read_added(body, Some(WRITES))));
+    }
+
+    let (writer, writer_connection) = client.h2().await;
+    let padding = "x".repeat(2000);
+    for i in 0..WRITES {
+        let widget = serde_json::json!({
+            "apiVersion": "conn.example.com/v1", "kind": "Widget",
+            "metadata": {"name": format!("w{i:04}"), "namespace": "default",
+                         "annotations": {"padding": padding}},
+        });
+        let mut sender = timeout(WAIT, writer.clone().ready())
+            .await
+            .unwrap()
+            .unwrap();
+        let request = http::Request::post(client.uri(WIDGETS))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (response, mut body) = sender.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(widget.to_string()), true)
+            .unwrap();
+        let response = timeout(WAIT, response).await.unwrap().unwrap();
+        assert_eq!(response.status(), 201, "create {i}");
+    }
+    writer_connection.abort();
+
+    // Every other watcher gets every event, while the slow one still reads nothing.
+    for task in fast {
+        let added = timeout(WAIT, task)
+            .await
+            .expect("fast watchers not held up");
+        assert_eq!(added.unwrap(), WRITES);
+    }
+    // The slow one is ended (and counted) in bounded time, without reading.
+    let ended = timeout(WAIT, async {
+        while terminated_watchers(&client).await <= before {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the watcher that stopped reading is still served"
+    );
+    // When it reads again it finds its watch over, after what was buffered for it: its
+    // channel and window, not every write.
+    let got = timeout(WAIT, read_added(slow, None))
+        .await
+        .expect("the slow watch's stream ends");
+    assert!(
+        got < WRITES && got <= 400,
+        "the slow watch got {got} events"
+    );
+    slow_connection.abort();
+    fast_connection.abort();
+    server.stop().await;
+}
