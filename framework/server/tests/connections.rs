@@ -693,14 +693,11 @@ async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
         "the watcher that stopped reading is still served"
     );
     // When it reads again it finds its watch over, after what was buffered for it: its
-    // channel and window, not every write.
+    // channel (256 events) and window (some 30), far fewer than the writes.
     let got = timeout(WAIT, read_added(slow, None))
         .await
         .expect("the slow watch's stream ends");
-    assert!(
-        got < WRITES && got <= 400,
-        "the slow watch got {got} events"
-    );
+    assert!(got <= 400, "the slow watch got {got} of {WRITES} events");
     slow_connection.abort();
     fast_connection.abort();
     server.stop().await;
