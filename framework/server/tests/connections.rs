@@ -114,6 +114,12 @@ impl Client {
     }
 
     async fn connect(&self, alpn: &[u8]) -> TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        self.tls_over(tcp, alpn).await
+    }
+
+    /// TLS over `tcp`, offering `alpn`.
+    async fn tls_over(&self, tcp: TcpStream, alpn: &[u8]) -> TlsStream<TcpStream> {
         let mut config = rustls::ClientConfig::builder_with_provider(crypto_provider())
             .with_safe_default_protocol_versions()
             .unwrap()
@@ -122,7 +128,6 @@ impl Client {
             .unwrap();
         config.alpn_protocols = vec![alpn.to_vec()];
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let tls = timeout(WAIT, connector.connect(name, tcp)).await;
         tls.expect("handshake in time").expect("handshake")
@@ -609,6 +614,48 @@ async fn read_added(mut body: h2::RecvStream, count: Option<usize>) -> usize {
     added
 }
 
+/// Opens a watch of the widgets over HTTP/1.1 on a socket with a small receive buffer, reads
+/// its response header, and returns the connection, not read further.
+async fn open_http1_watch(client: &Client) -> TlsStream<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(client.addr).await.unwrap();
+    let mut tls = client.tls_over(tcp, b"http/1.1").await;
+    let request = format!(
+        "GET {WIDGETS}?watch=1&resourceVersion=0&timeoutSeconds=600 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut header = Vec::new();
+    while !header.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        let n = timeout(WAIT, tls.read(&mut byte)).await.unwrap().unwrap();
+        assert_eq!(n, 1, "the watch's header");
+        header.push(byte[0]);
+    }
+    assert!(
+        header.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&header)
+    );
+    tls
+}
+
+/// Reads an HTTP/1.1 watch to the end of its chunked body; returns how many ADDED events
+/// it had.
+async fn read_http1_added(mut tls: TlsStream<TcpStream>) -> usize {
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 16384];
+    while !text.ends_with(b"0\r\n\r\n") {
+        match tls.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&text)
+        .matches(r#"{"type":"ADDED""#)
+        .count()
+}
+
 /// `apiserver_terminated_watchers_total` of the widgets, from `/metrics`.
 async fn terminated_watchers(client: &Client) -> u64 {
     let (sender, connection) = client.h2().await;
@@ -634,15 +681,18 @@ async fn terminated_watchers(client: &Client) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
-    // Widgets of about 2 KiB: the slow watch's 64 KiB HTTP/2 window holds some 30 events,
-    // its channel 256, so it stops taking events long before the last write.
+    // Widgets of about 8 KiB, 8 MB in all: the slow HTTP/2 watch's 64 KiB window holds some
+    // 8 events, its channel 256, and the HTTP/1.1 one's socket buffers and hyper's a few
+    // megabytes, so both stop taking events long before the last write.
     const WRITES: usize = 1000;
     let (server, client) = start(LONG, LONG).await;
     let before = terminated_watchers(&client).await;
     // The slow watcher has a connection of its own (a stream that is not read holds back
-    // the connection's window too); three others share one and read everything.
+    // the connection's window too), and so has one over HTTP/1.1 with a small socket
+    // buffer; three others share one and read everything.
     let (slow_sender, slow_connection) = client.h2().await;
     let slow = open_watch(&slow_sender).await;
+    let slow_http1 = open_http1_watch(&client).await;
     let (fast_sender, fast_connection) = client.h2().await;
     let mut fast = Vec::new();
     for _ in 0..3 {
@@ -651,7 +701,7 @@ async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
     }
 
     let (writer, writer_connection) = client.h2().await;
-    let padding = "x".repeat(2000);
+    let padding = "x".repeat(8000);
     for i in 0..WRITES {
         let widget = serde_json::json!({
             "apiVersion": "conn.example.com/v1", "kind": "Widget",
@@ -683,21 +733,25 @@ async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
     }
     // The slow one is ended (and counted) in bounded time, without reading.
     let ended = timeout(WAIT, async {
-        while terminated_watchers(&client).await <= before {
+        while terminated_watchers(&client).await < before + 2 {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
     .await;
     assert!(
         ended.is_ok(),
-        "the watcher that stopped reading is still served"
+        "the watchers that stopped reading (HTTP/2, HTTP/1.1) are still served"
     );
     // When it reads again it finds its watch over, after what was buffered for it: its
-    // channel (256 events) and window (some 30), far fewer than the writes.
+    // channel (256 events) and window (some 8), far fewer than the writes.
     let got = timeout(WAIT, read_added(slow, None))
         .await
         .expect("the slow watch's stream ends");
     assert!(got <= 400, "the slow watch got {got} of {WRITES} events");
+    let got = timeout(WAIT, read_http1_added(slow_http1))
+        .await
+        .expect("the slow HTTP/1.1 watch's stream ends");
+    assert!(got < WRITES, "the slow HTTP/1.1 watch got {got} events");
     slow_connection.abort();
     fast_connection.abort();
     server.stop().await;
