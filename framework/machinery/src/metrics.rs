@@ -51,6 +51,9 @@ pub struct Metrics {
     pub registered_watchers: IntGaugeVec,
     /// `apiserver_watch_events_total` by group, version and resource.
     pub watch_events: IntCounterVec,
+    /// `apiserver_terminated_watchers_total` by group and resource: watchers ended because
+    /// their client stopped reading.
+    pub terminated_watchers: IntCounterVec,
     /// `apiserver_watch_events_sizes` by group, version and resource.
     pub watch_event_sizes: HistogramVec,
     /// `apiserver_storage_objects` by resource (`flunders.wardle.example.com`).
@@ -149,6 +152,11 @@ impl Metrics {
                 "apiserver_watch_events_total",
                 "Number of events sent in watch clients",
                 &gvr,
+            )?,
+            terminated_watchers: counter(
+                "apiserver_terminated_watchers_total",
+                "Counter of watchers closed due to unresponsiveness broken by resource type.",
+                &["group", "resource"],
             )?,
             watch_event_sizes: histogram(
                 "apiserver_watch_events_sizes",

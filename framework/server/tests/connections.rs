@@ -1,7 +1,8 @@
 //! What the secure port allows one connection, over real TLS on 127.0.0.1 with a server of the
 //! test kit: idle connections are closed as Go's server closes them (kube-apiserver's
 //! `IdleTimeout` and `ReadHeaderTimeout`, configured short here), a quiet watch never is, and
-//! request headers up to Go's 1 MiB are accepted over HTTP/1.1 and HTTP/2.
+//! request headers up to Go's 1 MiB are accepted over HTTP/1.1 and HTTP/2, and
+//! `--goaway-chance` closes HTTP/2 connections gracefully without failing a request.
 //! Every wait is bounded; nothing asserts on time but generous bounds.
 
 use std::path::Path;
@@ -59,13 +60,21 @@ const WIDGETS: &str = "/apis/conn.example.com/v1/namespaces/default/widgets";
 
 /// A server with these idle and read-header timeouts, and a TLS client for it.
 async fn start(idle: Duration, read_header: Duration) -> (TestServer, Client) {
+    start_with(move |o| {
+        o.http_idle_timeout = idle;
+        o.http_read_header_timeout = read_header;
+    })
+    .await
+}
+
+/// A server with these options, and a TLS client for it.
+async fn start_with(
+    options: impl FnOnce(&mut extension_apiserver::server::ServerOptions) + Send + 'static,
+) -> (TestServer, Client) {
     let group = APIGroup::new("conn.example.com").version("v1", |v| v.resource::<Widget>());
     let server = TestServer::builder()
         .group(group)
-        .options(move |o| {
-            o.http_idle_timeout = idle;
-            o.http_read_header_timeout = read_header;
-        })
+        .options(options)
         .start()
         .await;
     let client = Client::of(&server.kubeconfig);
@@ -105,6 +114,12 @@ impl Client {
     }
 
     async fn connect(&self, alpn: &[u8]) -> TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        self.tls_over(tcp, alpn).await
+    }
+
+    /// TLS over `tcp`, offering `alpn`.
+    async fn tls_over(&self, tcp: TcpStream, alpn: &[u8]) -> TlsStream<TcpStream> {
         let mut config = rustls::ClientConfig::builder_with_provider(crypto_provider())
             .with_safe_default_protocol_versions()
             .unwrap()
@@ -113,7 +128,6 @@ impl Client {
             .unwrap();
         config.alpn_protocols = vec![alpn.to_vec()];
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let tls = timeout(WAIT, connector.connect(name, tcp)).await;
         tls.expect("handshake in time").expect("handshake")
@@ -402,5 +416,343 @@ async fn http2_accepts_a_header_list_of_hundreds_of_kilobytes() {
         .expect("the request is sent and answered");
     assert_eq!(response.status(), 200);
     connection.abort();
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// --goaway-chance
+// ---------------------------------------------------------------------------------------
+
+/// What a client saw sending requests one after another over HTTP/2.
+#[derive(Debug, Default)]
+struct Goaways {
+    /// Connections opened.
+    connections: usize,
+    /// Connections the server ended with a GOAWAY without error.
+    graceful_closes: usize,
+    /// Requests the server's GOAWAY left unprocessed, sent again on a new connection (as Go's
+    /// and hyper's clients do).
+    resent: usize,
+}
+
+/// Whether a request failed because the server's GOAWAY left it unprocessed.
+fn unprocessed(e: &h2::Error) -> bool {
+    (e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR))
+        || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+/// Sends `count` GETs one after another over HTTP/2, on a new connection whenever the server
+/// sent a GOAWAY; every request must be answered 200.
+async fn h2_requests(client: &Client, count: usize) -> Goaways {
+    let mut seen = Goaways::default();
+    let mut open = None;
+    let mut answered = 0;
+    let mut attempts = 0;
+    while answered < count {
+        attempts += 1;
+        assert!(attempts < 4 * count, "requests keep failing: {seen:?}");
+        let (sender, connection) = match open.take() {
+            Some(open) => open,
+            None => {
+                seen.connections += 1;
+                client.h2().await
+            }
+        };
+        let sent = async {
+            let mut sender = sender.ready().await?;
+            let request = http::Request::get(client.uri(WIDGETS)).body(()).unwrap();
+            let (response, _) = sender.send_request(request, true)?;
+            let response = response.await?;
+            let status = response.status();
+            let mut body = response.into_body();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk?;
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            Ok::<_, h2::Error>((sender, status))
+        };
+        match timeout(WAIT, sent).await.expect("an answer in time") {
+            Ok((sender, status)) => {
+                assert_eq!(status, 200, "request {answered}");
+                answered += 1;
+                if connection.is_finished() {
+                    seen.graceful_closes += usize::from(matches!(connection.await, Ok(Ok(()))));
+                } else {
+                    open = Some((sender, connection));
+                }
+            }
+            Err(e) if unprocessed(&e) => {
+                seen.resent += 1;
+                let closed = timeout(WAIT, connection).await.expect("closed in time");
+                seen.graceful_closes += usize::from(matches!(closed, Ok(Ok(()))));
+            }
+            Err(e) => panic!("request {answered} failed: {e} ({seen:?})"),
+        }
+    }
+    if let Some((_, connection)) = open {
+        connection.abort();
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goaway_chance_closes_http2_connections_gracefully() {
+    // 500 requests at kube's highest chance: no GOAWAY at all has a chance of 0.98^500 < 1e-4.
+    let (server, client) = start_with(|o| o.goaway_chance = 0.02).await;
+    let seen = h2_requests(&client, 500).await;
+    assert!(seen.graceful_closes >= 1, "no GOAWAY seen: {seen:?}");
+    assert!(seen.connections >= 2, "{seen:?}");
+    server.stop().await;
+
+    let (server, client) = start_with(|o| o.goaway_chance = 0.0).await;
+    let seen = h2_requests(&client, 300).await;
+    assert_eq!(
+        (seen.connections, seen.graceful_closes, seen.resent),
+        (1, 0, 0)
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_never_draws_the_goaway() {
+    let (server, client) = start_with(|o| o.goaway_chance = 0.02).await;
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    // Watches on one connection, every one of which would have drawn at a chance of 1.
+    let mut watches = Vec::new();
+    for _ in 0..200 {
+        let uri = client.uri(&format!("{WIDGETS}?watch=1&timeoutSeconds=60"));
+        let request = http::Request::get(uri).body(()).unwrap();
+        let (response, _) = sender.send_request(request, true).unwrap();
+        let response = timeout(WAIT, response).await.unwrap().unwrap();
+        assert_eq!(response.status(), 200);
+        watches.push(response);
+        sender = sender.ready().await.unwrap();
+    }
+    assert!(!connection.is_finished(), "a watch drew the GOAWAY");
+    connection.abort();
+    server.stop().await;
+}
+
+#[test]
+fn goaway_chance_is_bounded_as_kube_bounds_it() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: extension_apiserver::server::ServerOptions,
+    }
+    let set = Cli::try_parse_from(["server", "--goaway-chance=0.001"]).unwrap();
+    assert_eq!(set.options.goaway_chance, 0.001);
+    let defaults = Cli::try_parse_from(["server"]).unwrap().options;
+    assert_eq!(defaults.goaway_chance, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goaway_chance_above_kubes_bound_refuses_to_start() {
+    let group = APIGroup::new("conn.example.com").version("v1", |v| v.resource::<Widget>());
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = extension_apiserver::server::ServerOptions {
+        secure_port: 0,
+        bind_address: [127, 0, 0, 1].into(),
+        cert_dir: dir.path().join("certs"),
+        storage_backend: extension_apiserver::server::StorageBackendKind::Memory,
+        goaway_chance: 0.05,
+        ..Default::default()
+    };
+    options.auth.authentication_skip_lookup = true;
+    let built = extension_apiserver::APIServer::new(options)
+        .without_logging()
+        .group(group)
+        .build()
+        .await;
+    let Err(error) = built else {
+        panic!("a server with --goaway-chance=0.05 was built")
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("--goaway-chance can not be less than 0 or greater than 0.02"),
+        "{error}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// A watcher that stops reading
+// ---------------------------------------------------------------------------------------
+
+/// Opens a watch of the widgets on `sender`'s connection: its body, unread.
+async fn open_watch(sender: &h2::client::SendRequest<Bytes>) -> h2::RecvStream {
+    let mut sender = timeout(WAIT, sender.clone().ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let uri = format!("{WIDGETS}?watch=1&resourceVersion=0&timeoutSeconds=600");
+    let request = http::Request::get(uri).body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let response = timeout(WAIT, response).await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    response.into_body()
+}
+
+/// Reads a watch until `count` ADDED events, or to its end when `count` is `None`; returns
+/// how many it got.
+async fn read_added(mut body: h2::RecvStream, count: Option<usize>) -> usize {
+    let (mut added, mut text) = (0, Vec::new());
+    while count.is_none_or(|count| added < count) {
+        let Some(chunk) = body.data().await else {
+            break;
+        };
+        let chunk = chunk.expect("the watch's body");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+        while let Some(end) = text.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = text.drain(..=end).collect();
+            added += usize::from(line.starts_with(br#"{"type":"ADDED""#));
+        }
+    }
+    added
+}
+
+/// Opens a watch of the widgets over HTTP/1.1 on a socket with a small receive buffer, reads
+/// its response header, and returns the connection, not read further.
+async fn open_http1_watch(client: &Client) -> TlsStream<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(client.addr).await.unwrap();
+    let mut tls = client.tls_over(tcp, b"http/1.1").await;
+    let request = format!(
+        "GET {WIDGETS}?watch=1&resourceVersion=0&timeoutSeconds=600 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut header = Vec::new();
+    while !header.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        let n = timeout(WAIT, tls.read(&mut byte)).await.unwrap().unwrap();
+        assert_eq!(n, 1, "the watch's header");
+        header.push(byte[0]);
+    }
+    assert!(
+        header.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&header)
+    );
+    tls
+}
+
+/// Reads an HTTP/1.1 watch to the end of its chunked body; returns how many ADDED events
+/// it had.
+async fn read_http1_added(mut tls: TlsStream<TcpStream>) -> usize {
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 16384];
+    while !text.ends_with(b"0\r\n\r\n") {
+        match tls.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&text)
+        .matches(r#"{"type":"ADDED""#)
+        .count()
+}
+
+/// `apiserver_terminated_watchers_total` of the widgets, from `/metrics`.
+async fn terminated_watchers(client: &Client) -> u64 {
+    let (sender, connection) = client.h2().await;
+    let mut sender = sender.ready().await.unwrap();
+    let request = http::Request::get(client.uri("/metrics")).body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let response = timeout(WAIT, response).await.unwrap().unwrap();
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    connection.abort();
+    let series =
+        r#"apiserver_terminated_watchers_total{group="conn.example.com",resource="widgets"} "#;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
+    // Widgets of about 8 KiB, 8 MB in all: the slow HTTP/2 watch's 64 KiB window holds some
+    // 8 events, its channel 256, and the HTTP/1.1 one's socket buffers and hyper's a few
+    // megabytes, so both stop taking events long before the last write.
+    const WRITES: usize = 1000;
+    let (server, client) = start(LONG, LONG).await;
+    let before = terminated_watchers(&client).await;
+    // The slow watcher has a connection of its own (a stream that is not read holds back
+    // the connection's window too), and so has one over HTTP/1.1 with a small socket
+    // buffer; three others share one and read everything.
+    let (slow_sender, slow_connection) = client.h2().await;
+    let slow = open_watch(&slow_sender).await;
+    let slow_http1 = open_http1_watch(&client).await;
+    let (fast_sender, fast_connection) = client.h2().await;
+    let mut fast = Vec::new();
+    for _ in 0..3 {
+        let body = open_watch(&fast_sender).await;
+        fast.push(tokio::spawn(read_added(body, Some(WRITES))));
+    }
+
+    let (writer, writer_connection) = client.h2().await;
+    let padding = "x".repeat(8000);
+    for i in 0..WRITES {
+        let widget = serde_json::json!({
+            "apiVersion": "conn.example.com/v1", "kind": "Widget",
+            "metadata": {"name": format!("w{i:04}"), "namespace": "default",
+                         "annotations": {"padding": padding}},
+        });
+        let mut sender = timeout(WAIT, writer.clone().ready())
+            .await
+            .unwrap()
+            .unwrap();
+        let request = http::Request::post(client.uri(WIDGETS))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (response, mut body) = sender.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(widget.to_string()), true)
+            .unwrap();
+        let response = timeout(WAIT, response).await.unwrap().unwrap();
+        assert_eq!(response.status(), 201, "create {i}");
+    }
+    writer_connection.abort();
+
+    // Every other watcher gets every event, while the slow one still reads nothing.
+    for task in fast {
+        let added = timeout(WAIT, task)
+            .await
+            .expect("fast watchers not held up");
+        assert_eq!(added.unwrap(), WRITES);
+    }
+    // The slow one is ended (and counted) in bounded time, without reading.
+    let ended = timeout(WAIT, async {
+        while terminated_watchers(&client).await < before + 2 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the watchers that stopped reading (HTTP/2, HTTP/1.1) are still served"
+    );
+    // When it reads again it finds its watch over, after what was buffered for it: its
+    // channel (256 events) and window (some 8), far fewer than the writes.
+    let got = timeout(WAIT, read_added(slow, None))
+        .await
+        .expect("the slow watch's stream ends");
+    assert!(got <= 400, "the slow watch got {got} of {WRITES} events");
+    let got = timeout(WAIT, read_http1_added(slow_http1))
+        .await
+        .expect("the slow HTTP/1.1 watch's stream ends");
+    assert!(got < WRITES, "the slow HTTP/1.1 watch got {got} events");
+    slow_connection.abort();
+    fast_connection.abort();
     server.stop().await;
 }

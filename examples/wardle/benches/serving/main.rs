@@ -9,6 +9,9 @@
 //! cargo bench -p wardle --features etcd --bench serving -- --backend etcd3   # etcd3 needs the feature
 //! cargo bench -p wardle --features postgres --bench serving -- --backend postgres   # and postgres its own
 //! cargo bench -p wardle --bench serving -- --rules    # only the schema rules' cost per write
+//! cargo bench -p wardle --bench serving -- --watchers-scale [--backend B]... [--watchers N]
+//!     [--watch-connections N] [--writes N] [--write-rate PER_SECOND]
+//!     # only 10,000 idle watchers over 100 HTTP/2 connections, 30 writes at 1/s
 //! ```
 //!
 //! `.ci/bench` runs every backend with a throw-away etcd and PostgreSQL. See `book/src/benchmarks.md`.
@@ -20,6 +23,7 @@ mod measure;
 mod report;
 mod rules;
 mod server;
+mod watchers;
 mod workload;
 
 use std::time::Instant;
@@ -53,12 +57,16 @@ pub struct Settings {
     pub cache_off_run: bool,
     /// `--rules`: only the in-process figure of schema rules per write.
     pub rules_only: bool,
+    /// `--watchers-scale`: only the many-watchers figures, with these sizes.
+    pub watchers_scale: Option<watchers::Scale>,
 }
 
 fn settings() -> Result<Settings, Error> {
     let mut args = std::env::args().skip(1);
     let mut quick = false;
     let mut rules_only = false;
+    let mut watchers_scale = false;
+    let mut scale = watchers::Scale::default();
     let mut backends = Vec::new();
     let mut etcd = "http://127.0.0.1:23790".to_string();
     let mut postgres = "postgres://postgres@127.0.0.1:54320/apiserver".to_string();
@@ -70,6 +78,11 @@ fn settings() -> Result<Settings, Error> {
             "--bench" => {}
             "--quick" => quick = true,
             "--rules" => rules_only = true,
+            "--watchers-scale" => watchers_scale = true,
+            "--watchers" => scale.watchers = value("--watchers")?.parse()?,
+            "--watch-connections" => scale.connections = value("--watch-connections")?.parse()?,
+            "--writes" => scale.writes = value("--writes")?.parse()?,
+            "--write-rate" => scale.rate = value("--write-rate")?.parse()?,
             "--backend" => backends.extend(value("--backend")?.split(',').map(str::to_string)),
             "--etcd-servers" => etcd = value("--etcd-servers")?,
             "--postgres-url" => postgres = value("--postgres-url")?,
@@ -123,6 +136,7 @@ fn settings() -> Result<Settings, Error> {
         raw_writes: objects.min(if quick { 2_000 } else { 10_000 }),
         cache_off_run: !quick,
         rules_only,
+        watchers_scale: watchers_scale.then_some(scale),
     })
 }
 
@@ -140,6 +154,16 @@ fn main() {
 
 async fn run() -> Result<(), Error> {
     let settings = settings()?;
+    if let Some(scale) = settings.watchers_scale {
+        for backend in &settings.backends {
+            let rows = watchers::run(backend, scale).await?;
+            report::print(
+                &format!("{} backend: watchers at scale", backend.name()),
+                &rows,
+            );
+        }
+        return Ok(());
+    }
     report::print("schema validation (in process)", &rules::rows());
     if settings.rules_only {
         return Ok(());

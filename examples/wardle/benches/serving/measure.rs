@@ -375,7 +375,7 @@ pub async fn memory(
 
 /// The server's RSS once it has been quiet for a second (after a request, so the
 /// connection and its TLS state count as idle cost).
-async fn settle_rss(client: &Client, wardle: &Wardle) -> Result<u64, Error> {
+pub async fn settle_rss(client: &Client, wardle: &Wardle) -> Result<u64, Error> {
     client.get("/apis/wardle.example.com/v1alpha1").await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     wardle.rss()

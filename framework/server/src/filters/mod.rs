@@ -3,7 +3,7 @@
 //! people, panic recovery,
 //! request info and the request's tracing span, timeout (not for watches), authentication,
 //! impersonation, in-flight limits, authorization, request metrics, and audit around
-//! everything after authentication.
+//! everything after authentication; last, the draw of `--goaway-chance` for HTTP/2.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
@@ -12,6 +12,7 @@ pub(crate) mod audit;
 pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod error_encoding;
+pub mod goaway;
 pub(crate) mod headers;
 pub(crate) mod impersonation;
 pub mod inflight;
@@ -53,6 +54,9 @@ pub struct FilterConfig {
     /// The installed streams and connections: long-running, and (connections) authorized
     /// for `create` too when upgraded by a GET.
     pub long_running: timeout::LongRunningSubresources,
+    /// The chance that a request on an HTTP/2 connection closes the connection gracefully
+    /// after its response (`--goaway-chance`, in [0, 0.02]); 0: never.
+    pub goaway_chance: f64,
 }
 
 impl std::fmt::Debug for FilterConfig {
@@ -90,8 +94,9 @@ async fn chain(
     request_info::annotate(&mut request);
     let span = trace::request_span(&request, &audit_id);
     let audit = audit::record(&config, &mut request, &audit_id);
+    let long_running = timeout::is_long_running(&request, &config.long_running);
+    let goaway = goaway::draw(config.goaway_chance, &request, long_running);
     let served = async move {
-        let long_running = timeout::is_long_running(&request, &config.long_running);
         let limit = config.request_timeout;
         let admitted = async move {
             let request = match authentication::authenticate(&config, request).await {
@@ -140,6 +145,9 @@ async fn chain(
         response = pretty::indent_response(response).await;
     }
     headers::finish(&mut response, audit_id);
+    if let Some(goaway) = goaway {
+        goaway.request();
+    }
     response
 }
 
@@ -209,6 +217,7 @@ mod tests {
                 inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
                 audit,
                 long_running: Default::default(),
+                goaway_chance: 0.0,
             },
         )
     }

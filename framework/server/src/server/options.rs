@@ -74,6 +74,15 @@ pub struct ServerOptions {
     #[arg(long = "http2-max-streams-per-connection", default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
     pub http2_max_streams_per_connection: u32,
 
+    /// To keep HTTP/2 clients from sticking to one replica behind a load balancer, the chance
+    /// that a request closes its connection gracefully (a GOAWAY after its response: the
+    /// other requests in flight finish, the client reconnects, likely to another replica).
+    /// Watches never do. As kube-apiserver's flag: 0 (off) to 0.02 (one request in fifty);
+    /// 0.001 is a good start. Single replicas and servers without a load balancer should
+    /// leave it off.
+    #[arg(long = "goaway-chance", default_value_t = 0.0, value_name = "FRACTION")]
+    pub goaway_chance: f64,
+
     /// How long a connection may stay without a request in flight before the server closes
     /// it: HTTP/1.1 keep-alive between requests, HTTP/2 without streams (GOAWAY). A watch
     /// or a response in progress is never idle. As kube-apiserver's Go `IdleTimeout`; 0s:
@@ -251,6 +260,7 @@ impl Default for ServerOptions {
             tls_min_version: TlsVersion::Tls12,
             tls_cipher_suites: Vec::new(),
             http2_max_streams_per_connection: DEFAULT_HTTP2_MAX_STREAMS,
+            goaway_chance: 0.0,
             http_idle_timeout: crate::server::serve::DEFAULT_IDLE_TIMEOUT,
             http_read_header_timeout: crate::server::serve::DEFAULT_READ_HEADER_TIMEOUT,
             storage_backend: StorageBackendKind::Sqlite,

@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::idle::{Activity, IdleTimeouts, TrackedBody, TrackedIo};
+use crate::filters::goaway::ConnectionGoaway;
 use crate::lifecycle::ShutdownSignal;
 use crate::tls::PeerCertificates;
 use tokio_rustls::TlsAcceptor;
@@ -260,14 +261,27 @@ async fn serve_connection(ctx: Arc<ConnContext>, stream: TcpStream, addr: Socket
     // HTTP/2 only when the client chose it by ALPN, as Go's server (`TLSNextProto`).
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let activity = Arc::new(Activity::new(ctx.timeouts, h2));
-    let service = request_service(ctx.clone(), addr, peer, activity.clone());
+    // Only HTTP/2 connections can be asked to go away (`--goaway-chance`).
+    let goaway = h2.then(ConnectionGoaway::new);
+    let facts = ConnFacts {
+        addr,
+        peer,
+        activity: activity.clone(),
+        goaway: goaway.clone(),
+    };
+    let service = request_service(ctx.clone(), facts);
     let io = TokioIo::new(TrackedIo::new(tls, activity.clone()));
+    let ends = Ends {
+        signal: &ctx.signal,
+        activity: &activity,
+        goaway: goaway.as_ref(),
+    };
     let served = if h2 {
         let conn = ctx.http2.serve_connection(io, service);
-        drive(conn, |c| c.graceful_shutdown(), &ctx.signal, &activity).await
+        drive(conn, |c| c.graceful_shutdown(), ends).await
     } else {
         let conn = ctx.http1.serve_connection(io, service).with_upgrades();
-        drive(conn, |c| c.graceful_shutdown(), &ctx.signal, &activity).await
+        drive(conn, |c| c.graceful_shutdown(), ends).await
     };
     if let Err(e) = served {
         tracing::debug!(%addr, error = %e, "connection closed with an error");
@@ -291,28 +305,55 @@ fn keep_alive(stream: &TcpStream) {
 /// (x/net/http2's `goAwayTimeout`).
 const GOAWAY_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// What ends a connection besides its client: shutdown, idleness, and (HTTP/2) a request
+/// that drew `--goaway-chance`.
+struct Ends<'a> {
+    signal: &'a ShutdownSignal,
+    activity: &'a Activity,
+    goaway: Option<&'a ConnectionGoaway>,
+}
+
 /// Runs a connection to its end. When shutdown starts, it is asked to finish its requests
-/// and close (HTTP/2: GOAWAY), and is closed once none is in flight. When it has been idle
-/// too long ([`Activity::expired`]) it is closed: an HTTP/2 connection after a GOAWAY, an
-/// HTTP/1.1 one at once (it has no request in flight, or only part of a header), as Go's
-/// server closes a connection whose deadline passed.
+/// and close (HTTP/2: GOAWAY), and is closed once none is in flight. When a request drew
+/// `--goaway-chance`, an HTTP/2 connection gets a GOAWAY and ends after its streams. When it
+/// has been idle too long ([`Activity::expired`]) it is closed: an HTTP/2 connection after a
+/// GOAWAY, an HTTP/1.1 one at once (it has no request in flight, or only part of a header),
+/// as Go's server closes a connection whose deadline passed.
 async fn drive<C>(
     conn: C,
     graceful_shutdown: impl Fn(Pin<&mut C>),
-    signal: &ShutdownSignal,
-    activity: &Activity,
+    ends: Ends<'_>,
 ) -> hyper::Result<()>
 where
     C: Future<Output = hyper::Result<()>>,
 {
+    let Ends {
+        signal,
+        activity,
+        goaway,
+    } = ends;
     tokio::pin!(conn);
     let mut shutting_down = false;
+    let mut going_away = goaway.is_none();
+    let goaway_requested = async {
+        match goaway {
+            Some(goaway) => goaway.requested().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(goaway_requested);
     loop {
         tokio::select! {
             result = conn.as_mut() => return result,
             _ = signal.cancelled(), if !shutting_down => {
                 shutting_down = true;
                 activity.close_when_idle();
+                graceful_shutdown(conn.as_mut());
+            }
+            // hyper's graceful shutdown of HTTP/2 is x/net/http2's: a GOAWAY, a PING, then
+            // the GOAWAY naming the last stream it serves; those finish, then it closes.
+            _ = &mut goaway_requested, if !going_away => {
+                going_away = true;
                 graceful_shutdown(conn.as_mut());
             }
             _ = activity.expired() => break,
@@ -360,27 +401,38 @@ type TrackedResponse = http::Response<TrackedBody<axum::body::Body>>;
 /// The response of the per-connection service.
 type ServiceResult = Result<TrackedResponse, std::convert::Infallible>;
 
+/// What one connection's requests learn of it.
+struct ConnFacts {
+    addr: SocketAddr,
+    peer: Option<PeerCertificates>,
+    activity: Arc<Activity>,
+    /// HTTP/2 only: where a request asks for the connection's GOAWAY.
+    goaway: Option<ConnectionGoaway>,
+}
+
 /// The per-connection hyper service: adds the connection facts to each request's
 /// extensions and hands it to the router; the connection is busy until the response body
 /// is dropped.
 fn request_service(
     ctx: Arc<ConnContext>,
-    addr: SocketAddr,
-    peer: Option<PeerCertificates>,
-    activity: Arc<Activity>,
+    facts: ConnFacts,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
     Response = TrackedResponse,
     Error = std::convert::Infallible,
     Future = impl Future<Output = ServiceResult> + Send,
 > + Clone {
+    let facts = Arc::new(facts);
     hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
-        let in_flight = activity.start();
+        let in_flight = facts.activity.start();
         let extensions = req.extensions_mut();
-        extensions.insert(ConnectInfo(addr));
+        extensions.insert(ConnectInfo(facts.addr));
         extensions.insert(ctx.signal.clone());
-        if let Some(peer) = &peer {
+        if let Some(peer) = &facts.peer {
             extensions.insert(peer.clone());
+        }
+        if let Some(goaway) = &facts.goaway {
+            extensions.insert(goaway.clone());
         }
         let response = ctx.router.clone().oneshot(req);
         async move {

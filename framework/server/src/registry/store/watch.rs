@@ -1,6 +1,7 @@
 //! Watch: initial state when asked, then the backend's events, filtered by selectors, with
 //! bookmarks and a timeout. Each watch runs as a task writing into a bounded channel, so a
-//! client that stops reading stops only its own watch.
+//! client that stops reading stops only its own watch; one whose channel stays full is ended
+//! (kube's cacher: "Forcing watcher close due to unresponsiveness").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,15 @@ fn watch_timeout(seconds: i64) -> Duration {
 
 /// Events buffered per watcher before the watcher's task waits for the client.
 const CHANNEL_CAPACITY: usize = 256;
+
+/// How long a watcher's task waits for room in its full channel before it ends the watch. As
+/// kube's `cacheWatcher.add`, which blocks on a full watcher only until the dispatch's timer
+/// (`blockTimeout`) fires, then closes it and counts it in
+/// `apiserver_terminated_watchers_total`; kube's budget is 100 ms shared by every watcher of
+/// the event, because its dispatcher waits, while here only the slow watcher's own task does,
+/// so the client gets longer to catch up. What the watch holds meanwhile is bounded: its
+/// channel's events (shared with the cache) and the connection's flow-control window.
+const BLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct WatchPlan {
     filter: Filter,
@@ -254,13 +264,14 @@ async fn run(
     let deadline_at = Instant::now() + plan.timeout;
     let deadline = tokio::time::sleep_until(deadline_at);
     tokio::pin!(deadline);
+    let deliver = |event| deliver(&inner, &tx, event, deadline_at);
     for event in initial {
-        if tx.send(event).await.is_err() {
+        if !deliver(event).await {
             return;
         }
     }
     let mut last = from;
-    if plan.initial_events_end && tx.send(bookmark(&inner, last, true)).await.is_err() {
+    if plan.initial_events_end && !deliver(bookmark(&inner, last, true)).await {
         return;
     }
     let interval = inner.bookmark_interval;
@@ -284,9 +295,43 @@ async fn run(
             },
         };
         if let Some(out) = out {
-            if tx.send(out).await.is_err() {
+            if !deliver(out).await {
                 return;
             }
+        }
+    }
+}
+
+/// Hands `event` to the watch's channel; false when the watch is over: its client went away,
+/// its deadline passed, or its channel stayed full for [`BLOCK_TIMEOUT`] (the client stopped
+/// reading; the watch is ended and counted, as kube's cacher ends an unresponsive watcher).
+async fn deliver(
+    inner: &Inner,
+    tx: &mpsc::Sender<WatchEvent>,
+    event: WatchEvent,
+    deadline: Instant,
+) -> bool {
+    let event = match tx.try_send(event) {
+        Ok(()) => return true,
+        Err(mpsc::error::TrySendError::Closed(_)) => return false,
+        Err(mpsc::error::TrySendError::Full(event)) => event,
+    };
+    tokio::select! {
+        sent = tx.send(event) => sent.is_ok(),
+        _ = tokio::time::sleep_until(deadline) => false,
+        _ = tokio::time::sleep(BLOCK_TIMEOUT) => {
+            let info = &inner.info;
+            crate::metrics::global()
+                .terminated_watchers
+                .with_label_values(&[info.group, info.plural])
+                .inc();
+            tracing::info!(
+                group = info.group,
+                resource = info.plural,
+                buffered = CHANNEL_CAPACITY,
+                "forcing watcher close due to unresponsiveness"
+            );
+            false
         }
     }
 }

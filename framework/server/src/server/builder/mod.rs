@@ -736,6 +736,8 @@ impl APIServer {
     /// ```
     pub async fn build(mut self) -> Result<BuiltServer, ServerError> {
         self.extensions.validate()?;
+        filters::goaway::validate_chance(self.options.goaway_chance)
+            .map_err(ServerError::Config)?;
         self.check_metrics_groups()?;
         let tracing = self.options.tracing_config_file.as_deref();
         let tracing = tracing.map(TracingConfiguration::load).transpose()?;
@@ -999,6 +1001,7 @@ impl APIServer {
             )),
             audit,
             long_running: filters::timeout::LongRunningSubresources::new(groups),
+            goaway_chance: self.options.goaway_chance,
         };
         filters::apply(router, config)
     }
