@@ -59,6 +59,7 @@ pub mod core_api;
 pub mod discovery;
 pub mod endpoints;
 pub mod filters;
+pub mod flowcontrol;
 // The entry points of the fuzz targets (fuzz/), and their regression tests.
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;
