@@ -180,3 +180,41 @@ fn width(info: &RequestInfo, query: Option<&str>, max_seats: u32) -> u32 {
     }
     list_seats(shape, max_seats)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_is_as_wide_as_the_objects_it_reads() {
+        let info = |verb, resource: &str| RequestInfo {
+            is_resource_request: true,
+            verb,
+            api_group: "width.example.com".into(),
+            resource: resource.into(),
+            ..RequestInfo::default()
+        };
+        crate::metrics::global()
+            .storage_objects_of("gadgets.width.example.com")
+            .set(450);
+        let list = info(Verb::List, "gadgets");
+        assert_eq!(width(&list, None, 10), 5, "one seat a hundred objects");
+        assert_eq!(width(&list, None, 3), 3, "at most the level's maximum");
+        let one = Some("fieldSelector=metadata.name%3Da");
+        assert_eq!(width(&list, one, 10), 1, "one object named");
+        let page = Some("limit=50&continue=abc");
+        assert_eq!(width(&list, page, 10), 1, "twice the limit, from storage");
+        assert_eq!(width(&info(Verb::Get, "gadgets"), None, 10), 1);
+        assert_eq!(width(&info(Verb::Watch, "gadgets"), None, 10), 1);
+        assert_eq!(
+            width(&info(Verb::List, "uncounted"), None, 10),
+            1,
+            "nothing counts it: the minimum, as kube"
+        );
+        assert_eq!(wait_limit(Duration::from_secs(60)), Duration::from_secs(15));
+        assert_eq!(
+            wait_limit(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
+    }
+}
