@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio::sync::oneshot;
 
 /// How a priority level limits (`spec.type` and `limitResponse`).
@@ -90,17 +91,38 @@ struct Waiter {
     labels: Labels,
 }
 
-/// The `flow_schema` and `priority_level` labels of a request's metrics.
+/// The metric series of a flow schema and its priority level (the `flow_schema` and
+/// `priority_level` labels), resolved once a configuration rather than once a request.
 #[derive(Debug, Clone)]
-pub(crate) struct Labels(Arc<[String; 2]>);
+pub(crate) struct Labels(Arc<Series>);
+
+#[derive(Debug)]
+struct Series {
+    names: [String; 2],
+    dispatched: IntCounter,
+    inqueue: IntGauge,
+    executing: IntGauge,
+    executing_seats: IntGauge,
+    /// Waits that ended in execution, and in refusal.
+    waited: [Histogram; 2],
+}
 
 impl Labels {
     pub(crate) fn new(flow_schema: &str, priority_level: &str) -> Self {
-        Self(Arc::new([flow_schema.into(), priority_level.into()]))
-    }
-
-    fn values(&self) -> [&str; 2] {
-        [&self.0[0], &self.0[1]]
+        let metrics = &crate::metrics::global().flowcontrol;
+        let names = [flow_schema, priority_level];
+        let waited = |execute| {
+            let values = [flow_schema, priority_level, execute];
+            metrics.wait_duration.with_label_values(&values)
+        };
+        Self(Arc::new(Series {
+            dispatched: metrics.dispatched.with_label_values(&names),
+            inqueue: metrics.inqueue.with_label_values(&names),
+            executing: metrics.executing.with_label_values(&names),
+            executing_seats: metrics.executing_seats.with_label_values(&names),
+            waited: [waited("true"), waited("false")],
+            names: names.map(String::from),
+        }))
     }
 }
 
@@ -239,8 +261,7 @@ impl Level {
             ready,
             labels: labels.clone(),
         });
-        let metrics = &crate::metrics::global().flowcontrol;
-        metrics.inqueue.with_label_values(&labels.values()).inc();
+        labels.0.inqueue.inc();
         state.dispatch(self);
         Entry::Queued {
             queue,
@@ -257,8 +278,7 @@ impl Level {
             return false;
         };
         q.waiting.remove(at);
-        let metrics = &crate::metrics::global().flowcontrol;
-        metrics.inqueue.with_label_values(&labels.values()).dec();
+        labels.0.inqueue.dec();
         true
     }
 }
@@ -275,23 +295,17 @@ enum Entry {
 }
 
 fn reject(labels: &Labels, arrived: Instant, why: Rejection) -> Rejection {
+    let [fs, pl] = &labels.0.names;
+    let values = [fs.as_str(), pl.as_str(), why.reason()];
     let metrics = &crate::metrics::global().flowcontrol;
-    let [fs, pl] = labels.values();
-    metrics
-        .rejected
-        .with_label_values(&[fs, pl, why.reason()])
-        .inc();
+    metrics.rejected.with_label_values(&values).inc();
     observe_wait(labels, arrived, false);
     why
 }
 
 fn observe_wait(labels: &Labels, arrived: Instant, execute: bool) {
-    let [fs, pl] = labels.values();
-    crate::metrics::global()
-        .flowcontrol
-        .wait_duration
-        .with_label_values(&[fs, pl, if execute { "true" } else { "false" }])
-        .observe(arrived.elapsed().as_secs_f64());
+    let waited = &labels.0.waited[usize::from(!execute)];
+    waited.observe(arrived.elapsed().as_secs_f64());
 }
 
 impl State {
@@ -333,11 +347,7 @@ impl State {
             let Some(waiter) = self.queues[queue].waiting.pop_front() else {
                 return;
             };
-            let metrics = &crate::metrics::global().flowcontrol;
-            metrics
-                .inqueue
-                .with_label_values(&waiter.labels.values())
-                .dec();
+            waiter.labels.0.inqueue.dec();
             let q = &mut self.queues[queue];
             self.virtual_time = q.next_dispatch;
             q.next_dispatch += u64::from(width);
@@ -362,14 +372,9 @@ impl Seat {
         width: u32,
         labels: Labels,
     ) -> Self {
-        let metrics = &crate::metrics::global().flowcontrol;
-        let values = labels.values();
-        metrics.dispatched.with_label_values(&values).inc();
-        metrics.executing.with_label_values(&values).inc();
-        metrics
-            .executing_seats
-            .with_label_values(&values)
-            .add(i64::from(width));
+        labels.0.dispatched.inc();
+        labels.0.executing.inc();
+        labels.0.executing_seats.add(i64::from(width));
         Self {
             level,
             queue,
@@ -386,13 +391,8 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        let metrics = &crate::metrics::global().flowcontrol;
-        let values = self.labels.values();
-        metrics.executing.with_label_values(&values).dec();
-        metrics
-            .executing_seats
-            .with_label_values(&values)
-            .sub(i64::from(self.width));
+        self.labels.0.executing.dec();
+        self.labels.0.executing_seats.sub(i64::from(self.width));
         let Some(level) = self.level.take() else {
             return;
         };

@@ -67,7 +67,7 @@ fn matches_subject(subject: &fc::Subject, digest: &RequestDigest<'_>) -> bool {
         "Group" => subject
             .group
             .as_ref()
-            .is_some_and(|g| g.name == ALL || user.groups.iter().any(|mine| *mine == g.name)),
+            .is_some_and(|g| g.name == ALL || user.groups.contains(&g.name)),
         "ServiceAccount" => subject.service_account.as_ref().is_some_and(|sa| {
             let prefix = format!("system:serviceaccount:{}:", sa.namespace);
             user.name
