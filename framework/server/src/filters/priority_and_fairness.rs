@@ -3,8 +3,8 @@
 //! level, named by UID in the `X-Kubernetes-PF-FlowSchema-UID` and
 //! `X-Kubernetes-PF-PriorityLevel-UID` headers of its response), its width estimated (lists
 //! from the stored object count), and it waits for seats at most a quarter of the request
-//! timeout (at most a minute); refused, it is a 429 `TooManyRequests` with `Retry-After` and
-//! changes nothing. Long-running requests other than watches are not tracked; a watch holds
+//! timeout (at most a minute); refused, it is a 429 `TooManyRequests` with the level's
+//! `Retry-After` (kube's dropped-requests tracker) and changes nothing. Long-running requests other than watches are not tracked; a watch holds
 //! its seats until its response starts.
 
 use std::time::Duration;
@@ -23,10 +23,6 @@ use crate::flowcontrol::{Classification, FlowControl, RequestDigest, ResourceTar
 pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
 /// kube's header naming the matched priority level by UID.
 pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
-
-/// kube's `Retry-After` for a request refused by priority and fairness (kube grows it with
-/// repeated refusals of a level; we keep its first value).
-const RETRY_AFTER_SECONDS: u32 = 1;
 
 /// What an admitted request holds while it runs: its seats (`None`: not tracked) and the
 /// headers its response gets.
@@ -143,7 +139,8 @@ pub(crate) async fn admit(
             );
             let metrics = crate::metrics::global();
             metrics.dropped.with_label_values(&[kind]).inc();
-            let mut response = Error::too_many_requests(RETRY_AFTER_SECONDS).into_response();
+            let mut response =
+                Error::too_many_requests(classification.retry_after()).into_response();
             stamp(&headers, &mut response);
             Err(response)
         }

@@ -11,14 +11,15 @@
 //!
 //! What is simpler than kube: levels do not lend or borrow seats (each keeps its nominal
 //! limit), fair queuing takes every request to last the same, and a watch holds its seats
-//! until its response starts (kube: until its initial events are sent); see
-//! [`queueset`](self) and the book's chapter *Priority and fairness*.
+//! until its response starts (kube: until its initial events are sent); see the book's
+//! chapter *Priority and fairness*.
 //!
 //! The HTTP filter that runs it is `filters::priority_and_fairness`; this module knows nothing
 //! of HTTP.
 
 pub mod bootstrap;
 mod queueset;
+mod retry_after;
 mod rules;
 pub mod width;
 
@@ -89,6 +90,12 @@ impl Classification {
     /// Its UID (`X-Kubernetes-PF-PriorityLevel-UID`).
     pub fn priority_level_uid(&self) -> &str {
         &self.schema.level.uid
+    }
+
+    /// The seconds a client refused at this level should wait before it tries again (kube's
+    /// dropped-requests tracker: 1, growing to at most 32 while the level keeps refusing).
+    pub fn retry_after(&self) -> u32 {
+        u32::try_from(self.schema.level.retry_after()).unwrap_or(1)
     }
 
     /// Whether the level is Exempt: requests are neither queued nor limited.

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use prometheus::{Histogram, IntCounter, IntGauge};
+
+use super::retry_after::DroppedRequests;
 use tokio::sync::oneshot;
 
 /// How a priority level limits (`spec.type` and `limitResponse`).
@@ -58,6 +60,7 @@ pub(crate) struct Level {
     pub(crate) uid: String,
     pub(crate) kind: Kind,
     state: Mutex<State>,
+    dropped: DroppedRequests,
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +154,7 @@ impl Level {
                 queues: (0..queues).map(|_| Queue::default()).collect(),
                 ..State::default()
             }),
+            dropped: DroppedRequests::default(),
         })
     }
 
@@ -193,7 +197,7 @@ impl Level {
                 observe_wait(&labels, arrived, true);
                 return Ok(seat);
             }
-            Entry::Refused(why) => return Err(reject(&labels, arrived, why)),
+            Entry::Refused(why) => return Err(self.refuse(&labels, arrived, why)),
             Entry::Queued {
                 queue,
                 id,
@@ -213,8 +217,21 @@ impl Level {
                 observe_wait(&labels, arrived, true);
                 Ok(seat)
             }
-            None => Err(reject(&labels, arrived, Rejection::TimeOut)),
+            None => Err(self.refuse(&labels, arrived, Rejection::TimeOut)),
         }
+    }
+
+    /// The `Retry-After` of the level's refusals, in seconds.
+    pub(crate) fn retry_after(&self) -> i64 {
+        self.dropped.retry_after()
+    }
+
+    /// Counts a refusal.
+    fn refuse(&self, labels: &Labels, arrived: Instant, why: Rejection) -> Rejection {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let unix = now.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.dropped.record(unix);
+        reject(labels, arrived, why)
     }
 
     /// A seat now, a place in a queue, or a refusal.
