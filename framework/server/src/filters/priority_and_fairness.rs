@@ -4,8 +4,8 @@
 //! `X-Kubernetes-PF-PriorityLevel-UID` headers of its response), its width estimated (lists
 //! from the stored object count), and it waits for seats at most a quarter of the request
 //! timeout (at most a minute); refused, it is a 429 `TooManyRequests` with the level's
-//! `Retry-After` (kube's dropped-requests tracker) and changes nothing. Long-running requests other than watches are not tracked; a watch holds
-//! its seats until its response starts.
+//! `Retry-After` (kube's dropped-requests tracker) and changes nothing. Long-running requests
+//! other than watches are not tracked; a watch holds its seats until its response starts.
 
 use std::time::Duration;
 

@@ -140,6 +140,33 @@ struct Config {
 }
 
 /// The engine: the configuration and every level's seats and queues.
+///
+/// ```
+/// # async fn run() {
+/// use std::time::Duration;
+/// use extension_apiserver::auth::user::UserInfo;
+/// use extension_apiserver::flowcontrol::{FlowControl, RequestDigest, ResourceTarget};
+///
+/// // Not following a cluster: the mandatory configuration, every seat catch-all's.
+/// let engine = FlowControl::new(600);
+/// let alice = UserInfo::new("alice", []).with_authenticated_group();
+/// let digest = RequestDigest {
+///     user: &alice,
+///     verb: "list",
+///     path: "/apis/example.com/v1/widgets",
+///     resource: Some(ResourceTarget {
+///         api_group: "example.com",
+///         resource: "widgets",
+///         ..ResourceTarget::default()
+///     }),
+/// };
+/// let classification = engine.classify(&digest);
+/// assert_eq!(classification.priority_level(), "catch-all");
+/// let seat = engine.admit(&classification, 1, Duration::from_secs(15)).await.unwrap();
+/// // The request runs while `seat` is held.
+/// drop(seat);
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct FlowControl {
     server_concurrency: u32,
