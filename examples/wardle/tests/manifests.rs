@@ -188,6 +188,11 @@ fn manifests_parse_as_the_kubernetes_types() {
     for verb in ["get", "create", "update"] {
         assert!(grants("apiservices", verb));
     }
+    // Priority and fairness follows the cluster's configuration.
+    for verb in ["get", "list", "watch"] {
+        assert!(grants("flowschemas", verb));
+        assert!(grants("prioritylevelconfigurations", verb));
+    }
 }
 
 #[test]

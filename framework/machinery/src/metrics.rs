@@ -82,6 +82,31 @@ pub struct Metrics {
     /// `apiserver_audit_error_total` by plugin: audit events lost (`buffered`: the webhook's
     /// buffer was full; `webhook`, `log`: the backend failed).
     pub audit_errors: IntCounterVec,
+    /// API Priority and Fairness, with kube's names and labels.
+    pub flowcontrol: FlowControlMetrics,
+    /// The `apiserver_storage_objects` series made with [`Metrics::storage_objects_of`], by
+    /// resource: what the width of a list is estimated from.
+    object_counts: std::sync::RwLock<std::collections::HashMap<String, prometheus::IntGauge>>,
+}
+
+/// kube's `apiserver_flowcontrol_*` metrics (`util/flowcontrol/metrics`).
+pub struct FlowControlMetrics {
+    /// `apiserver_flowcontrol_rejected_requests_total` by flow_schema, priority_level,
+    /// reason (`queue-full`, `concurrency-limit`, `time-out`, `cancelled`).
+    pub rejected: IntCounterVec,
+    /// `apiserver_flowcontrol_dispatched_requests_total` by flow_schema, priority_level.
+    pub dispatched: IntCounterVec,
+    /// `apiserver_flowcontrol_current_inqueue_requests` by flow_schema, priority_level.
+    pub inqueue: IntGaugeVec,
+    /// `apiserver_flowcontrol_current_executing_requests` by flow_schema, priority_level.
+    pub executing: IntGaugeVec,
+    /// `apiserver_flowcontrol_current_executing_seats` by flow_schema, priority_level.
+    pub executing_seats: IntGaugeVec,
+    /// `apiserver_flowcontrol_nominal_limit_seats` by priority_level.
+    pub nominal_limit_seats: IntGaugeVec,
+    /// `apiserver_flowcontrol_request_wait_duration_seconds` by flow_schema,
+    /// priority_level, execute (`true`, `false`).
+    pub wait_duration: HistogramVec,
 }
 
 impl Metrics {
@@ -224,10 +249,73 @@ impl Metrics {
                 "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
                 &["plugin"],
             )?,
+            flowcontrol: FlowControlMetrics {
+                rejected: counter(
+                    "apiserver_flowcontrol_rejected_requests_total",
+                    "Number of requests rejected by API Priority and Fairness subsystem",
+                    &["flow_schema", "priority_level", "reason"],
+                )?,
+                dispatched: counter(
+                    "apiserver_flowcontrol_dispatched_requests_total",
+                    "Number of requests executed by API Priority and Fairness subsystem",
+                    &["flow_schema", "priority_level"],
+                )?,
+                inqueue: gauge(
+                    "apiserver_flowcontrol_current_inqueue_requests",
+                    "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
+                    &["flow_schema", "priority_level"],
+                )?,
+                executing: gauge(
+                    "apiserver_flowcontrol_current_executing_requests",
+                    "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API Priority and Fairness subsystem",
+                    &["flow_schema", "priority_level"],
+                )?,
+                executing_seats: gauge(
+                    "apiserver_flowcontrol_current_executing_seats",
+                    "Concurrency (number of seats) occupied by the currently executing (initial stage for a WATCH, any stage otherwise) requests in the API Priority and Fairness subsystem",
+                    &["flow_schema", "priority_level"],
+                )?,
+                nominal_limit_seats: gauge(
+                    "apiserver_flowcontrol_nominal_limit_seats",
+                    "Nominal number of execution seats configured for each priority level",
+                    &["priority_level"],
+                )?,
+                wait_duration: histogram(
+                    "apiserver_flowcontrol_request_wait_duration_seconds",
+                    "Length of time a request spent waiting in its queue",
+                    &["flow_schema", "priority_level", "execute"],
+                    vec![
+                        0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0,
+                    ],
+                )?,
+            },
+            object_counts: Default::default(),
             registry,
         };
         metrics.register_process()?;
         Ok(metrics)
+    }
+
+    /// The `apiserver_storage_objects` series of `resource` (`flunders.wardle.example.com`),
+    /// remembered so that [`stored_objects`](Self::stored_objects) can read it.
+    pub fn storage_objects_of(&self, resource: &str) -> prometheus::IntGauge {
+        let gauge = self.storage_objects.with_label_values(&[resource]);
+        let mut counts = self
+            .object_counts
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.insert(resource.to_string(), gauge.clone());
+        gauge
+    }
+
+    /// How many objects of `resource` are stored, as last counted; `None` when nothing
+    /// counts them (no watch cache).
+    pub fn stored_objects(&self, resource: &str) -> Option<i64> {
+        let counts = self
+            .object_counts
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.get(resource).map(prometheus::IntGauge::get)
     }
 
     /// `process_cpu_seconds_total`, `process_resident_memory_bytes`, … as Go's process

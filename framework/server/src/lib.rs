@@ -36,8 +36,9 @@
 //! [`admission`] → [`registry`] (API semantics: the generic store and strategies) →
 //! [`storage`] (keys, revisions, watches). [`aggregator`] registers the server with
 //! kube-apiserver's aggregator and prints its deploy manifests. Beside them: [`auth`]
-//! (authentication and authorization), [`audit`] (policy, events and their backends) and
-//! [`core_api`] (the client of the core kube-apiserver). [`metrics_apis`] serves the metrics
+//! (authentication and authorization), [`audit`] (policy, events and their backends),
+//! [`flowcontrol`] (API Priority and Fairness, which a filter runs) and [`core_api`] (the
+//! client of the core kube-apiserver). [`metrics_apis`] serves the metrics
 //! APIs (`metrics.k8s.io`, `custom.metrics.k8s.io`, `external.metrics.k8s.io`) from providers.
 //!
 //! This crate is the top of four (book: Architecture), and the one a server depends on: it
@@ -59,6 +60,7 @@ pub mod core_api;
 pub mod discovery;
 pub mod endpoints;
 pub mod filters;
+pub mod flowcontrol;
 // The entry points of the fuzz targets (fuzz/), and their regression tests.
 #[cfg(any(fuzzing, test))]
 pub mod fuzzing;

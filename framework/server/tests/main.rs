@@ -18,6 +18,7 @@ mod mutating_policies;
 mod object_size;
 mod overload;
 mod per_version;
+mod priority_and_fairness;
 mod request_bounds;
 mod resource_metrics;
 mod scale;

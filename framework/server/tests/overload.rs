@@ -53,8 +53,16 @@ impl Provider for Slow {
     }
 }
 
-const SLEEPERS: &str = "/apis/overload.example.com/v1/sleepers";
-const TICKETS: &str = "/apis/overload.example.com/v1/namespaces/default/tickets";
+pub(crate) const SLEEPERS: &str = "/apis/overload.example.com/v1/sleepers";
+pub(crate) const TICKETS: &str = "/apis/overload.example.com/v1/namespaces/default/tickets";
+
+/// Tickets, stored, and sleepers, listed slowly.
+pub(crate) fn group() -> APIGroup {
+    APIGroup::new("overload.example.com").version("v1", |v| {
+        v.resource::<Ticket>()
+            .computed_with(ComputedOptions::default().watch_cache(false), |_| Slow)
+    })
+}
 
 /// The server, the CA of its users, and the directory of the CA's file.
 async fn start() -> (TestServer, TestCa, tempfile::TempDir) {
@@ -62,12 +70,8 @@ async fn start() -> (TestServer, TestCa, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("users.crt");
     std::fs::write(&ca_file, &users.cert_pem).unwrap();
-    let group = APIGroup::new("overload.example.com").version("v1", |v| {
-        v.resource::<Ticket>()
-            .computed_with(ComputedOptions::default().watch_cache(false), |_| Slow)
-    });
     let server = TestServer::builder()
-        .group(group)
+        .group(group())
         .options(move |o| {
             o.max_requests_inflight = 4;
             o.max_mutating_requests_inflight = 2;
@@ -81,7 +85,7 @@ async fn start() -> (TestServer, TestCa, tempfile::TempDir) {
 /// A kube-rs client of `server` with `cert` as its client certificate, which does not retry
 /// (kube-rs retries 429s by default, after `Retry-After`: what a real client does, and why a
 /// flood degrades gracefully, but here each answer is counted).
-async fn client_as(server: &TestServer, cert: &TestCert) -> kube::Client {
+pub(crate) async fn client_as(server: &TestServer, cert: &TestCert) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
     let options = kube::config::KubeConfigOptions::default();
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
@@ -98,7 +102,12 @@ async fn client_as(server: &TestServer, cert: &TestCert) -> kube::Client {
 }
 
 /// One request's status, `Retry-After` and body.
-async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Value>) -> Answer {
+pub(crate) async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
     let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
     let request = Request::builder()
         .method(method)
@@ -108,6 +117,7 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Valu
         .unwrap();
     let response = client.send(request.map(Into::into)).await.unwrap();
     let code = response.status();
+    let headers = response.headers().clone();
     let retry_after = response
         .headers()
         .get("retry-after")
@@ -119,20 +129,22 @@ async fn send(client: &kube::Client, method: &str, path: &str, body: Option<Valu
         .to_bytes();
     Answer {
         code,
+        headers,
         retry_after,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     }
 }
 
 #[derive(Debug)]
-struct Answer {
-    code: StatusCode,
-    retry_after: Option<String>,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) code: StatusCode,
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) retry_after: Option<String>,
+    pub(crate) body: Value,
 }
 
 /// A refusal is kube's 429: a `Status` with reason `TooManyRequests` and `Retry-After: 1`.
-fn assert_refusal(answer: &Answer) {
+pub(crate) fn assert_refusal(answer: &Answer) {
     assert_eq!(answer.retry_after.as_deref(), Some("1"), "{answer:?}");
     assert_eq!(answer.body["kind"], "Status");
     assert_eq!(answer.body["reason"], "TooManyRequests");

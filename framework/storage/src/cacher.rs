@@ -322,7 +322,7 @@ impl CacheMetrics {
         let resource = crate::metrics::group_resource_of_prefix(prefix);
         let resource = [resource.as_str()];
         Self {
-            objects: metrics.storage_objects.with_label_values(&resource),
+            objects: metrics.storage_objects_of(resource[0]),
             events: metrics.watch_cache_events.with_label_values(&resource),
             revision: metrics.watch_cache_revision.with_label_values(&resource),
         }

@@ -13,7 +13,9 @@
 //!   APIServices (`/apis/apiregistration.k8s.io/v1/apiservices`, with `/status`) and
 //!   Mutating/ValidatingWebhookConfigurations and ValidatingAdmissionPolicies and their
 //!   bindings (`/apis/admissionregistration.k8s.io/v1/…`, defaulted as kube-apiserver
-//!   defaults them): get, list
+//!   defaults them), FlowSchemas and PriorityLevelConfigurations
+//!   (`/apis/flowcontrol.apiserver.k8s.io/v1/…`, kube-apiserver's mandatory and suggested
+//!   objects from the start, as a real cluster has them): get, list
 //!   (`fieldSelector=metadata.name=…`, `labelSelector=…`), watch (`watch=true`, from a
 //!   `resourceVersion`), create,
 //!   update (409 on a stale `resourceVersion`), merge/JSON patch and delete, with one global
@@ -305,7 +307,54 @@ impl FakeCore {
         };
         core.set_namespace("default", "Active");
         core.set_namespace("kube-system", "Active");
+        use extension_apiserver::flowcontrol::bootstrap;
+        let levels = bootstrap::mandatory_priority_levels()
+            .into_iter()
+            .chain(bootstrap::suggested_priority_levels());
+        for level in levels {
+            core.set_priority_level_configuration(json!(level));
+        }
+        let schemas = bootstrap::mandatory_flow_schemas()
+            .into_iter()
+            .chain(bootstrap::suggested_flow_schemas());
+        for schema in schemas {
+            core.set_flow_schema(json!(schema));
+        }
         core
+    }
+
+    /// Creates or replaces a FlowSchema (`flowcontrol.apiserver.k8s.io/v1`).
+    pub fn set_flow_schema(&self, object: Value) {
+        self.put_named(flowcontrol("flowschemas"), object);
+    }
+
+    /// Creates or replaces a PriorityLevelConfiguration.
+    pub fn set_priority_level_configuration(&self, object: Value) {
+        self.put_named(flowcontrol("prioritylevelconfigurations"), object);
+    }
+
+    /// Deletes a FlowSchema.
+    pub fn delete_flow_schema(&self, name: &str) {
+        self.inner.remove(&flowcontrol("flowschemas"), name).ok();
+    }
+
+    /// The FlowSchema named `name`, if any.
+    pub fn flow_schema(&self, name: &str) -> Option<Value> {
+        self.object(flowcontrol("flowschemas"), name)
+    }
+
+    /// The PriorityLevelConfiguration named `name`, if any.
+    pub fn priority_level_configuration(&self, name: &str) -> Option<Value> {
+        self.object(flowcontrol("prioritylevelconfigurations"), name)
+    }
+
+    fn object(&self, collection: Collection, name: &str) -> Option<Value> {
+        let (kind, _) = kind_of(&collection.0, &collection.1)?;
+        lock(&self.inner.objects)
+            .items
+            .get(&collection)
+            .and_then(|c| c.get(name).cloned())
+            .map(|o| with_type(o, kind))
     }
 
     /// `https://127.0.0.1:{port}`.
@@ -711,6 +760,13 @@ fn mutating_policies(resource: &str) -> Collection {
     (ADMISSION_V1BETA1.into(), resource.into(), String::new())
 }
 
+/// The flowcontrol group's path.
+const FLOWCONTROL_V1: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
+
+fn flowcontrol(resource: &str) -> Collection {
+    (FLOWCONTROL_V1.into(), resource.into(), String::new())
+}
+
 fn webhook_configurations(resource: &str) -> Collection {
     (ADMISSION_V1.into(), resource.into(), String::new())
 }
@@ -777,6 +833,11 @@ fn kind_of(prefix: &str, resource: &str) -> Option<(&'static str, &'static str)>
             "ValidatingAdmissionPolicyBinding",
             "admissionregistration.k8s.io/v1",
         )),
+        (FLOWCONTROL_V1, "flowschemas") => Some(("FlowSchema", "flowcontrol.apiserver.k8s.io/v1")),
+        (FLOWCONTROL_V1, "prioritylevelconfigurations") => Some((
+            "PriorityLevelConfiguration",
+            "flowcontrol.apiserver.k8s.io/v1",
+        )),
         (ADMISSION_V1BETA1, "mutatingadmissionpolicies") => Some((
             "MutatingAdmissionPolicy",
             "admissionregistration.k8s.io/v1beta1",
@@ -799,6 +860,7 @@ fn with_type(mut object: Value, kind: &str) -> Value {
         "MutatingAdmissionPolicy" | "MutatingAdmissionPolicyBinding" => {
             "admissionregistration.k8s.io/v1beta1"
         }
+        "FlowSchema" | "PriorityLevelConfiguration" => "flowcontrol.apiserver.k8s.io/v1",
         _ => "v1",
     };
     object["kind"] = json!(kind);
@@ -1215,6 +1277,18 @@ const DISCOVERY: &[(&str, &str, &[DiscoveredResource])] = &[
         "authorization.k8s.io",
         "v1",
         &[("subjectaccessreviews", "SubjectAccessReview", false)],
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        &[
+            ("flowschemas", "FlowSchema", false),
+            (
+                "prioritylevelconfigurations",
+                "PriorityLevelConfiguration",
+                false,
+            ),
+        ],
     ),
 ];
 

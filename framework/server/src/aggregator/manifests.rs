@@ -122,7 +122,8 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
         // What the server reads and writes itself: namespaces for the NamespaceLifecycle
         // admission and webhooks' namespaceSelectors, the webhook configurations the
         // admission webhook plugins follow, the Validating- and MutatingAdmissionPolicies and
-        // bindings the policy plugins follow, its APIServices for --register-apiservice.
+        // bindings the policy plugins follow, its APIServices for --register-apiservice, the
+        // FlowSchemas and PriorityLevelConfigurations priority and fairness follows.
         to_value(ClusterRole {
             metadata: m.meta(&m.name, None),
             rules: Some(vec![
@@ -161,6 +162,18 @@ pub fn manifest_objects(options: &ManifestOptions, versions: &[APIServiceVersion
                     "apiregistration.k8s.io",
                     "apiservices",
                     &["get", "create", "update"],
+                ),
+                // API Priority and Fairness: its configuration (sample-apiserver's
+                // rbac.yaml grants list and watch of these too).
+                rule(
+                    "flowcontrol.apiserver.k8s.io",
+                    "flowschemas",
+                    &["get", "list", "watch"],
+                ),
+                rule(
+                    "flowcontrol.apiserver.k8s.io",
+                    "prioritylevelconfigurations",
+                    &["get", "list", "watch"],
                 ),
             ]),
             ..Default::default()

@@ -2,8 +2,9 @@
 //! every response (`Audit-Id`, `Cache-Control`), the encoding of errors and indented JSON for
 //! people, panic recovery,
 //! request info and the request's tracing span, timeout (not for watches), authentication,
-//! impersonation, in-flight limits, authorization, request metrics, and audit around
-//! everything after authentication; last, the draw of `--goaway-chance` for HTTP/2.
+//! impersonation, in-flight limits or priority and fairness, authorization, request metrics,
+//! and audit around everything after authentication; last, the draw of `--goaway-chance` for
+//! HTTP/2.
 //! Each is a step in a file of its own; [`apply`] runs them in that order in one middleware.
 //! One layer, not one per filter: every axum layer costs each request a boxed future and a
 //! clone of the service inside it.
@@ -19,6 +20,7 @@ pub mod inflight;
 pub(crate) mod metrics;
 pub(crate) mod panic_recovery;
 pub(crate) mod pretty;
+pub mod priority_and_fairness;
 pub(crate) mod request_info;
 pub mod timeout;
 pub(crate) mod trace;
@@ -49,6 +51,9 @@ pub struct FilterConfig {
     /// Seats for requests in flight (`--max-requests-inflight`,
     /// `--max-mutating-requests-inflight`).
     pub inflight: Arc<inflight::InflightLimits>,
+    /// API Priority and Fairness (`--enable-priority-and-fairness` with a core API): when
+    /// set, it replaces the in-flight limits.
+    pub flow_control: Option<Arc<crate::flowcontrol::FlowControl>>,
     /// The audit policy and backends (`--audit-policy-file`); `None`: nothing is audited.
     pub audit: Option<Arc<crate::audit::Auditor>>,
     /// The installed streams and connections: long-running, and (connections) authorized
@@ -80,6 +85,50 @@ pub fn apply(router: Router, config: FilterConfig) -> Router {
     router.layer(from_fn_with_state(Arc::new(config), chain))
 }
 
+/// What an admitted request holds while it runs: a seat of the in-flight limits, or of
+/// priority and fairness.
+enum Held {
+    InFlight { _seat: Option<inflight::Seat> },
+    Fair(priority_and_fairness::Admitted),
+}
+
+impl Held {
+    /// Seats for `request`, or the 429 that refuses it.
+    fn admit<'a>(
+        config: &'a FilterConfig,
+        request: &Request,
+        long_running: bool,
+    ) -> impl Future<Output = Result<Self, Response>> + Send + 'a {
+        // What the request says is read before the wait: a `&Request` is not `Send`.
+        let decided = match &config.flow_control {
+            Some(engine) => Ok((
+                engine,
+                priority_and_fairness::classify(engine, request, long_running),
+            )),
+            None => Err(config.inflight.admit(request, long_running)),
+        };
+        async move {
+            match decided {
+                Ok((engine, classified)) => {
+                    let wait = priority_and_fairness::wait_limit(config.request_timeout);
+                    priority_and_fairness::admit(engine, classified, wait)
+                        .await
+                        .map(Held::Fair)
+                }
+                Err(Ok(seat)) => Ok(Held::InFlight { _seat: seat }),
+                Err(Err(refused)) => Err(refused.into_response()),
+            }
+        }
+    }
+
+    /// The response's `X-Kubernetes-PF-*` headers, under priority and fairness.
+    fn stamp(&self, response: &mut Response) {
+        if let Held::Fair(admitted) = self {
+            admitted.stamp(response);
+        }
+    }
+}
+
 /// The filters in order, around the rest of the request's path.
 async fn chain(
     State(config): State<Arc<FilterConfig>>,
@@ -109,21 +158,22 @@ async fn chain(
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
-            let _seat = match config.inflight.admit(&request, long_running) {
-                Ok(seat) => seat,
-                Err(refused) => return refused.into_response(),
-            };
-            let request = match authorization::authorize(&config, request).await {
-                Ok(request) => request,
+            let held = match Held::admit(&config, &request, long_running).await {
+                Ok(held) => held,
                 Err(refused) => return refused,
             };
-            match metrics::start(&request, arrived, long_running) {
-                Some(recording) => {
-                    let response = next.run(request).await;
-                    metrics::finish(recording, long_running, response)
-                }
-                None => next.run(request).await,
-            }
+            let mut response = match authorization::authorize(&config, request).await {
+                Ok(request) => match metrics::start(&request, arrived, long_running) {
+                    Some(recording) => {
+                        let response = next.run(request).await;
+                        metrics::finish(recording, long_running, response)
+                    }
+                    None => next.run(request).await,
+                },
+                Err(refused) => refused,
+            };
+            held.stamp(&mut response);
+            response
         };
         if long_running {
             admitted.await
@@ -215,6 +265,7 @@ mod tests {
                 anonymous,
                 request_timeout: Duration::from_millis(200),
                 inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
+                flow_control: None,
                 audit,
                 long_running: Default::default(),
                 goaway_chance: 0.0,

@@ -211,10 +211,20 @@ pub struct ServerOptions {
           value_parser = crate::auth::options::parse_duration, value_name = "DURATION")]
     pub shutdown_delay_duration: std::time::Duration,
 
+    /// API Priority and Fairness (as kube-apiserver's flag): requests are classified by the
+    /// core cluster's FlowSchemas and PriorityLevelConfigurations and queued fairly within
+    /// the sum of the two max-in-flight limits. Without a core API, or `=false`, the
+    /// max-in-flight limits apply instead.
+    #[arg(long = "enable-priority-and-fairness", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = true, value_name = "BOOL",
+          action = clap::ArgAction::Set)]
+    pub enable_priority_and_fairness: bool,
+
     /// The most read-only requests served at once per class (system components, everyone
     /// else; one user at most half of everyone else's); more are refused with 429 and
     /// `Retry-After`. Watches, health, discovery and `system:masters` are not counted. 0: no
-    /// limit.
+    /// limit. Under priority and fairness, with `--max-mutating-requests-inflight`, the
+    /// server's total concurrency limit.
     #[arg(long = "max-requests-inflight", default_value_t = 400)]
     pub max_requests_inflight: usize,
 
@@ -286,6 +296,7 @@ impl Default for ServerOptions {
             max_object_size_bytes: crate::storage::DEFAULT_MAX_OBJECT_BYTES,
             request_timeout_seconds: 60,
             shutdown_delay_duration: std::time::Duration::ZERO,
+            enable_priority_and_fairness: true,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
             logging_format: crate::server::LoggingFormat::Text,

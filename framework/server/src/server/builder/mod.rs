@@ -28,6 +28,7 @@ use crate::endpoints::{self, APIState, InstalledResources};
 use crate::error::Error;
 use crate::filters::inflight::InflightLimits;
 use crate::filters::{self, FilterConfig};
+use crate::flowcontrol::FlowControl;
 use crate::lifecycle::ShutdownSignal;
 use crate::metrics_apis::MetricsAPIs;
 use crate::openapi::{OpenAPIDocuments, OpenAPIInfo};
@@ -105,6 +106,7 @@ struct Bound {
     wiring: crate::aggregator::Wiring,
     admission: Admission,
     audit: Option<Arc<crate::audit::Auditor>>,
+    flow_control: Option<Arc<FlowControl>>,
 }
 
 /// What `--help` says a server is when its builder names nothing else.
@@ -776,7 +778,8 @@ impl APIServer {
             admission: bound.admission,
             stores: storage.stores(),
         };
-        let router = self.build_router(&groups, state, health.clone(), auth, audit.clone());
+        let overload = (bound.flow_control.clone(), audit.clone());
+        let router = self.build_router(&groups, state, health.clone(), auth, overload);
         Ok(BuiltServer {
             server: self,
             tls,
@@ -875,6 +878,7 @@ impl APIServer {
             storage.own_objects(),
         )?;
         let audit = options.audit.build(shutdown).await?;
+        let flow_control = self.flow_control(wiring.core.as_ref(), shutdown);
         Ok(Bound {
             listener,
             addr,
@@ -882,7 +886,27 @@ impl APIServer {
             wiring,
             admission,
             audit,
+            flow_control,
         })
+    }
+
+    /// Priority and fairness, following the core cluster's configuration, when enabled and
+    /// there is a core API; its seats are the sum of the two max-in-flight limits, as
+    /// `k8s.io/apiserver`'s recommended options make them (0: no limit, nothing to share).
+    fn flow_control(
+        &self,
+        core: Option<&kube::Client>,
+        shutdown: &ShutdownSignal,
+    ) -> Option<Arc<FlowControl>> {
+        let options = &self.options;
+        let total = options.max_requests_inflight + options.max_mutating_requests_inflight;
+        let total = u32::try_from(total).unwrap_or(u32::MAX);
+        match core {
+            Some(client) if options.enable_priority_and_fairness && total > 0 => {
+                Some(FlowControl::follow(client.clone(), total, shutdown.clone()))
+            }
+            _ => None,
+        }
     }
 
     /// What runs beside serving until shutdown: the serving certificate's reload (and the
@@ -969,7 +993,7 @@ impl APIServer {
         state: APIState,
         health: HealthState,
         auth: AuthSetup,
-        audit: Option<Arc<crate::audit::Auditor>>,
+        (flow_control, audit): (Option<Arc<FlowControl>>, Option<Arc<crate::audit::Auditor>>),
     ) -> Router {
         let state = Arc::new(state);
         let served: Vec<_> = groups.iter().map(APIGroupInfo::served).collect();
@@ -999,6 +1023,7 @@ impl APIServer {
                 self.options.max_requests_inflight,
                 self.options.max_mutating_requests_inflight,
             )),
+            flow_control,
             audit,
             long_running: filters::timeout::LongRunningSubresources::new(groups),
             goaway_chance: self.options.goaway_chance,
