@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use wardle::Flunder;
 
-const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+pub(crate) const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
 
 /// `host:port` of a `postgres://[user@]host:port/db` URL.
 fn host_port(url: &str) -> String {
@@ -108,7 +108,7 @@ impl Drop for Relay {
 }
 
 /// Server options on the PostgreSQL at `url`, in `schema`.
-fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
+pub(crate) fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
     ServerOptions {
         postgres_url: Some(url.to_owned()),
         postgres_schema: schema.to_owned(),
@@ -117,7 +117,7 @@ fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
 }
 
 /// The server (once the database answered), and an admin client that does not retry.
-async fn start(options: ServerOptions) -> (TestServer, Client) {
+pub(crate) async fn start(options: ServerOptions) -> (TestServer, Client) {
     let server = serve(options).await;
     let client = no_retry_client(&server).await;
     (server, client)
@@ -125,7 +125,7 @@ async fn start(options: ServerOptions) -> (TestServer, Client) {
 
 /// `Status` 503 `ServiceUnavailable`, as kube-apiserver answers while etcd is away.
 #[track_caller]
-fn assert_unavailable(reply: &Reply) {
+pub(crate) fn assert_unavailable(reply: &Reply) {
     let status = reply.json();
     assert_eq!(reply.code, 503, "{status}");
     assert_eq!(status["kind"], "Status", "{status}");
@@ -134,7 +134,7 @@ fn assert_unavailable(reply: &Reply) {
 }
 
 /// Polls `/readyz` until it is `ok` (at most 120 tries, half a second apart).
-async fn wait_ready(client: &Client) {
+pub(crate) async fn wait_ready(client: &Client) {
     for _ in 0..120 {
         let reply = send(client, "GET", "/readyz", "").await;
         if reply.code == 200 {
@@ -147,7 +147,7 @@ async fn wait_ready(client: &Client) {
 }
 
 /// Polls `/readyz?verbose` until the postgres check fails (at most 60 tries).
-async fn wait_not_ready(client: &Client) {
+pub(crate) async fn wait_not_ready(client: &Client) {
     for _ in 0..60 {
         let reply = send(client, "GET", "/readyz?verbose", "").await;
         if reply.code == 500 {
@@ -236,32 +236,7 @@ async fn postgres_outage_under_load_loses_nothing_acknowledged() {
     let params = WatchParams::default().timeout(120);
     let live = api.watch(&params, &start_rv).await.unwrap().boxed();
 
-    // Creates, one after another, until told to stop; each 201 is acknowledged.
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn({
-        let (client, stop) = (client.clone(), Arc::clone(&stop));
-        async move {
-            let mut acknowledged = Vec::new();
-            let mut failed = 0;
-            for i in 0..100_000 {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let name = format!("load-{i}");
-                let reply = send(&client, "POST", FLUNDERS, &flunder_json(&name)).await;
-                match reply.code {
-                    201 => acknowledged.push(name),
-                    503 => {
-                        assert_unavailable(&reply);
-                        failed += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    code => panic!("create {name}: {code} {}", reply.body),
-                }
-            }
-            (acknowledged, failed)
-        }
-    });
+    let creates = Creates::start(&client, 1);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     relay.cut();
@@ -275,41 +250,105 @@ async fn postgres_outage_under_load_loses_nothing_acknowledged() {
     relay.mend();
     wait_ready(&client).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::SeqCst);
-    let (acknowledged, failed) = load.await.unwrap();
+    let (acknowledged, failed) = creates.finish().await;
     assert!(failed > 0, "no create met the outage");
     assert!(acknowledged.len() > 2, "too few creates: {acknowledged:?}");
 
-    // Every acknowledged create is stored; the refused one is not.
+    let stored = assert_stored_and_watched(&api, &acknowledged, &start_rv, live).await;
+    assert!(!stored.contains_key("lost"));
+    server.stop().await;
+}
+
+/// Creates from concurrent clients, each one after another, until [`Creates::finish`]: a 201
+/// is acknowledged, a 503 (storage away) must be kube's `Status`, anything else fails.
+pub(crate) struct Creates {
+    stop: Arc<AtomicBool>,
+    writers: Vec<JoinHandle<(Vec<String>, usize)>>,
+}
+
+impl Creates {
+    pub(crate) fn start(client: &Client, writers: usize) -> Creates {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = (0..writers)
+            .map(|writer| {
+                let (client, stop) = (client.clone(), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let (mut acknowledged, mut failed) = (Vec::new(), 0);
+                    for i in 0..100_000 {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let name = format!("load-{writer}-{i}");
+                        let reply = send(&client, "POST", FLUNDERS, &flunder_json(&name)).await;
+                        match reply.code {
+                            201 => acknowledged.push(name),
+                            503 => {
+                                assert_unavailable(&reply);
+                                failed += 1;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            code => panic!("create {name}: {code} {}", reply.body),
+                        }
+                    }
+                    (acknowledged, failed)
+                })
+            })
+            .collect();
+        Creates { stop, writers }
+    }
+
+    /// Stops the writers: the names acknowledged, and how many creates failed with 503.
+    pub(crate) async fn finish(self) -> (Vec<String>, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        let (mut acknowledged, mut failed) = (Vec::new(), 0);
+        for writer in self.writers {
+            let (names, failures) = writer.await.unwrap();
+            acknowledged.extend(names);
+            failed += failures;
+        }
+        (acknowledged, failed)
+    }
+}
+
+/// After an outage: every acknowledged create is stored, and the watch kept open through it
+/// and a new one from `start_rv` each see every object stored since once, in resourceVersion
+/// order. The stored names with their resourceVersions.
+pub(crate) async fn assert_stored_and_watched(
+    api: &Api<Flunder>,
+    acknowledged: &[String],
+    start_rv: &str,
+    live: WatchStream,
+) -> BTreeMap<String, u64> {
     let list = api.list(&ListParams::default()).await.unwrap();
-    let stored: BTreeMap<String, String> = list
+    let stored: BTreeMap<String, u64> = list
         .items
         .iter()
         .map(|f| {
-            (
-                f.metadata.name.clone().unwrap(),
-                f.metadata.resource_version.clone().unwrap(),
-            )
+            let rv = f.metadata.resource_version.as_deref().unwrap();
+            (f.metadata.name.clone().unwrap(), rv.parse().unwrap())
         })
         .collect();
-    for name in &acknowledged {
+    for name in acknowledged {
         assert!(stored.contains_key(name), "acknowledged {name} was lost");
     }
-    assert!(!stored.contains_key("lost"));
-
-    // The watch kept open through the outage, and a new one from before it: each sees every
-    // object stored since once, in resourceVersion order.
-    let through = watch_added(&api, &start_rv, Some(live), stored.len() - 1).await;
-    let seen = watch_added(&api, &start_rv, None, stored.len() - 1).await;
-    assert_eq!(through, seen);
-    server.stop().await;
+    let start: u64 = start_rv.parse().unwrap();
+    let since: BTreeMap<String, u64> = stored
+        .iter()
+        .filter(|(_, rv)| **rv > start)
+        .map(|(name, rv)| (name.clone(), *rv))
+        .collect();
+    let through = watch_added(api, start_rv, Some(live), since.len()).await;
+    assert_eq!(through, since, "the watch kept open through the outage");
+    let seen = watch_added(api, start_rv, None, since.len()).await;
+    assert_eq!(seen, since, "a watch from before the outage");
+    stored
 }
 
 /// Reads `count` ADDED events from `watch` (or a new watch from `from`), checking that their
 /// resourceVersions only grow. When the server ends the watch or sends an ERROR (as it may
 /// while storage is away), it is opened again from the last resourceVersion received, as a
 /// client does; a 410 there would mean a gap, and fails.
-async fn watch_added(
+pub(crate) async fn watch_added(
     api: &Api<Flunder>,
     from: &str,
     watch: Option<WatchStream>,
@@ -347,7 +386,8 @@ async fn watch_added(
     seen
 }
 
-type WatchStream = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Flunder>>>;
+pub(crate) type WatchStream =
+    futures::stream::BoxStream<'static, kube::Result<WatchEvent<Flunder>>>;
 
 /// Where `.ci/postgres.sh start` leaves the CA and the client certificate of the TLS role:
 /// `APISERVER_TEST_POSTGRES_TLS`, default `/tmp/apiserver-ci-postgres-tls`.
