@@ -492,3 +492,73 @@ async fn postgres_starts_while_the_database_is_away_and_serves_once_it_answers()
     assert_eq!(names, ["one"]);
     server.stop().await;
 }
+
+/// `--postgres-statement-timeout`: a create waiting on a lock longer than that is cancelled by
+/// the database itself, so nothing of it goes on running or waiting there, and the client
+/// gets kube's 504 `Timeout` Status; nothing was written, and once the lock is gone creates
+/// work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_statement_timeout_stops_what_the_request_gave_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = postgres_schema();
+    let options = ServerOptions {
+        postgres_statement_timeout_seconds: Some(1),
+        ..options(dir.path(), &postgres_url(), &schema)
+    };
+    let (server, client) = start(options).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("before")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+
+    // Another session holds the table every write (and read) goes through.
+    let (locker, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {schema}.live IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("blocked")).await;
+    let status = reply.json();
+    assert_eq!(reply.code, 504, "{status}");
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert_eq!(status["reason"], "Timeout", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("statement timeout"),
+        "{status}"
+    );
+    // Not stalled until the server's own request timeout (60 s).
+    assert!(started.elapsed() < Duration::from_secs(30), "{status}");
+    // The database stopped it: no one waits on the lock any more.
+    let waiting: i64 = locker
+        .query_one(
+            &format!(
+                "SELECT COUNT(*) FROM pg_locks WHERE relation = '{schema}.live'::regclass \
+                 AND NOT granted"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 0);
+
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    drop(locker);
+    connection.await.unwrap().unwrap();
+    assert_eq!(
+        send(&client, "GET", &format!("{FLUNDERS}/blocked"), "")
+            .await
+            .code,
+        404
+    );
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("after")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    server.stop().await;
+}
