@@ -240,23 +240,23 @@ async fn postgres_outage_under_load_loses_nothing_acknowledged() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     relay.cut();
-    wait_not_ready(&client).await;
-    assert_unavailable(&send(&client, "GET", &format!("{FLUNDERS}/load-0"), "").await);
-    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("lost")).await);
-    // Health that needs no storage stays green.
-    assert_eq!(send(&client, "GET", "/livez", "").await.code, 200);
+    assert_away(&client).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     relay.mend();
     wait_ready(&client).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (acknowledged, failed) = creates.finish().await;
-    assert!(failed > 0, "no create met the outage");
-    assert!(acknowledged.len() > 2, "too few creates: {acknowledged:?}");
-
-    let stored = assert_stored_and_watched(&api, &acknowledged, &start_rv, live).await;
-    assert!(!stored.contains_key("lost"));
+    creates.finish_after_outage(&api, &start_rv, live, 2).await;
     server.stop().await;
+}
+
+/// While the database is away: `/readyz` fails on `postgres`, storage requests get `Status`
+/// 503 (a create of `lost` among them), health without storage stays green.
+pub(crate) async fn assert_away(client: &Client) {
+    wait_not_ready(client).await;
+    assert_unavailable(&send(client, "GET", &format!("{FLUNDERS}/first"), "").await);
+    assert_unavailable(&send(client, "POST", FLUNDERS, &flunder_json("lost")).await);
+    assert_eq!(send(client, "GET", "/livez", "").await.code, 200);
 }
 
 /// Creates from concurrent clients, each one after another, until [`Creates::finish`]: a 201
@@ -297,8 +297,31 @@ impl Creates {
         Creates { stop, writers }
     }
 
+    /// Stops the writers once the database is back, and checks what the outage left: some
+    /// creates met it (503), more than `min` got through, every acknowledged one is stored and
+    /// seen once, in order, by the watch kept open through it and by a new one from
+    /// `start_rv` ([`assert_stored_and_watched`]), and `lost` (refused meanwhile) is not
+    /// stored. The stored names with their resourceVersions.
+    pub(crate) async fn finish_after_outage(
+        self,
+        api: &Api<Flunder>,
+        start_rv: &str,
+        live: WatchStream,
+        min: usize,
+    ) -> BTreeMap<String, u64> {
+        let (acknowledged, failed) = self.finish().await;
+        assert!(failed > 0, "no create met the outage");
+        assert!(
+            acknowledged.len() > min,
+            "too few creates: {acknowledged:?}"
+        );
+        let stored = assert_stored_and_watched(api, &acknowledged, start_rv, live).await;
+        assert!(!stored.contains_key("lost"));
+        stored
+    }
+
     /// Stops the writers: the names acknowledged, and how many creates failed with 503.
-    pub(crate) async fn finish(self) -> (Vec<String>, usize) {
+    async fn finish(self) -> (Vec<String>, usize) {
         self.stop.store(true, Ordering::SeqCst);
         let (mut acknowledged, mut failed) = (Vec::new(), 0);
         for writer in self.writers {
@@ -313,7 +336,7 @@ impl Creates {
 /// After an outage: every acknowledged create is stored, and the watch kept open through it
 /// and a new one from `start_rv` each see every object stored since once, in resourceVersion
 /// order. The stored names with their resourceVersions.
-pub(crate) async fn assert_stored_and_watched(
+async fn assert_stored_and_watched(
     api: &Api<Flunder>,
     acknowledged: &[String],
     start_rv: &str,

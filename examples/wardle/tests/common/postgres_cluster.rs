@@ -178,14 +178,7 @@ impl PgCluster {
     /// log) when it fails.
     async fn run(&self, program: &str, args: &[&str]) -> Output {
         let program_path = self.bin.join(program);
-        let mut command = if is_root() {
-            let mut command = tokio::process::Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(&program_path);
-            command
-        } else {
-            tokio::process::Command::new(&program_path)
-        };
-        let output = command
+        let output = tokio::process::Command::from(as_postgres(&program_path))
             .args(args)
             .current_dir(self.dir.path())
             .kill_on_drop(true)
@@ -210,17 +203,10 @@ impl Drop for PgCluster {
         if !Path::new(&self.data()).join("postmaster.pid").exists() {
             return;
         }
-        let pg_ctl = self.bin.join("pg_ctl");
         let data = self.data();
-        let args = ["-D", data.as_str(), "-m", "immediate", "-w", "stop"];
-        let mut command = if is_root() {
-            let mut command = std::process::Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(&pg_ctl);
-            command
-        } else {
-            std::process::Command::new(&pg_ctl)
-        };
-        let _ = command.args(args).output();
+        let _ = as_postgres(&self.bin.join("pg_ctl"))
+            .args(["-D", data.as_str(), "-m", "immediate", "-w", "stop"])
+            .output();
     }
 }
 
@@ -243,6 +229,17 @@ fn bin_dir() -> PathBuf {
              `bash .ci/postgres.sh start` installs them"
         )
     })
+}
+
+/// A command running `program` as the `postgres` user (as ourselves when not root).
+fn as_postgres(program: &Path) -> std::process::Command {
+    if is_root() {
+        let mut command = std::process::Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        std::process::Command::new(program)
+    }
 }
 
 /// Whether the test runs as root (then the server's programs run as `postgres`): `/proc/self`
