@@ -1042,7 +1042,21 @@ async fn poll(db: Arc<Db>, notifier: Notifier, interval: Duration) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        // Committed before the query began, so its snapshot holds it.
+        let seen = notifier.latest();
         if let Ok(revision) = db.call(db.max_revision()).await {
+            if revision < seen {
+                // Only a database that lost acknowledged commits does this: a switch to an
+                // asynchronous standby that lacked them, a restore from a backup. Revisions
+                // from `revision` on will be given again, so watches and the watch cache
+                // would miss or confuse them until the server restarts.
+                tracing::error!(
+                    revision,
+                    seen,
+                    "postgres: the database's revision went back; was it switched to a standby \
+                     that lacked acknowledged writes? Restart the server"
+                );
+            }
             notifier.publish(revision);
         }
     }
