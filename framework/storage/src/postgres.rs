@@ -29,6 +29,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::task::JoinHandle;
 use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Config, IsolationLevel, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -792,7 +793,7 @@ async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     // Prepared (or found in the cache) before the lock, which is held from here to the
-    // commit: three round trips (read, write, commit).
+    // commit: two round trips (the read, sent with the lock, then the write; the commit).
     let (lock, read) = (
         tx.prepare_cached(LOCK).await?,
         tx.prepare_cached(READ_FOR_WRITE).await?,
@@ -801,9 +802,16 @@ async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
         tx.prepare_cached(WRITE_PUT).await?,
         tx.prepare_cached(WRITE_DELETE).await?,
     );
-    // Held until the commit is visible: the next writer's MAX sees this revision.
-    tx.execute(&lock, &[&db.lock]).await?;
-    let row = tx.query_one(&read, &[&key.as_bytes()]).await?;
+    // Held until the commit is visible: the next writer's MAX sees this revision. The read
+    // is pipelined behind the lock (tokio-postgres sends requests in the order they are
+    // first polled): the server runs it as soon as it has the lock, in a snapshot of its
+    // own taken then, without a round trip to us in between.
+    let (lock_params, read_params): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
+        ([&db.lock], [&key.as_bytes()]);
+    let (_, row) = futures::try_join!(
+        tx.execute(&lock, &lock_params),
+        tx.query_one(&read, &read_params)
+    )?;
     let revision: Revision = row.try_get(0)?;
     let current = match row.try_get::<_, Option<Revision>>(4)? {
         Some(mod_revision) => Some(KeyValue {
