@@ -11,5 +11,6 @@ mod lifecycle;
 mod manifests;
 mod migrate_storage;
 mod postgres;
+mod postgres_faults;
 mod readme;
 mod reliability;

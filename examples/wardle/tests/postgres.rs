@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use wardle::Flunder;
 
-const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+pub(crate) const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
 
 /// `host:port` of a `postgres://[user@]host:port/db` URL.
 fn host_port(url: &str) -> String {
@@ -108,7 +108,7 @@ impl Drop for Relay {
 }
 
 /// Server options on the PostgreSQL at `url`, in `schema`.
-fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
+pub(crate) fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
     ServerOptions {
         postgres_url: Some(url.to_owned()),
         postgres_schema: schema.to_owned(),
@@ -117,7 +117,7 @@ fn options(dir: &std::path::Path, url: &str, schema: &str) -> ServerOptions {
 }
 
 /// The server (once the database answered), and an admin client that does not retry.
-async fn start(options: ServerOptions) -> (TestServer, Client) {
+pub(crate) async fn start(options: ServerOptions) -> (TestServer, Client) {
     let server = serve(options).await;
     let client = no_retry_client(&server).await;
     (server, client)
@@ -125,7 +125,7 @@ async fn start(options: ServerOptions) -> (TestServer, Client) {
 
 /// `Status` 503 `ServiceUnavailable`, as kube-apiserver answers while etcd is away.
 #[track_caller]
-fn assert_unavailable(reply: &Reply) {
+pub(crate) fn assert_unavailable(reply: &Reply) {
     let status = reply.json();
     assert_eq!(reply.code, 503, "{status}");
     assert_eq!(status["kind"], "Status", "{status}");
@@ -134,7 +134,7 @@ fn assert_unavailable(reply: &Reply) {
 }
 
 /// Polls `/readyz` until it is `ok` (at most 120 tries, half a second apart).
-async fn wait_ready(client: &Client) {
+pub(crate) async fn wait_ready(client: &Client) {
     for _ in 0..120 {
         let reply = send(client, "GET", "/readyz", "").await;
         if reply.code == 200 {
@@ -147,7 +147,7 @@ async fn wait_ready(client: &Client) {
 }
 
 /// Polls `/readyz?verbose` until the postgres check fails (at most 60 tries).
-async fn wait_not_ready(client: &Client) {
+pub(crate) async fn wait_not_ready(client: &Client) {
     for _ in 0..60 {
         let reply = send(client, "GET", "/readyz?verbose", "").await;
         if reply.code == 500 {
@@ -236,80 +236,142 @@ async fn postgres_outage_under_load_loses_nothing_acknowledged() {
     let params = WatchParams::default().timeout(120);
     let live = api.watch(&params, &start_rv).await.unwrap().boxed();
 
-    // Creates, one after another, until told to stop; each 201 is acknowledged.
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn({
-        let (client, stop) = (client.clone(), Arc::clone(&stop));
-        async move {
-            let mut acknowledged = Vec::new();
-            let mut failed = 0;
-            for i in 0..100_000 {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let name = format!("load-{i}");
-                let reply = send(&client, "POST", FLUNDERS, &flunder_json(&name)).await;
-                match reply.code {
-                    201 => acknowledged.push(name),
-                    503 => {
-                        assert_unavailable(&reply);
-                        failed += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    code => panic!("create {name}: {code} {}", reply.body),
-                }
-            }
-            (acknowledged, failed)
-        }
-    });
+    let creates = Creates::start(&client, 1);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     relay.cut();
-    wait_not_ready(&client).await;
-    assert_unavailable(&send(&client, "GET", &format!("{FLUNDERS}/load-0"), "").await);
-    assert_unavailable(&send(&client, "POST", FLUNDERS, &flunder_json("lost")).await);
-    // Health that needs no storage stays green.
-    assert_eq!(send(&client, "GET", "/livez", "").await.code, 200);
+    assert_away(&client).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     relay.mend();
     wait_ready(&client).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::SeqCst);
-    let (acknowledged, failed) = load.await.unwrap();
-    assert!(failed > 0, "no create met the outage");
-    assert!(acknowledged.len() > 2, "too few creates: {acknowledged:?}");
+    creates.finish_after_outage(&api, &start_rv, live, 2).await;
+    server.stop().await;
+}
 
-    // Every acknowledged create is stored; the refused one is not.
+/// While the database is away: `/readyz` fails on `postgres`, storage requests get `Status`
+/// 503 (a create of `lost` among them), health without storage stays green.
+pub(crate) async fn assert_away(client: &Client) {
+    wait_not_ready(client).await;
+    assert_unavailable(&send(client, "GET", &format!("{FLUNDERS}/first"), "").await);
+    assert_unavailable(&send(client, "POST", FLUNDERS, &flunder_json("lost")).await);
+    assert_eq!(send(client, "GET", "/livez", "").await.code, 200);
+}
+
+/// Creates from concurrent clients, each one after another, until [`Creates::finish`]: a 201
+/// is acknowledged, a 503 (storage away) must be kube's `Status`, anything else fails.
+pub(crate) struct Creates {
+    stop: Arc<AtomicBool>,
+    writers: Vec<JoinHandle<(Vec<String>, usize)>>,
+}
+
+impl Creates {
+    pub(crate) fn start(client: &Client, writers: usize) -> Creates {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = (0..writers)
+            .map(|writer| {
+                let (client, stop) = (client.clone(), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let (mut acknowledged, mut failed) = (Vec::new(), 0);
+                    for i in 0..100_000 {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let name = format!("load-{writer}-{i}");
+                        let reply = send(&client, "POST", FLUNDERS, &flunder_json(&name)).await;
+                        match reply.code {
+                            201 => acknowledged.push(name),
+                            503 => {
+                                assert_unavailable(&reply);
+                                failed += 1;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            code => panic!("create {name}: {code} {}", reply.body),
+                        }
+                    }
+                    (acknowledged, failed)
+                })
+            })
+            .collect();
+        Creates { stop, writers }
+    }
+
+    /// Stops the writers once the database is back, and checks what the outage left: some
+    /// creates met it (503), more than `min` got through, every acknowledged one is stored and
+    /// seen once, in order, by the watch kept open through it and by a new one from
+    /// `start_rv` ([`assert_stored_and_watched`]), and `lost` (refused meanwhile) is not
+    /// stored. The stored names with their resourceVersions.
+    pub(crate) async fn finish_after_outage(
+        self,
+        api: &Api<Flunder>,
+        start_rv: &str,
+        live: WatchStream,
+        min: usize,
+    ) -> BTreeMap<String, u64> {
+        let (acknowledged, failed) = self.finish().await;
+        assert!(failed > 0, "no create met the outage");
+        assert!(
+            acknowledged.len() > min,
+            "too few creates: {acknowledged:?}"
+        );
+        let stored = assert_stored_and_watched(api, &acknowledged, start_rv, live).await;
+        assert!(!stored.contains_key("lost"));
+        stored
+    }
+
+    /// Stops the writers: the names acknowledged, and how many creates failed with 503.
+    async fn finish(self) -> (Vec<String>, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        let (mut acknowledged, mut failed) = (Vec::new(), 0);
+        for writer in self.writers {
+            let (names, failures) = writer.await.unwrap();
+            acknowledged.extend(names);
+            failed += failures;
+        }
+        (acknowledged, failed)
+    }
+}
+
+/// After an outage: every acknowledged create is stored, and the watch kept open through it
+/// and a new one from `start_rv` each see every object stored since once, in resourceVersion
+/// order. The stored names with their resourceVersions.
+async fn assert_stored_and_watched(
+    api: &Api<Flunder>,
+    acknowledged: &[String],
+    start_rv: &str,
+    live: WatchStream,
+) -> BTreeMap<String, u64> {
     let list = api.list(&ListParams::default()).await.unwrap();
-    let stored: BTreeMap<String, String> = list
+    let stored: BTreeMap<String, u64> = list
         .items
         .iter()
         .map(|f| {
-            (
-                f.metadata.name.clone().unwrap(),
-                f.metadata.resource_version.clone().unwrap(),
-            )
+            let rv = f.metadata.resource_version.as_deref().unwrap();
+            (f.metadata.name.clone().unwrap(), rv.parse().unwrap())
         })
         .collect();
-    for name in &acknowledged {
+    for name in acknowledged {
         assert!(stored.contains_key(name), "acknowledged {name} was lost");
     }
-    assert!(!stored.contains_key("lost"));
-
-    // The watch kept open through the outage, and a new one from before it: each sees every
-    // object stored since once, in resourceVersion order.
-    let through = watch_added(&api, &start_rv, Some(live), stored.len() - 1).await;
-    let seen = watch_added(&api, &start_rv, None, stored.len() - 1).await;
-    assert_eq!(through, seen);
-    server.stop().await;
+    let start: u64 = start_rv.parse().unwrap();
+    let since: BTreeMap<String, u64> = stored
+        .iter()
+        .filter(|(_, rv)| **rv > start)
+        .map(|(name, rv)| (name.clone(), *rv))
+        .collect();
+    let through = watch_added(api, start_rv, Some(live), since.len()).await;
+    assert_eq!(through, since, "the watch kept open through the outage");
+    let seen = watch_added(api, start_rv, None, since.len()).await;
+    assert_eq!(seen, since, "a watch from before the outage");
+    stored
 }
 
 /// Reads `count` ADDED events from `watch` (or a new watch from `from`), checking that their
 /// resourceVersions only grow. When the server ends the watch or sends an ERROR (as it may
 /// while storage is away), it is opened again from the last resourceVersion received, as a
 /// client does; a 410 there would mean a gap, and fails.
-async fn watch_added(
+pub(crate) async fn watch_added(
     api: &Api<Flunder>,
     from: &str,
     watch: Option<WatchStream>,
@@ -347,7 +409,8 @@ async fn watch_added(
     seen
 }
 
-type WatchStream = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Flunder>>>;
+pub(crate) type WatchStream =
+    futures::stream::BoxStream<'static, kube::Result<WatchEvent<Flunder>>>;
 
 /// Where `.ci/postgres.sh start` leaves the CA and the client certificate of the TLS role:
 /// `APISERVER_TEST_POSTGRES_TLS`, default `/tmp/apiserver-ci-postgres-tls`.
@@ -450,5 +513,75 @@ async fn postgres_starts_while_the_database_is_away_and_serves_once_it_answers()
         .filter_map(|item| item["metadata"]["name"].as_str())
         .collect();
     assert_eq!(names, ["one"]);
+    server.stop().await;
+}
+
+/// `--postgres-statement-timeout`: a create waiting on a lock longer than that is cancelled by
+/// the database itself, so nothing of it goes on running or waiting there, and the client
+/// gets kube's 504 `Timeout` Status; nothing was written, and once the lock is gone creates
+/// work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_statement_timeout_stops_what_the_request_gave_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = postgres_schema();
+    let options = ServerOptions {
+        postgres_statement_timeout_seconds: Some(1),
+        ..options(dir.path(), &postgres_url(), &schema)
+    };
+    let (server, client) = start(options).await;
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("before")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+
+    // Another session holds the table every write (and read) goes through.
+    let (locker, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {schema}.live IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("blocked")).await;
+    let status = reply.json();
+    assert_eq!(reply.code, 504, "{status}");
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert_eq!(status["reason"], "Timeout", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("statement timeout"),
+        "{status}"
+    );
+    // Not stalled until the server's own request timeout (60 s).
+    assert!(started.elapsed() < Duration::from_secs(30), "{status}");
+    // The database stopped it: no one waits on the lock any more.
+    let waiting: i64 = locker
+        .query_one(
+            &format!(
+                "SELECT COUNT(*) FROM pg_locks WHERE relation = '{schema}.live'::regclass \
+                 AND NOT granted"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 0);
+
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    drop(locker);
+    connection.await.unwrap().unwrap();
+    assert_eq!(
+        send(&client, "GET", &format!("{FLUNDERS}/blocked"), "")
+            .await
+            .code,
+        404
+    );
+    let reply = send(&client, "POST", FLUNDERS, &flunder_json("after")).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
     server.stop().await;
 }

@@ -151,6 +151,11 @@ pub enum StorageError {
         /// The limit (0 when the backend does not say).
         limit: usize,
     },
+    /// The backend answered that the operation took too long and stopped it (PostgreSQL's
+    /// `statement_timeout`; kube-apiserver's storage `ErrCodeTimeout`) (→ HTTP 504 `Timeout`).
+    /// Nothing was written.
+    #[error("storage timeout: {0}")]
+    Timeout(String),
     /// The backend could not be reached or failed (→ HTTP 503/500).
     #[error("storage unavailable: {0}")]
     Unavailable(String),

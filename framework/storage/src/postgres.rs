@@ -27,8 +27,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use rustls::pki_types::CertificateDer;
 use tokio::task::JoinHandle;
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Config, IsolationLevel, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -144,6 +145,14 @@ pub struct PostgresOptions {
     /// How long one read or write may take (waiting for a pooled connection included)
     /// before it fails with [`StorageError::Unavailable`] (HTTP 503).
     pub request_timeout: Duration,
+    /// How long one statement may run on the database (PostgreSQL's `statement_timeout`, set
+    /// on every connection) before the database itself cancels it and the call fails with
+    /// [`StorageError::Timeout`] (HTTP 504). Without it a statement the server gave up on
+    /// (past [`request_timeout`](Self::request_timeout)) would go on running, holding locks
+    /// and a connection. `ZERO`: no limit. While it is set, the server waits for the
+    /// database's own answer a second longer than the larger of the two, so that a statement
+    /// too slow gets the 504 and only a database that does not answer at all the 503.
+    pub statement_timeout: Duration,
     /// How long the readiness check (`/readyz`) waits for the database.
     pub ready_timeout: Duration,
     /// How often the store's revision is polled, for writes whose notification was lost
@@ -160,6 +169,7 @@ impl Default for PostgresOptions {
             tls: None,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
             ready_timeout: Duration::from_secs(2),
             poll_interval: Duration::from_secs(1),
         }
@@ -273,7 +283,12 @@ impl PostgresBackend {
         );
         // Every statement below names tables without a schema: the search path picks ours.
         // The name is checked above to need no quoting.
-        let search_path = format!("-c search_path={}", options.schema);
+        // And the statement timeout, so that the database stops what the server gave up on.
+        let search_path = format!(
+            "-c search_path={} -c statement_timeout={}",
+            options.schema,
+            options.statement_timeout.as_millis()
+        );
         let all = match config.get_options() {
             Some(given) if !given.is_empty() => format!("{given} {search_path}"),
             _ => search_path,
@@ -315,9 +330,14 @@ impl PostgresBackend {
             .recycle_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|e| StorageError::Internal(format!("postgres pool: {e}")))?;
+        let deadline = if options.statement_timeout.is_zero() {
+            options.request_timeout
+        } else {
+            options.request_timeout.max(options.statement_timeout) + Duration::from_secs(1)
+        };
         let db = Arc::new(Db {
             pool,
-            request_timeout: options.request_timeout,
+            deadline,
             lock: lock_key(&options.schema),
             channel: format!("apiserver_{}", options.schema),
             schema: options.schema.clone(),
@@ -462,7 +482,8 @@ impl Backend for PostgresBackend {
 #[derive(Debug)]
 struct Db {
     pool: Pool,
-    request_timeout: Duration,
+    /// How long a call waits for the database (see [`PostgresOptions::statement_timeout`]).
+    deadline: Duration,
     /// The advisory lock every write of the schema holds until it commits.
     lock: i64,
     /// The `NOTIFY` channel of the schema.
@@ -479,11 +500,11 @@ impl Db {
         &self,
         call: impl Future<Output = Result<T, Fail>>,
     ) -> Result<T, StorageError> {
-        match tokio::time::timeout(self.request_timeout, call).await {
+        match tokio::time::timeout(self.deadline, call).await {
             Ok(result) => result.map_err(StorageError::from),
             Err(_) => Err(StorageError::Unavailable(format!(
                 "postgres did not answer within {:?}",
-                self.request_timeout
+                self.deadline
             ))),
         }
     }
@@ -556,6 +577,11 @@ impl From<Fail> for StorageError {
             Fail::Postgres(e) => match e.code() {
                 // No code: the connection failed or closed (the server went away).
                 None => StorageError::Unavailable(format!("postgres: {}", describe(&e))),
+                // `statement_timeout` (or an operator's `pg_cancel_backend`): the database
+                // answers, too slowly for this request.
+                Some(&SqlState::QUERY_CANCELED) => {
+                    StorageError::Timeout(format!("postgres: {}", describe(&e)))
+                }
                 Some(code) if unavailable(code) => {
                     StorageError::Unavailable(format!("postgres: {}", describe(&e)))
                 }
@@ -581,14 +607,13 @@ fn describe(error: &tokio_postgres::Error) -> String {
 }
 
 /// The server's errors that say "not now" rather than "never": shutting down, starting up,
-/// out of connections, a canceled statement, a read-only standby.
+/// out of connections, a read-only standby, a transaction to try again.
 fn unavailable(code: &SqlState) -> bool {
     [
         SqlState::ADMIN_SHUTDOWN,
         SqlState::CRASH_SHUTDOWN,
         SqlState::CANNOT_CONNECT_NOW,
         SqlState::TOO_MANY_CONNECTIONS,
-        SqlState::QUERY_CANCELED,
         SqlState::READ_ONLY_SQL_TRANSACTION,
         SqlState::T_R_SERIALIZATION_FAILURE,
         SqlState::T_R_DEADLOCK_DETECTED,
@@ -629,16 +654,22 @@ fn config_from(
         Some(url) => url.parse().map_err(invalid)?,
         None => Config::new(),
     };
+    // Lists, as libpq's: `PGHOST=primary,standby`, and one port for all or one for each.
     if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-        config.host(env("PGHOST").unwrap_or_else(|| "localhost".to_owned()));
+        let hosts = env("PGHOST").unwrap_or_else(|| "localhost".to_owned());
+        for host in hosts.split(',') {
+            config.host(host.trim());
+        }
     }
     if config.get_ports().is_empty()
-        && let Some(port) = env("PGPORT")
+        && let Some(ports) = env("PGPORT")
     {
-        let port = port.parse().map_err(|_| {
-            StorageError::Internal(format!("postgres: PGPORT {port:?} is not a port"))
-        })?;
-        config.port(port);
+        for port in ports.split(',') {
+            let port = port.trim().parse().map_err(|_| {
+                StorageError::Internal(format!("postgres: PGPORT {ports:?} is not a port list"))
+            })?;
+            config.port(port);
+        }
     }
     if config.get_user().is_none() {
         let user = env("PGUSER")
@@ -663,6 +694,30 @@ fn config_from(
         && let Some(seconds) = env("PGCONNECT_TIMEOUT").and_then(|s| s.parse().ok())
     {
         config.connect_timeout(Duration::from_secs(seconds));
+    }
+    // Several hosts (a primary and its standbys): this server writes and reads at the
+    // primary's revision, so it connects only where writes are allowed, unless told
+    // otherwise. libpq's `primary` is tokio-postgres' `read-write`.
+    let url_attrs = url.is_some_and(|url| url.contains("target_session_attrs"));
+    if !url_attrs {
+        let attrs = match env("PGTARGETSESSIONATTRS").as_deref() {
+            None if config.get_hosts().len() + config.get_hostaddrs().len() > 1 => {
+                Some(TargetSessionAttrs::ReadWrite)
+            }
+            None => None,
+            Some("any") => Some(TargetSessionAttrs::Any),
+            Some("read-write" | "primary") => Some(TargetSessionAttrs::ReadWrite),
+            Some("read-only") => Some(TargetSessionAttrs::ReadOnly),
+            Some(other) => {
+                return Err(StorageError::Internal(format!(
+                    "postgres: PGTARGETSESSIONATTRS {other:?}: any, read-write, primary or \
+                     read-only"
+                )));
+            }
+        };
+        if let Some(attrs) = attrs {
+            config.target_session_attrs(attrs);
+        }
     }
     // Only when the URL names no mode: the URL's `sslmode` wins, as in libpq.
     let url_mode = url.is_some_and(|url| url.contains("sslmode"));
@@ -738,7 +793,7 @@ async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     // Prepared (or found in the cache) before the lock, which is held from here to the
-    // commit: three round trips (read, write, commit).
+    // commit: two round trips (the read, sent with the lock, then the write; the commit).
     let (lock, read) = (
         tx.prepare_cached(LOCK).await?,
         tx.prepare_cached(READ_FOR_WRITE).await?,
@@ -747,9 +802,16 @@ async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
         tx.prepare_cached(WRITE_PUT).await?,
         tx.prepare_cached(WRITE_DELETE).await?,
     );
-    // Held until the commit is visible: the next writer's MAX sees this revision.
-    tx.execute(&lock, &[&db.lock]).await?;
-    let row = tx.query_one(&read, &[&key.as_bytes()]).await?;
+    // Held until the commit is visible: the next writer's MAX sees this revision. The read
+    // is pipelined behind the lock (tokio-postgres sends requests in the order they are
+    // first polled): the server runs it as soon as it has the lock, in a snapshot of its
+    // own taken then, without a round trip to us in between.
+    let (lock_params, read_params): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
+        ([&db.lock], [&key.as_bytes()]);
+    let (_, row) = futures::try_join!(
+        tx.execute(&lock, &lock_params),
+        tx.query_one(&read, &read_params)
+    )?;
     let revision: Revision = row.try_get(0)?;
     let current = match row.try_get::<_, Option<Revision>>(4)? {
         Some(mod_revision) => Some(KeyValue {
@@ -988,7 +1050,21 @@ async fn poll(db: Arc<Db>, notifier: Notifier, interval: Duration) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        // Committed before the query began, so its snapshot holds it.
+        let seen = notifier.latest();
         if let Ok(revision) = db.call(db.max_revision()).await {
+            if revision < seen {
+                // Only a database that lost acknowledged commits does this: a switch to an
+                // asynchronous standby that lacked them, a restore from a backup. Revisions
+                // from `revision` on will be given again, so watches and the watch cache
+                // would miss or confuse them until the server restarts.
+                tracing::error!(
+                    revision,
+                    seen,
+                    "postgres: the database's revision went back; was it switched to a standby \
+                     that lacked acknowledged writes? Restart the server"
+                );
+            }
             notifier.publish(revision);
         }
     }
@@ -1144,6 +1220,43 @@ mod tests {
         assert_eq!(config.get_ssl_mode(), SslMode::Disable);
 
         assert!(config_from(None, env(&[("PGPORT", "many")])).is_err());
+
+        // A primary and a standby: only a server that takes writes will do, unless the URL
+        // or the environment says otherwise.
+        let url = "postgres://api@10.0.0.1:5432,10.0.0.2:5433/objects";
+        let config = config_from(Some(url), env(&[])).unwrap();
+        assert_eq!(config.get_hosts().len(), 2);
+        assert_eq!(config.get_ports(), &[5432, 5433]);
+        assert_eq!(
+            config.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
+        let any = config_from(Some(&format!("{url}?target_session_attrs=any")), env(&[]));
+        assert_eq!(
+            any.unwrap().get_target_session_attrs(),
+            TargetSessionAttrs::Any
+        );
+        let vars = env(&[
+            ("PGHOST", "10.0.0.1,10.0.0.2"),
+            ("PGPORT", "5432,5433"),
+            ("PGTARGETSESSIONATTRS", "primary"),
+        ]);
+        let config = config_from(None, &vars).unwrap();
+        assert_eq!(
+            config.get_hosts(),
+            &[
+                tokio_postgres::config::Host::Tcp("10.0.0.1".into()),
+                tokio_postgres::config::Host::Tcp("10.0.0.2".into())
+            ]
+        );
+        assert_eq!(config.get_ports(), &[5432, 5433]);
+        assert_eq!(
+            config.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
+        let single = config_from(Some("postgres://api@db/objects"), env(&[])).unwrap();
+        assert_eq!(single.get_target_session_attrs(), TargetSessionAttrs::Any);
+        assert!(config_from(None, env(&[("PGTARGETSESSIONATTRS", "standby")])).is_err());
         assert!(config_from(Some("postgres://[::"), env(&[])).is_err());
     }
 

@@ -10,6 +10,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use wardle::{Flunder, FlunderSpec};
 
+#[cfg(feature = "postgres")]
+pub mod postgres_cluster;
+
 /// The storage backend a test's server runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {

@@ -135,8 +135,10 @@ pub struct ServerOptions {
     /// The PostgreSQL database (with --storage-backend=postgres), as a libpq URL
     /// (`postgres://user@host:5432/db?sslmode=require`) or key=value string. What it leaves out
     /// comes from the usual environment: PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
-    /// PGSSLMODE, PGAPPNAME, PGCONNECT_TIMEOUT. The database must answer at start, when the
-    /// server creates or migrates its tables.
+    /// PGSSLMODE, PGAPPNAME, PGCONNECT_TIMEOUT, PGTARGETSESSIONATTRS. Several hosts (a
+    /// primary and its standbys: `postgres://user@db1:5432,db2:5432/db`) are tried in turn
+    /// for one that takes writes (target_session_attrs=read-write unless the URL says
+    /// otherwise). A database that does not answer yet is waited for, with /readyz failing.
     #[arg(long = "postgres-url", value_name = "URL")]
     pub postgres_url: Option<String>,
 
@@ -162,6 +164,13 @@ pub struct ServerOptions {
     /// other servers' writes).
     #[arg(long = "postgres-pool-size", default_value_t = 16)]
     pub postgres_pool_size: usize,
+
+    /// How many seconds one statement may run on PostgreSQL before the database cancels it
+    /// (its `statement_timeout`, on every connection) and the request gets 504 `Timeout`: a
+    /// statement must not go on running after the request that issued it gave up. Unset: the
+    /// storage deadline of a request, 5 seconds or --request-timeout when shorter. 0: no limit.
+    #[arg(long = "postgres-statement-timeout", value_name = "SECONDS")]
+    pub postgres_statement_timeout_seconds: Option<u64>,
 
     /// The PostgreSQL schema of this server's tables, created when missing: replicas of one
     /// server share it, different servers on one database each need their own. Lowercase
@@ -289,6 +298,7 @@ impl Default for ServerOptions {
             postgres_keyfile: None,
             postgres_pool_size: 16,
             postgres_schema: "apiserver".into(),
+            postgres_statement_timeout_seconds: None,
             storage_prefix: "/registry".into(),
             compaction_interval_seconds: 300,
             watch_cache: true,
@@ -370,6 +380,7 @@ mod postgres_tests {
             "--postgres-keyfile=client.key",
             "--postgres-pool-size=4",
             "--postgres-schema=wardle",
+            "--postgres-statement-timeout=0",
         ])
         .unwrap();
         let options = cli.options;
@@ -380,9 +391,11 @@ mod postgres_tests {
         );
         assert_eq!(options.postgres_pool_size, 4);
         assert_eq!(options.postgres_schema, "wardle");
+        assert_eq!(options.postgres_statement_timeout_seconds, Some(0));
         let defaults = Cli::try_parse_from(["server"]).unwrap().options;
         assert_eq!(defaults.postgres_schema, "apiserver");
         assert!(defaults.postgres_url.is_none());
+        assert_eq!(defaults.postgres_statement_timeout_seconds, None);
     }
 
     #[test]

@@ -330,12 +330,13 @@ pub async fn open_backend(options: &ServerOptions) -> Result<Arc<dyn Backend>, S
 /// in `--postgres-schema`. Keys are not prefixed here: the stores already put `--etcd-prefix`
 /// in front of theirs.
 ///
-/// The database must answer now; later, while it does not, `/readyz` fails and requests get
-/// 503. Unreadable `--postgres-cafile`/`--postgres-certfile`/`--postgres-keyfile` are an error
+/// A database that does not answer yet is waited for: `/readyz` fails and requests get 503
+/// until it does. Unreadable `--postgres-cafile`/`--postgres-certfile`/`--postgres-keyfile` are an error
 /// here, at start.
 #[cfg(feature = "postgres")]
 async fn open_postgres(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerError> {
     use crate::storage::{PostgresBackend, PostgresOptions, PostgresTls};
+    use std::time::Duration;
     let tls = match &options.postgres_cafile {
         Some(ca) => Some(
             PostgresTls::from_files(
@@ -347,12 +348,23 @@ async fn open_postgres(options: &ServerOptions) -> Result<Arc<dyn Backend>, Serv
         ),
         None => None,
     };
+    // A storage call cannot usefully outlive the request that made it (kube-apiserver's
+    // etcd calls run under the request's deadline); nor may its statement, unless told.
+    let defaults = PostgresOptions::default();
+    let request_timeout = defaults
+        .request_timeout
+        .min(Duration::from_secs(options.request_timeout_seconds.max(1)));
+    let statement_timeout = options
+        .postgres_statement_timeout_seconds
+        .map_or(request_timeout, Duration::from_secs);
     let postgres_options = PostgresOptions {
         url: options.postgres_url.clone(),
         schema: options.postgres_schema.clone(),
         pool_size: options.postgres_pool_size,
         tls,
-        ..PostgresOptions::default()
+        request_timeout,
+        statement_timeout,
+        ..defaults
     };
     Ok(Arc::new(PostgresBackend::connect(postgres_options).await?))
 }

@@ -173,6 +173,9 @@ impl Inner {
                 Error::new(500, "", "etcdserver: request is too large")
             }
             StorageError::Unavailable(m) => Error::service_unavailable(m),
+            // As kube-apiserver's storage timeout (`storage.NewTimeoutError` →
+            // `errors.NewTimeoutError`): 504 `Timeout`.
+            StorageError::Timeout(m) => Error::timeout(format!("Timeout: {m}")),
             StorageError::Internal(m) => Error::internal(m),
             // A failure of a kind this version does not know (the enum is open to backends).
             other => Error::internal(other),
