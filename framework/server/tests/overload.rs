@@ -1,6 +1,6 @@
 //! Overload protection over TLS, bounded: a server with few seats
 //! (`--max-requests-inflight=4`, `--max-mutating-requests-inflight=2`) flooded by one user
-//! refuses the excess with 429 `Status`es and `Retry-After`, while another user's requests,
+//! refuses the excess with kube's 429 and `Retry-After`, while another user's requests,
 //! the admin's (`system:masters`) and health still succeed, and no acknowledged write is lost
 //! nor any refused one stored.
 
@@ -132,6 +132,7 @@ pub(crate) async fn send(
         headers,
         retry_after,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        text: String::from_utf8_lossy(&bytes).into_owned(),
     }
 }
 
@@ -141,15 +142,31 @@ pub(crate) struct Answer {
     pub(crate) headers: http::HeaderMap,
     pub(crate) retry_after: Option<String>,
     pub(crate) body: Value,
+    /// The body as text (a refusal's is not JSON).
+    pub(crate) text: String,
 }
 
-/// A refusal is kube's 429: a `Status` with reason `TooManyRequests` and `Retry-After: 1`.
+/// A refusal is kube's 429 with `Retry-After: 1` (`Retry-After` given) and the plain-text body
+/// of its `tooManyRequests`, not a `Status`.
 pub(crate) fn assert_refusal(answer: &Answer) {
     assert_eq!(answer.retry_after.as_deref(), Some("1"), "{answer:?}");
-    assert_eq!(answer.body["kind"], "Status");
-    assert_eq!(answer.body["reason"], "TooManyRequests");
-    assert_eq!(answer.body["code"], 429);
-    assert_eq!(answer.body["details"]["retryAfterSeconds"], 1);
+    assert_plain_refusal(answer);
+}
+
+/// kube's `tooManyRequests` body: Go's `http.Error`, plain text.
+pub(crate) fn assert_plain_refusal(answer: &Answer) {
+    assert_eq!(answer.code, StatusCode::TOO_MANY_REQUESTS, "{answer:?}");
+    assert_eq!(answer.text, "Too many requests, please try again later.\n");
+    let content_type = answer
+        .headers
+        .get("content-type")
+        .map(|v| v.to_str().unwrap());
+    assert_eq!(content_type, Some("text/plain; charset=utf-8"));
+    let sniff = answer
+        .headers
+        .get("x-content-type-options")
+        .map(|v| v.to_str().unwrap());
+    assert_eq!(sniff, Some("nosniff"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Overload protection: at most `--max-requests-inflight` read-only and
 //! `--max-mutating-requests-inflight` mutating requests at once, as kube-apiserver's
-//! max-in-flight filter; a request beyond the limit is a 429 `TooManyRequests` `Status` with
-//! `Retry-After: 1`, and changes nothing.
+//! max-in-flight filter; a request beyond the limit is kube's 429 (a plain-text body, see
+//! [`too_many_requests`](super::too_many_requests)) with `Retry-After: 1`, and changes nothing.
 //!
 //! In the spirit of API Priority and Fairness, requests are not all in one queue:
 //! - exempt, never limited: long-running requests (watches), non-resource requests (health,
@@ -20,7 +20,6 @@ use axum::extract::Request;
 
 use crate::auth::UserInfo;
 use crate::endpoints::{RequestInfo, Verb};
-use crate::error::Error;
 
 /// The limits of one server; 0 means no limit, as kube's flags.
 #[derive(Debug)]
@@ -45,7 +44,7 @@ impl InflightLimits {
         &self,
         request: &Request,
         long_running: bool,
-    ) -> Result<Option<Seat>, Error> {
+    ) -> Result<Option<Seat>, Refused> {
         let (Some(info), Some(user)) = (
             request.extensions().get::<RequestInfo>(),
             request.extensions().get::<UserInfo>(),
@@ -73,11 +72,16 @@ impl InflightLimits {
                     .dropped
                     .with_label_values(&[kind])
                     .inc();
-                Err(Error::too_many_requests(1))
+                Err(Refused)
             }
         }
     }
 }
+
+/// A request refused for want of a seat: kube's 429 with `Retry-After: 1`
+/// ([`too_many_requests`](super::too_many_requests)).
+#[derive(Debug)]
+pub(crate) struct Refused;
 
 /// The cluster's own components: `system:` users that are not service accounts, and nodes.
 fn is_system(user: &UserInfo) -> bool {

@@ -116,7 +116,7 @@ impl Held {
                         .map(Held::Fair)
                 }
                 Err(Ok(seat)) => Ok(Held::InFlight { _seat: seat }),
-                Err(Err(refused)) => Err(refused.into_response()),
+                Err(Err(inflight::Refused)) => Err(too_many_requests(1)),
             }
         }
     }
@@ -127,6 +127,28 @@ impl Held {
             admitted.stamp(response);
         }
     }
+}
+
+/// kube's refusal of a request beyond the limits (`tooManyRequests` of its max-in-flight and
+/// priority-and-fairness filters): 429 with `Retry-After` and Go's `http.Error` plain-text
+/// body, not a `Status`. client-go retries it after `Retry-After` either way.
+pub(crate) fn too_many_requests(retry_after_seconds: u32) -> Response {
+    let mut response = (
+        http::StatusCode::TOO_MANY_REQUESTS,
+        "Too many requests, please try again later.\n",
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(http::header::RETRY_AFTER, retry_after_seconds.into());
+    response
 }
 
 /// The filters in order, around the rest of the request's path.

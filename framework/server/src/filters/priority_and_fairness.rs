@@ -10,12 +10,11 @@
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderValue;
 
 use crate::auth::UserInfo;
 use crate::endpoints::{RequestInfo, Verb};
-use crate::error::Error;
 use crate::flowcontrol::width::{ListShape, list_seats};
 use crate::flowcontrol::{Classification, FlowControl, RequestDigest, ResourceTarget, Seat};
 
@@ -139,8 +138,7 @@ pub(crate) async fn admit(
             );
             let metrics = crate::metrics::global();
             metrics.dropped.with_label_values(&[kind]).inc();
-            let mut response =
-                Error::too_many_requests(classification.retry_after()).into_response();
+            let mut response = super::too_many_requests(classification.retry_after());
             stamp(&headers, &mut response);
             Err(response)
         }
