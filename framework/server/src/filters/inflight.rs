@@ -1,7 +1,7 @@
 //! Overload protection: at most `--max-requests-inflight` read-only and
 //! `--max-mutating-requests-inflight` mutating requests at once, as kube-apiserver's
 //! max-in-flight filter; a request beyond the limit is kube's 429 (a plain-text body, see
-//! [`too_many_requests`](super::too_many_requests)) with `Retry-After: 1`, and changes nothing.
+//! `filters::too_many_requests`) with `Retry-After: 1`, and changes nothing.
 //!
 //! In the spirit of API Priority and Fairness, requests are not all in one queue:
 //! - exempt, never limited: long-running requests (watches), non-resource requests (health,
@@ -79,7 +79,7 @@ impl InflightLimits {
 }
 
 /// A request refused for want of a seat: kube's 429 with `Retry-After: 1`
-/// ([`too_many_requests`](super::too_many_requests)).
+/// (`filters::too_many_requests`).
 #[derive(Debug)]
 pub(crate) struct Refused;
 
