@@ -50,6 +50,9 @@ pub struct ServeOptions {
     pub max_header_bytes: usize,
     /// The signal given to handlers; triggering it shuts the server down as well.
     pub signal: ShutdownSignal,
+    /// Whether requests may ask for their HTTP/2 connection's GOAWAY (`--goaway-chance`
+    /// above 0). Off, no connection carries the handle, so no request pays for it.
+    pub goaway: bool,
 }
 
 /// `idle_timeout`'s default: kube-apiserver's `IdleTimeout` (Go's and x/net/http2's), which
@@ -73,6 +76,7 @@ impl Default for ServeOptions {
             read_header_timeout: DEFAULT_READ_HEADER_TIMEOUT,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             signal: ShutdownSignal::new(),
+            goaway: false,
         }
     }
 }
@@ -109,6 +113,7 @@ pub async fn serve_tls_with(
         router,
         signal: options.signal.clone(),
         handshake_timeout: options.handshake_timeout,
+        goaway: options.goaway,
         timeouts: IdleTimeouts {
             idle: options.idle_timeout,
             read_header: options.read_header_timeout,
@@ -172,6 +177,8 @@ struct ConnContext {
     router: axum::Router,
     signal: ShutdownSignal,
     handshake_timeout: Duration,
+    /// [`ServeOptions::goaway`].
+    goaway: bool,
     timeouts: IdleTimeouts,
 }
 
@@ -261,8 +268,8 @@ async fn serve_connection(ctx: Arc<ConnContext>, stream: TcpStream, addr: Socket
     // HTTP/2 only when the client chose it by ALPN, as Go's server (`TLSNextProto`).
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let activity = Arc::new(Activity::new(ctx.timeouts, h2));
-    // Only HTTP/2 connections can be asked to go away (`--goaway-chance`).
-    let goaway = h2.then(ConnectionGoaway::new);
+    // Only HTTP/2 connections can be asked to go away, and only with `--goaway-chance`.
+    let goaway = (h2 && ctx.goaway).then(ConnectionGoaway::new);
     let facts = ConnFacts {
         addr,
         peer,

@@ -954,6 +954,7 @@ impl APIServer {
             },
             idle_timeout: self.options.http_idle_timeout,
             read_header_timeout: self.options.http_read_header_timeout,
+            goaway: self.options.goaway_chance > 0.0,
             ..ServeOptions::default()
         };
         let delay = self.options.shutdown_delay_duration;
