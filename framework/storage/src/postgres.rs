@@ -282,16 +282,16 @@ impl PostgresBackend {
                 .unwrap_or(&options.connect_timeout),
         );
         // Every statement below names tables without a schema: the search path picks ours.
-        // The name is checked above to need no quoting.
-        // And the statement timeout, so that the database stops what the server gave up on.
-        let search_path = format!(
+        // The name is checked above to need no quoting. And the statement timeout, so that
+        // the database stops what the server gave up on.
+        let session = format!(
             "-c search_path={} -c statement_timeout={}",
             options.schema,
             options.statement_timeout.as_millis()
         );
         let all = match config.get_options() {
-            Some(given) if !given.is_empty() => format!("{given} {search_path}"),
-            _ => search_path,
+            Some(given) if !given.is_empty() => format!("{given} {session}"),
+            _ => session,
         };
         config.options(all);
         let tls = match &options.tls {
