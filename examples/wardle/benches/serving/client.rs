@@ -3,6 +3,7 @@
 //! with a fixed number in flight and keeps each one's latency.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use extension_apiserver::tls::certs::{CertKey, parse_certs_pem};
 use extension_apiserver::tls::{crypto_provider, root_store};
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
@@ -43,6 +44,8 @@ pub struct Client {
     base: Arc<str>,
     connections: Arc<Vec<SendRequest<Full<Bytes>>>>,
     next: Arc<AtomicUsize>,
+    /// Sent with every request (the front proxy's `X-Remote-User`, for servers behind one).
+    headers: Arc<[(HeaderName, HeaderValue)]>,
 }
 
 impl Client {
@@ -52,11 +55,24 @@ impl Client {
         tls: Arc<rustls::ClientConfig>,
         connections: usize,
     ) -> Result<Self, Error> {
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        Self::connect_to(address, "127.0.0.1", tls, connections, Vec::new()).await
+    }
+
+    /// Opens `connections` TLS connections to `address`, checking the server's certificate
+    /// for `server_name`, each negotiating HTTP/2; every request carries `headers`.
+    pub async fn connect_to(
+        address: SocketAddr,
+        server_name: &str,
+        tls: Arc<rustls::ClientConfig>,
+        connections: usize,
+        headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<Self, Error> {
         let mut senders = Vec::with_capacity(connections);
         for _ in 0..connections {
-            let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+            let tcp = TcpStream::connect(address).await?;
             tcp.set_nodelay(true)?;
-            let name = ServerName::try_from("127.0.0.1")?;
+            let name = ServerName::try_from(server_name.to_string())?;
             let stream = TlsConnector::from(tls.clone()).connect(name, tcp).await?;
             if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                 return Err("the server did not negotiate HTTP/2".into());
@@ -69,9 +85,10 @@ impl Client {
             senders.push(sender);
         }
         Ok(Self {
-            base: format!("https://127.0.0.1:{port}").into(),
+            base: format!("https://{address}").into(),
             connections: Arc::new(senders),
             next: Arc::new(AtomicUsize::new(0)),
+            headers: headers.into(),
         })
     }
 
@@ -101,6 +118,9 @@ impl Client {
             .header(http::header::ACCEPT, "application/json");
         if body.is_some() {
             request = request.header(http::header::CONTENT_TYPE, content_type);
+        }
+        for (name, value) in self.headers.iter() {
+            request = request.header(name, value);
         }
         let request = request.body(Full::new(body.unwrap_or_default()))?;
         sender.ready().await?;

@@ -12,12 +12,15 @@
 //! cargo bench -p wardle --bench serving -- --watchers-scale [--backend B]... [--watchers N]
 //!     [--watch-connections N] [--writes N] [--write-rate PER_SECOND]
 //!     # only 10,000 idle watchers over 100 HTTP/2 connections, 30 writes at 1/s
+//! cargo bench -p wardle --bench serving -- --compare FILE [--objects N] [--concurrency N]
+//!     # only the same workload against servers already running (wardle, Go, a CRD), side by side
 //! ```
 //!
 //! `.ci/bench` runs every backend with a throw-away etcd and PostgreSQL. See `book/src/benchmarks.md`.
 
 mod ceiling;
 mod client;
+mod compare;
 mod figures;
 mod measure;
 mod report;
@@ -59,6 +62,8 @@ pub struct Settings {
     pub rules_only: bool,
     /// `--watchers-scale`: only the many-watchers figures, with these sizes.
     pub watchers_scale: Option<watchers::Scale>,
+    /// `--compare FILE`: only the side-by-side figures of the running servers FILE names.
+    pub compare: Option<std::path::PathBuf>,
 }
 
 fn settings() -> Result<Settings, Error> {
@@ -71,6 +76,7 @@ fn settings() -> Result<Settings, Error> {
     let mut etcd = "http://127.0.0.1:23790".to_string();
     let mut postgres = "postgres://postgres@127.0.0.1:54320/apiserver".to_string();
     let (mut objects, mut large, mut concurrency) = (None, None, None);
+    let mut compare = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -79,6 +85,7 @@ fn settings() -> Result<Settings, Error> {
             "--quick" => quick = true,
             "--rules" => rules_only = true,
             "--watchers-scale" => watchers_scale = true,
+            "--compare" => compare = Some(value("--compare")?.into()),
             "--watchers" => scale.watchers = value("--watchers")?.parse()?,
             "--watch-connections" => scale.connections = value("--watch-connections")?.parse()?,
             "--writes" => scale.writes = value("--writes")?.parse()?,
@@ -137,6 +144,7 @@ fn settings() -> Result<Settings, Error> {
         cache_off_run: !quick,
         rules_only,
         watchers_scale: watchers_scale.then_some(scale),
+        compare,
     })
 }
 
@@ -154,6 +162,9 @@ fn main() {
 
 async fn run() -> Result<(), Error> {
     let settings = settings()?;
+    if let Some(file) = &settings.compare {
+        return compare::run(&settings, file).await;
+    }
     if let Some(scale) = settings.watchers_scale {
         for backend in &settings.backends {
             let rows = watchers::run(backend, scale).await?;

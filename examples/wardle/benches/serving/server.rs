@@ -112,12 +112,12 @@ impl Wardle {
         Ok(wardle)
     }
 
-    /// The server's resident memory (VmRSS) in bytes.
     /// CPU time the server's threads have used so far.
     pub fn cpu(&self) -> Result<Duration, Error> {
         threads_cpu(&format!("/proc/{}/task", self.child.id()), None)
     }
 
+    /// The server's resident memory (VmRSS) in bytes.
     pub fn rss(&self) -> Result<u64, Error> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
         let kib = status

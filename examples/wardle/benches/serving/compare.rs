@@ -1,0 +1,291 @@
+//! `--compare FILE`: the same workload against API servers that are already running, side by
+//! side in one run — wardle, the Go sample-apiserver and a CRD served by kube-apiserver, all on
+//! one etcd (issue 29's check). FILE is JSON:
+//!
+//! ```json
+//! {"targets": [{"name": "wardle", "address": "127.0.0.1:8444", "server_name": "localhost",
+//!   "collection": "/apis/wardle.example.com/v1alpha1/namespaces/bench/flunders",
+//!   "api_version": "wardle.example.com/v1alpha1", "kind": "Flunder",
+//!   "ca": "ca.crt", "cert": "client.crt", "key": "client.key",
+//!   "headers": {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}, "pid": 1234}]}
+//! ```
+//!
+//! Each target gets `--objects` creates, then gets, first pages of `limit=500` and full lists,
+//! in rounds that take turns between the targets (so that the machine's drift meets all of
+//! them alike), and its resident memory (`pid`) before and after the objects. The first target
+//! is the one the others are compared with. The collections must exist and be empty (a fresh
+//! namespace each).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use extension_apiserver::tls::certs::{CertKey, parse_certs_pem};
+use extension_apiserver::tls::{crypto_provider, root_store};
+use http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+
+use crate::Settings;
+use crate::client::{Client, Error, Sample, drive};
+use crate::report::{mib, ms, per_second};
+use crate::workload::{gets, lists, name, spread};
+
+#[derive(Deserialize)]
+struct File {
+    targets: Vec<Target>,
+}
+
+/// One server to measure, as the file describes it.
+#[derive(Deserialize)]
+struct Target {
+    name: String,
+    address: SocketAddr,
+    /// The name the server's certificate is checked for.
+    server_name: String,
+    /// The path of a namespaced collection: `/apis/GROUP/VERSION/namespaces/NS/RESOURCE`.
+    collection: String,
+    api_version: String,
+    kind: String,
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// The server's process, for its resident memory.
+    pid: Option<u32>,
+}
+
+impl Target {
+    fn namespace(&self) -> Result<&str, Error> {
+        self.collection
+            .split("/namespaces/")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .ok_or_else(|| format!("{}: the collection names no namespace", self.name).into())
+    }
+
+    /// The `i`th object, as [`crate::workload::flunder`] makes it, in this target's kind.
+    fn object(&self, i: usize) -> Result<Bytes, Error> {
+        let object = serde_json::json!({
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": {"name": name(i), "namespace": self.namespace()?, "labels": {"app": "bench"}},
+            "spec": {"reference": "f-0000000"},
+        });
+        Ok(Bytes::from(object.to_string()))
+    }
+
+    async fn connect(&self, connections: usize) -> Result<Client, Error> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| format!("{}: {}: {e}", self.name, path.display()))
+        };
+        let ca = parse_certs_pem(&read(&self.ca)?)?;
+        let client = CertKey::from_pem(&read(&self.cert)?, &read(&self.key)?)?;
+        let mut tls = rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(root_store(&ca)?)
+            .with_client_auth_cert(client.cert_chain, client.key)?;
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let headers = self
+            .headers
+            .iter()
+            .map(|(k, v)| Ok((HeaderName::try_from(k)?, HeaderValue::try_from(v)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        Client::connect_to(
+            self.address,
+            &self.server_name,
+            Arc::new(tls),
+            connections,
+            headers,
+        )
+        .await
+    }
+
+    fn rss(&self) -> Result<Option<u64>, Error> {
+        let Some(pid) = self.pid else { return Ok(None) };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .ok_or("no VmRSS in /proc/<pid>/status")?;
+        Ok(Some(kib * 1024))
+    }
+}
+
+/// What one target did.
+#[derive(Default)]
+struct Figures {
+    creates: Vec<Sample>,
+    gets: Vec<Sample>,
+    pages: Vec<Sample>,
+    lists: Vec<Sample>,
+    rss_before: Option<u64>,
+    rss_after: Option<u64>,
+}
+
+/// Rounds the work is split into, each target taking its turn in every round.
+const ROUNDS: usize = 4;
+
+pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
+    let file: File = serde_json::from_slice(&std::fs::read(file)?)?;
+    if file.targets.is_empty() {
+        return Err("--compare: the file names no targets".into());
+    }
+    let mut clients = Vec::new();
+    for target in &file.targets {
+        clients.push(target.connect(settings.connections).await?);
+    }
+    let mut figures: Vec<Figures> = file.targets.iter().map(|_| Figures::default()).collect();
+    for (target, figures) in file.targets.iter().zip(&mut figures) {
+        figures.rss_before = target.rss()?;
+    }
+    let n = settings.objects;
+    let per_round = n.div_ceil(ROUNDS);
+    for round in 0..ROUNDS {
+        let range = (round * per_round).min(n)..((round + 1) * per_round).min(n);
+        for ((target, client), figures) in file.targets.iter().zip(&clients).zip(&mut figures) {
+            let objects = range
+                .clone()
+                .map(|i| target.object(i))
+                .collect::<Result<Vec<_>, Error>>()?;
+            let (client, path) = (client.clone(), Arc::<str>::from(target.collection.as_str()));
+            let objects = Arc::new(objects);
+            let sample = drive(objects.len(), settings.concurrency, move |i| {
+                let (client, path, objects) = (client.clone(), path.clone(), objects.clone());
+                async move { client.create(&path, objects[i].clone()).await.map(drop) }
+            })
+            .await?;
+            figures.creates.push(sample);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (target, figures) in file.targets.iter().zip(&mut figures) {
+        figures.rss_after = target.rss()?;
+    }
+    let page = |target: &Target| format!("{}?limit=500", target.collection);
+    for _ in 0..ROUNDS {
+        for ((target, client), figures) in file.targets.iter().zip(&clients).zip(&mut figures) {
+            let collection = target.collection.clone();
+            let get = move |i: usize| format!("{collection}/{}", name(spread(i, n)));
+            let count = settings.gets / ROUNDS;
+            figures
+                .gets
+                .push(gets(client, count, settings.concurrency, get).await?);
+            let times = (settings.lists / ROUNDS).max(1);
+            figures
+                .pages
+                .push(lists(client, &page(target), times * 5).await?);
+            figures
+                .lists
+                .push(lists(client, &target.collection, times).await?);
+        }
+    }
+    print(settings, &file.targets, figures);
+    Ok(())
+}
+
+/// A target's creates, gets, first pages and full lists, and its memory before, after and per object.
+type Merged = (
+    Sample,
+    Sample,
+    Sample,
+    Sample,
+    (Option<u64>, Option<u64>, Option<f64>),
+);
+
+fn print(settings: &Settings, targets: &[Target], figures: Vec<Figures>) {
+    let merged: Vec<Merged> = figures
+        .into_iter()
+        .map(|f| {
+            let per_object = match (f.rss_before, f.rss_after) {
+                (Some(before), Some(after)) => {
+                    Some(after.saturating_sub(before) as f64 / settings.objects as f64)
+                }
+                _ => None,
+            };
+            (
+                Sample::merge(f.creates),
+                Sample::merge(f.gets),
+                Sample::merge(f.pages),
+                Sample::merge(f.lists),
+                (f.rss_before, f.rss_after, per_object),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+    println!(
+        "\n### side by side: {} objects, {} in flight over {} HTTP/2 connections\n",
+        settings.objects, settings.concurrency, settings.connections
+    );
+    let mut header = String::from("| figure |");
+    let mut rule = String::from("|---|");
+    for name in &names {
+        header.push_str(&format!(" {name} |"));
+        rule.push_str("---:|");
+    }
+    for name in names.iter().skip(1) {
+        header.push_str(&format!(" {} vs {name} |", names[0]));
+        rule.push_str("---:|");
+    }
+    println!("{header}\n{rule}");
+    // Each row: every target's figure, shown, and as a speed (higher is better), so that the
+    // factor by which the first target is faster is speed(first) / speed(other).
+    let rate = |f: &dyn Fn(&Merged) -> f64| -> Vec<(String, f64)> {
+        merged.iter().map(|m| (per_second(f(m)), f(m))).collect()
+    };
+    let time = |f: &dyn Fn(&Merged) -> Duration| -> Vec<(String, f64)> {
+        merged
+            .iter()
+            .map(|m| (ms(f(m)), 1.0 / f(m).as_secs_f64().max(1e-9)))
+            .collect()
+    };
+    let rows = [
+        ("create/s", rate(&|m| m.0.per_second())),
+        ("create p50", time(&|m| m.0.quantile(0.5))),
+        ("get/s", rate(&|m| m.1.per_second())),
+        ("get p50", time(&|m| m.1.quantile(0.5))),
+        ("get p99", time(&|m| m.1.quantile(0.99))),
+        (
+            "list first page of limit=500, p50",
+            time(&|m| m.2.quantile(0.5)),
+        ),
+        ("list of all objects, p50", time(&|m| m.3.quantile(0.5))),
+    ];
+    for (figure, values) in rows {
+        let mut line = format!("| {figure} |");
+        for (text, _) in &values {
+            line.push_str(&format!(" {text} |"));
+        }
+        for (_, other) in values.iter().skip(1) {
+            line.push_str(&format!(" {:.1}× |", values[0].1 / other.max(1e-12)));
+        }
+        println!("{line}");
+    }
+    let memory: Vec<_> = merged.iter().map(|m| m.4).collect();
+    let show = |bytes: Option<u64>| bytes.map(mib).unwrap_or_else(|| "—".into());
+    let mut before = String::from("| RSS before the objects |");
+    let mut after = String::from("| RSS after the objects |");
+    let mut per = String::from("| RSS per stored object |");
+    for (b, a, p) in &memory {
+        before.push_str(&format!(" {} |", show(*b)));
+        after.push_str(&format!(" {} |", show(*a)));
+        per.push_str(&match p {
+            Some(p) => format!(" {p:.0} B |"),
+            None => " — |".into(),
+        });
+    }
+    let dashes = " — |".repeat(targets.len() - 1);
+    before.push_str(&dashes);
+    after.push_str(&dashes);
+    for (_, _, other) in memory.iter().skip(1) {
+        per.push_str(&match (memory[0].2, other) {
+            (Some(ours), Some(other)) => format!(" 1/{:.1} |", other / ours.max(1.0)),
+            _ => " — |".into(),
+        });
+    }
+    println!("{before}\n{after}\n{per}");
+}
