@@ -79,6 +79,21 @@ fn write_rows(settings: &Settings, ours: &Ours) -> Vec<Row> {
             format!("merge patch: {}", per_second(patches.per_second())),
             factor,
         ),
+        ours.stages.creates.row(
+            "create: server µs per write by stage",
+            ("create", "create"),
+            ours.creates.len(),
+        ),
+        ours.stages.patches.row(
+            "merge patch: server µs per write by stage",
+            ("patch", "update"),
+            patches.len(),
+        ),
+        ours.stages.applies.row(
+            "server-side apply: server µs per write by stage",
+            ("apply", "update"),
+            applies.len(),
+        ),
     ]
 }
 

@@ -23,6 +23,7 @@ mod measure;
 mod report;
 mod rules;
 mod server;
+mod stages;
 mod watchers;
 mod workload;
 
