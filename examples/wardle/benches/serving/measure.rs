@@ -39,11 +39,13 @@ pub struct Ours {
     pub memory: Memory,
 }
 
-/// The server's stage timings of each run of writes.
+/// The server's stage timings of each run of writes, and the CPU time its threads spent
+/// on each (creates, patches, applies).
 pub struct WriteStages {
     pub creates: Stages,
     pub patches: Stages,
     pub applies: Stages,
+    pub cpu: [Duration; 3],
 }
 
 /// What serving a converted version costs: the same lists and walks in v1alpha1 (stored) and
@@ -87,24 +89,28 @@ const ROUNDS: usize = 4;
 /// one manager): what apply costs beside a plain update.
 async fn writes(
     settings: &Settings,
-    client: &Client,
-) -> Result<((Sample, Sample), (Stages, Stages)), Error> {
+    (client, wardle): (&Client, &Wardle),
+) -> Result<((Sample, Sample), (Stages, Stages), [Duration; 2]), Error> {
     use workload::Write;
     let objects = 0..settings.objects;
     let concurrency = settings.concurrency;
     let patch = (Write::MergePatch, 1);
-    let before = Stages::scrape(client).await?;
+    let (before, cpu_before) = (Stages::scrape(client).await?, wardle.cpu()?);
     let patches = workload::updates(client, NS, objects.clone(), concurrency, patch).await?;
-    let after_patches = Stages::scrape(client).await?;
+    let (after_patches, cpu_patches) = (Stages::scrape(client).await?, wardle.cpu()?);
     let apply = (Write::Apply, 2);
     let applies = workload::updates(client, NS, objects, concurrency, apply).await?;
-    let after_applies = Stages::scrape(client).await?;
+    let (after_applies, cpu_applies) = (Stages::scrape(client).await?, wardle.cpu()?);
     Ok((
         (patches, applies),
         (
             after_patches.since(&before),
             after_applies.since(&after_patches),
         ),
+        [
+            cpu_patches.saturating_sub(cpu_before),
+            cpu_applies.saturating_sub(cpu_patches),
+        ],
     ))
 }
 
@@ -115,11 +121,13 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let tls = client::tls_config(&wardle.cert_dir)?;
     let client = Client::connect(wardle.port, tls.clone(), settings.connections).await?;
     let idle = settle_rss(&client, &wardle).await?;
-    let before = Stages::scrape(&client).await?;
+    let (before, cpu_before) = (Stages::scrape(&client).await?, wardle.cpu()?);
     let creates = workload::create(&client, NS, 0..settings.objects, settings.concurrency).await?;
-    let rss_objects = settle_rss(&client, &wardle).await?;
+    let create_cpu = wardle.cpu()?.saturating_sub(cpu_before);
     let create_stages = Stages::scrape(&client).await?.since(&before);
-    let (updates, (patch_stages, apply_stages)) = writes(settings, &client).await?;
+    let rss_objects = settle_rss(&client, &wardle).await?;
+    let (updates, (patch_stages, apply_stages), [patch_cpu, apply_cpu]) =
+        writes(settings, (&client, &wardle)).await?;
     let canned = canned(&client).await?;
     let json_size = workload::mean_item_size(&canned.list)?;
     let pages = canned.pages.len();
@@ -164,6 +172,7 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
             creates: create_stages,
             patches: patch_stages,
             applies: apply_stages,
+            cpu: [create_cpu, patch_cpu, apply_cpu],
         },
         gets: reads.gets,
         lists: reads.lists,
