@@ -113,8 +113,8 @@ async fn insert<T: Strategy>(
     let stored = admit_new::<T>(inner, strategy, typed)?;
     let name = object::name(&stored).unwrap_or_default().to_string();
     let started = Instant::now();
-    admit
-        .validate(Operation::Create, &name, Some(&stored), None)
+    let stored = admit
+        .validate_new(Operation::Create, &name, stored, None)
         .await?;
     let started = ctx.stage(WriteStage::Admission, started);
     let key = inner.key(ctx, &name)?;
@@ -527,8 +527,8 @@ async fn prepare_update<T: Strategy>(
     let generation = next_generation(&stored, old);
     set_meta(&mut stored, "generation", json!(generation));
     // kube runs validating admission on a no-op update too (storage finds it unchanged).
-    admit
-        .validate(Operation::Update, name, Some(&stored), Some(old))
+    let stored = admit
+        .validate_new(Operation::Update, name, stored, Some(old))
         .await?;
     ctx.stage(WriteStage::Admission, started);
     if &stored == old {
