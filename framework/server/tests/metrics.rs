@@ -154,7 +154,12 @@ async fn metrics_have_kube_apiservers_names_and_labels() {
 
 /// A kind of its own, so that the other tests' counts of meters stay theirs.
 #[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[resource(group = "stages.example.com", version = "v1", kind = "Stage", namespaced)]
+#[resource(
+    group = "stages.example.com",
+    version = "v1",
+    kind = "Stage",
+    namespaced
+)]
 pub struct Stage {
     #[serde(default)]
     pub metadata: ObjectMeta,

@@ -24,11 +24,11 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::metrics::{WriteStage, WriteVerb, write_stage};
 use super::arena::Arena;
 use super::backend::{
     Backend, EventType, KeyValue, ListRequest, Revision, StorageError, WatchItem,
 };
+use crate::metrics::{WriteStage, WriteVerb, write_stage};
 
 /// Makes the bytes a client receives for a stored key-value (its `resourceVersion` set from
 /// the key-value's `mod_revision`). Called once per write and once per object at each list

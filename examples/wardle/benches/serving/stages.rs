@@ -104,10 +104,6 @@ impl Stages {
         if parts.is_empty() {
             return Row::plain(label, "not recorded (a server without the stage metric)");
         }
-        Row::plain(
-            label,
-            format!("{total:.1} µs: {}", parts.join(" · ")),
-        )
+        Row::plain(label, format!("{total:.1} µs: {}", parts.join(" · ")))
     }
 }
-

@@ -549,7 +549,8 @@ struct ActualSizes<'a> {
 
 impl Sizes for ActualSizes<'_> {
     fn max_size(&self, path: &[&str]) -> Option<u64> {
-        let same = |key: &[String]| key.len() == path.len() && key.iter().zip(path).all(|(k, p)| k == p);
+        let same =
+            |key: &[String]| key.len() == path.len() && key.iter().zip(path).all(|(k, p)| k == p);
         if let Some((_, cached)) = self.cache.borrow().iter().find(|(key, _)| same(key)) {
             return *cached;
         }

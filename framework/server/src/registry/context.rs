@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::admission::AdmissionContext;
-use crate::metrics::{WriteStage, WriteVerb, write_stage};
 use crate::admission::attributes::Requester;
+use crate::metrics::{WriteStage, WriteVerb, write_stage};
 use crate::registry::warning::WarningRecorder;
 use crate::user::UserInfo;
 

@@ -353,7 +353,11 @@ pub(crate) async fn update<T: Strategy>(
             Ok(_) if emptied => return Ok((new, false)),
             // What was stored, as decode_stored would read it back.
             Ok(kv) => {
-                set_meta(&mut new, "resourceVersion", json!(kv.mod_revision.to_string()));
+                set_meta(
+                    &mut new,
+                    "resourceVersion",
+                    json!(kv.mod_revision.to_string()),
+                );
                 return Ok((new, false));
             }
             Err(StorageError::Conflict { .. }) => continue,
