@@ -13,6 +13,10 @@ use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+mod write_stages;
+
+pub use write_stages::{WriteStage, WriteVerb, write_stage};
+
 /// kube-apiserver's request-duration buckets (seconds), also those of storage requests.
 const DURATION_BUCKETS: [f64; 23] = [
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
@@ -84,6 +88,9 @@ pub struct Metrics {
     pub audit_errors: IntCounterVec,
     /// API Priority and Fairness, with kube's names and labels.
     pub flowcontrol: FlowControlMetrics,
+    /// `apiserver_write_stage_duration_seconds` by verb and stage (ours; kube traces these
+    /// steps): record with [`write_stage`].
+    pub write_stages: HistogramVec,
     /// The `apiserver_storage_objects` series made with [`Metrics::storage_objects_of`], by
     /// resource: what the width of a list is estimated from.
     object_counts: std::sync::RwLock<std::collections::HashMap<String, prometheus::IntGauge>>,
@@ -288,6 +295,11 @@ impl Metrics {
                         0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0,
                     ],
                 )?,
+            },
+            write_stages: {
+                let metric = write_stages::histogram()?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
             },
             object_counts: Default::default(),
             registry,

@@ -151,3 +151,59 @@ async fn metrics_have_kube_apiservers_names_and_labels() {
     assert_eq!(samples(&scrape, "process_cpu_seconds_total", &[]).len(), 1);
     server.stop().await;
 }
+
+/// A kind of its own, so that the other tests' counts of meters stay theirs.
+#[derive(Resource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "stages.example.com",
+    version = "v1",
+    kind = "Stage",
+    namespaced
+)]
+pub struct Stage {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+}
+
+/// Every stage of a create, a merge patch and a server-side apply made with kubectl is timed
+/// in `apiserver_write_stage_duration_seconds`, by verb and stage (counts at least: the
+/// registry is the process's, shared with the other tests of this binary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_stages_are_timed_by_verb() {
+    let group = APIGroup::new("stages.example.com").version("v1", |v| v.resource::<Stage>());
+    let server = TestServer::builder().group(group).start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("staged.yaml");
+    let yaml = "apiVersion: stages.example.com/v1\nkind: Stage\nmetadata:\n  name: staged\n  namespace: default\n";
+    std::fs::write(&file, yaml).unwrap();
+    let file = file.display().to_string();
+    ok(server.kubectl(&["create", "-f", &file]));
+    let patch = r#"{"metadata":{"labels":{"stage":"patched"}}}"#;
+    let merge = ["patch", "stages", "staged", "--type=merge", "-p", patch];
+    ok(server.kubectl(&merge));
+    ok(server.kubectl(&["apply", "--server-side", "-f", &file]));
+
+    let metric = "apiserver_write_stage_duration_seconds";
+    let timed = |scrape: &Scrape, verb: &str, stage: &str| {
+        total(scrape, metric, &[("verb", verb), ("stage", stage)])
+    };
+    // The watch cache takes the writes' events after the writes answered: a bounded wait.
+    let mut scraped = scrape(&server);
+    for _ in 0..50 {
+        if timed(&scraped, "update", "watch_cache") >= 2.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        scraped = scrape(&server);
+    }
+    for stage in ["decode", "field_manager", "strategy", "encode", "store"] {
+        assert!(timed(&scraped, "create", stage) >= 1.0, "create {stage}");
+        assert!(timed(&scraped, "patch", stage) >= 1.0, "patch {stage}");
+        assert!(timed(&scraped, "apply", stage) >= 1.0, "apply {stage}");
+    }
+    assert!(timed(&scraped, "patch", "patch") >= 1.0);
+    // The watch cache tells a new key from a changed one.
+    assert!(timed(&scraped, "create", "watch_cache") >= 1.0);
+    assert!(timed(&scraped, "update", "watch_cache") >= 2.0);
+    server.stop().await;
+}

@@ -28,6 +28,7 @@ use super::arena::Arena;
 use super::backend::{
     Backend, EventType, KeyValue, ListRequest, Revision, StorageError, WatchItem,
 };
+use crate::metrics::{WriteStage, WriteVerb, write_stage};
 
 /// Makes the bytes a client receives for a stored key-value (its `resourceVersion` set from
 /// the key-value's `mod_revision`). Called once per write and once per object at each list
@@ -650,15 +651,20 @@ impl Shared {
     /// kube-apiserver's cacher: while it is not ready, callers read the backend, whose
     /// answer is the object's error, instead of a cache that silently lacks the object.
     fn encode(&self, arena: &mut Arena, kv: &KeyValue) -> Result<CachedObject, StorageError> {
-        let encoded = (self.encode)(kv).inspect_err(|error| {
+        let encoded = self.encoded(kv)?;
+        Ok(self.cached(arena, kv, &encoded))
+    }
+
+    /// The object's bytes as clients receive them.
+    fn encoded(&self, kv: &KeyValue) -> Result<Bytes, StorageError> {
+        (self.encode)(kv).inspect_err(|error| {
             tracing::error!(key = %kv.key, %error, "watch cache: cannot encode a stored object");
-        })?;
-        Ok(CachedObject::new(
-            arena,
-            self.suffix(&kv.key),
-            &encoded,
-            kv.mod_revision,
-        ))
+        })
+    }
+
+    /// `encoded` copied into the arena, as the cache keeps it.
+    fn cached(&self, arena: &mut Arena, kv: &KeyValue, encoded: &[u8]) -> CachedObject {
+        CachedObject::new(arena, self.suffix(&kv.key), encoded, kv.mod_revision)
     }
 
     fn ready(&self, objects: Objects, arena: Arena, revision: Revision) {
@@ -696,13 +702,16 @@ impl Shared {
     }
 
     fn apply(&self, event: super::backend::Event) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
         let key: &str = &event.kv.key;
+        // Encoded before the lock is taken: readers wait only for the copy into the arena.
+        let encoded = self.encoded(&event.kv)?;
         let Ok(mut guard) = self.state.write() else {
             return Ok(());
         };
         let state = &mut *guard;
         let revision = event.revision();
-        let object = self.encode(&mut state.arena, &event.kv)?;
+        let object = self.cached(&mut state.arena, &event.kv, &encoded);
         let prev = match event.event_type {
             EventType::Put => {
                 state.live_bytes += object.size();
@@ -711,6 +720,7 @@ impl Shared {
             EventType::Delete => state.objects.take(self.suffix(key).as_bytes()),
         };
         let prev = prev.map(|entry| entry.0);
+        let created = prev.is_none();
         if let Some(prev) = &prev {
             state.live_bytes -= prev.size();
         }
@@ -731,6 +741,15 @@ impl Shared {
         self.metrics.events.inc();
         self.metrics.record(state);
         self.revision.send_replace(Some(revision));
+        drop(guard);
+        // A put of a key the cache did not hold is a create; the stage of a patch or an
+        // apply is counted with the updates (the cache cannot tell them apart).
+        let verb = match (event.event_type, created) {
+            (EventType::Delete, _) => return Ok(()),
+            (_, true) => WriteVerb::Create,
+            (_, false) => WriteVerb::Update,
+        };
+        write_stage(verb, WriteStage::WatchCache, started);
         Ok(())
     }
 

@@ -79,7 +79,32 @@ fn write_rows(settings: &Settings, ours: &Ours) -> Vec<Row> {
             format!("merge patch: {}", per_second(patches.per_second())),
             factor,
         ),
+        cpu_per_write("create", ours.stages.cpu[0], ours.creates.len()),
+        cpu_per_write("merge patch", ours.stages.cpu[1], patches.len()),
+        cpu_per_write("server-side apply", ours.stages.cpu[2], applies.len()),
+        ours.stages.creates.row(
+            "create: server µs per write by stage",
+            ("create", "create"),
+            ours.creates.len(),
+        ),
+        ours.stages.patches.row(
+            "merge patch: server µs per write by stage",
+            ("patch", "update"),
+            patches.len(),
+        ),
+        ours.stages.applies.row(
+            "server-side apply: server µs per write by stage",
+            ("apply", "update"),
+            applies.len(),
+        ),
     ]
+}
+
+/// The server's CPU time (all its threads) per write of a run: what a write costs, whatever
+/// else the machine runs.
+fn cpu_per_write(what: &str, cpu: Duration, writes: usize) -> Row {
+    let micros = cpu.as_secs_f64() * 1e6 / writes.max(1) as f64;
+    Row::plain(format!("server CPU per {what}"), format!("{micros:.0} µs"))
 }
 
 /// Lists and walks in v1beta1 beside the same in v1alpha1 (the stored version), as a factor

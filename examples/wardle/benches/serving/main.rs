@@ -17,6 +17,8 @@
 //! ```
 //!
 //! `.ci/bench` runs every backend with a throw-away etcd and PostgreSQL. See `book/src/benchmarks.md`.
+//! `WARDLE_BENCH_BINARY=path` measures that build of wardle instead of cargo's (an older one,
+//! to compare in the same minutes); `WARDLE_BENCH_ARGS` adds flags to its command line.
 
 mod ceiling;
 mod client;
@@ -26,6 +28,7 @@ mod measure;
 mod report;
 mod rules;
 mod server;
+mod stages;
 mod watchers;
 mod workload;
 

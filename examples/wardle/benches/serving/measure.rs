@@ -8,6 +8,7 @@ use crate::Settings;
 use crate::ceiling::{self, BareServer, Canned};
 use crate::client::{self, Client, Error, Sample};
 use crate::server::{Backend, Wardle};
+use crate::stages::Stages;
 use crate::workload::{self, FanOut};
 
 /// Namespaces: the bench objects, the fan-out's own, and one probe object.
@@ -33,7 +34,18 @@ pub struct Ours {
     /// Merge patches, then server-side applies, of the same objects (managedFields kept by
     /// both).
     pub writes: (Sample, Sample),
+    /// What each stage cost the creates, the merge patches and the applies.
+    pub stages: WriteStages,
     pub memory: Memory,
+}
+
+/// The server's stage timings of each run of writes, and the CPU time its threads spent
+/// on each (creates, patches, applies).
+pub struct WriteStages {
+    pub creates: Stages,
+    pub patches: Stages,
+    pub applies: Stages,
+    pub cpu: [Duration; 3],
 }
 
 /// What serving a converted version costs: the same lists and walks in v1alpha1 (stored) and
@@ -75,15 +87,31 @@ const ROUNDS: usize = 4;
 
 /// Merge patches of every bench object, then server-side applies of them (each forced, by
 /// one manager): what apply costs beside a plain update.
-async fn writes(settings: &Settings, client: &Client) -> Result<(Sample, Sample), Error> {
+async fn writes(
+    settings: &Settings,
+    (client, wardle): (&Client, &Wardle),
+) -> Result<((Sample, Sample), (Stages, Stages), [Duration; 2]), Error> {
     use workload::Write;
     let objects = 0..settings.objects;
     let concurrency = settings.concurrency;
     let patch = (Write::MergePatch, 1);
+    let (before, cpu_before) = (Stages::scrape(client).await?, wardle.cpu()?);
     let patches = workload::updates(client, NS, objects.clone(), concurrency, patch).await?;
+    let (after_patches, cpu_patches) = (Stages::scrape(client).await?, wardle.cpu()?);
     let apply = (Write::Apply, 2);
     let applies = workload::updates(client, NS, objects, concurrency, apply).await?;
-    Ok((patches, applies))
+    let (after_applies, cpu_applies) = (Stages::scrape(client).await?, wardle.cpu()?);
+    Ok((
+        (patches, applies),
+        (
+            after_patches.since(&before),
+            after_applies.since(&after_patches),
+        ),
+        [
+            cpu_patches.saturating_sub(cpu_before),
+            cpu_applies.saturating_sub(cpu_patches),
+        ],
+    ))
 }
 
 /// Every figure of one backend with the watch cache at its default, with its ceilings.
@@ -93,9 +121,13 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let tls = client::tls_config(&wardle.cert_dir)?;
     let client = Client::connect(wardle.port, tls.clone(), settings.connections).await?;
     let idle = settle_rss(&client, &wardle).await?;
+    let (before, cpu_before) = (Stages::scrape(&client).await?, wardle.cpu()?);
     let creates = workload::create(&client, NS, 0..settings.objects, settings.concurrency).await?;
+    let create_cpu = wardle.cpu()?.saturating_sub(cpu_before);
+    let create_stages = Stages::scrape(&client).await?.since(&before);
     let rss_objects = settle_rss(&client, &wardle).await?;
-    let updates = writes(settings, &client).await?;
+    let (updates, (patch_stages, apply_stages), [patch_cpu, apply_cpu]) =
+        writes(settings, (&client, &wardle)).await?;
     let canned = canned(&client).await?;
     let json_size = workload::mean_item_size(&canned.list)?;
     let pages = canned.pages.len();
@@ -136,6 +168,12 @@ pub async fn serving(settings: &Settings, backend: &Backend) -> Result<(Ours, Ce
     let ours = Ours {
         creates,
         writes: updates,
+        stages: WriteStages {
+            creates: create_stages,
+            patches: patch_stages,
+            applies: apply_stages,
+            cpu: [create_cpu, patch_cpu, apply_cpu],
+        },
         gets: reads.gets,
         lists: reads.lists,
         walks: reads.walks,

@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use crate::client::Error;
 
-const WARDLE: &str = env!("CARGO_BIN_EXE_wardle");
+/// The binary under test: `WARDLE_BENCH_BINARY` when set (an older build, to compare on the
+/// same machine in the same hour), else the one cargo built.
+fn wardle() -> String {
+    std::env::var("WARDLE_BENCH_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_wardle").into())
+}
 
 /// A storage backend of the server, with what it needs to run.
 #[derive(Debug, Clone)]
@@ -56,7 +60,7 @@ impl Wardle {
     /// `--watch-cache=false`, `None` passes nothing (a binary without the flag).
     pub fn start(dir: &Path, backend: &Backend, watch_cache: Option<bool>) -> Result<Self, Error> {
         let cert_dir = dir.join("certs");
-        let mut command = Command::new(WARDLE);
+        let mut command = Command::new(wardle());
         command
             // Standalone even in a pod (its service account would select delegated mode).
             .env_remove("KUBERNETES_SERVICE_HOST")
@@ -98,7 +102,7 @@ impl Wardle {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("{WARDLE}: {e}"))?;
+            .map_err(|e| format!("{}: {e}", wardle()))?;
         let stderr = child.stderr.take().ok_or("no stderr pipe")?;
         let mut wardle = Self {
             child,
@@ -164,7 +168,7 @@ impl Drop for Wardle {
 
 /// Whether this `wardle` build has the `--watch-cache` flag.
 pub fn has_watch_cache_flag() -> Result<bool, Error> {
-    let help = Command::new(WARDLE).arg("--help").output()?;
+    let help = Command::new(wardle()).arg("--help").output()?;
     Ok(String::from_utf8_lossy(&help.stdout).contains("--watch-cache"))
 }
 

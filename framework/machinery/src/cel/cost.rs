@@ -27,7 +27,6 @@
 //! where any value does (`==`, `+`, `<`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use cel::Value;
 use cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
@@ -543,19 +542,23 @@ fn format_name(expr: &IdedExpr) -> Option<&str> {
 /// The sizes of an activation's values.
 struct ActualSizes<'a> {
     activation: &'a Activation,
-    cache: RefCell<HashMap<Vec<String>, Option<u64>>>,
+    /// The sizes found so far, by path: an expression asks of a few paths, many times, so a
+    /// list scanned without a key to allocate beats a map.
+    cache: RefCell<Vec<(Vec<String>, Option<u64>)>>,
 }
 
 impl Sizes for ActualSizes<'_> {
     fn max_size(&self, path: &[&str]) -> Option<u64> {
-        let key: Vec<String> = path.iter().map(|p| p.to_string()).collect();
-        if let Some(cached) = self.cache.borrow().get(&key) {
+        let same =
+            |key: &[String]| key.len() == path.len() && key.iter().zip(path).all(|(k, p)| k == p);
+        if let Some((_, cached)) = self.cache.borrow().iter().find(|(key, _)| same(key)) {
             return *cached;
         }
         let size = path
             .split_first()
             .and_then(|(name, rest)| max_size_at(self.activation.get(name)?, rest));
-        self.cache.borrow_mut().insert(key, size);
+        let key = path.iter().map(|p| p.to_string()).collect();
+        self.cache.borrow_mut().push((key, size));
         size
     }
 }

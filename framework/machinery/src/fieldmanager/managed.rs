@@ -156,7 +156,9 @@ pub(crate) fn encode(managed: &Managed) -> Option<Value> {
     }
     let mut entries: Vec<(&ManagerId, &Entry)> = managed.iter().collect();
     entries.sort_by(|(a, ae), (b, be)| {
-        let time = |e: &Entry| e.time.clone().unwrap_or_default();
+        fn time(e: &Entry) -> &str {
+            e.time.as_deref().unwrap_or_default()
+        }
         (
             a.operation,
             time(ae),

@@ -3,9 +3,11 @@
 //! `k8s.io/apiserver/pkg/warning` does).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::admission::AdmissionContext;
 use crate::admission::attributes::Requester;
+use crate::metrics::{WriteStage, WriteVerb, write_stage};
 use crate::registry::warning::WarningRecorder;
 use crate::user::UserInfo;
 
@@ -23,6 +25,8 @@ pub struct RequestContext {
     pub admission: Option<AdmissionContext>,
     warnings: Arc<WarningRecorder>,
     patch: Option<Arc<PatchDecoding>>,
+    /// The write this request is, whose stages are timed (set by the write handlers).
+    write: Option<WriteVerb>,
 }
 
 /// What strict field validation needs to know of a PATCH (set by its handler): kube-apiserver
@@ -92,6 +96,22 @@ impl RequestContext {
     pub(crate) fn for_patch(mut self, patch: PatchDecoding) -> Self {
         self.patch = Some(Arc::new(patch));
         self
+    }
+
+    /// The same context, for a write whose stages are timed as `verb`'s
+    /// (`apiserver_write_stage_duration_seconds`).
+    pub(crate) fn for_write(mut self, verb: WriteVerb) -> Self {
+        self.write = Some(verb);
+        self
+    }
+
+    /// Records that `stage` of this request's write took the time since `started` (nothing
+    /// when the request is no timed write); now, when the next stage starts.
+    pub(crate) fn stage(&self, stage: WriteStage, started: Instant) -> Instant {
+        match self.write {
+            Some(verb) => write_stage(verb, stage, started),
+            None => Instant::now(),
+        }
     }
 
     /// The request's admission, and who asked and where, for the chain.

@@ -1,6 +1,7 @@
 //! create, update, patch, delete and deletecollection.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::response::Response;
 use http::{StatusCode, header};
@@ -17,6 +18,7 @@ use crate::endpoints::negotiation::{
 };
 use crate::endpoints::response::{respond, respond_list, shape_object};
 use crate::error::{Error, Result, deleted_status};
+use crate::metrics::{WriteStage, WriteVerb, write_stage};
 use crate::registry::context::PatchDecoding;
 use crate::registry::fieldmanager::{
     FieldManager, FieldOwner, FieldSet, PathElement, VersionConverter, manager_from_user_agent,
@@ -210,10 +212,18 @@ fn delete_options_json(options: &DeleteOptions) -> Value {
 }
 
 fn respond_object(call: &Call, code: StatusCode, object: Value) -> Result<Response> {
+    let started = Instant::now();
     let target = negotiate(accept_header(call), Endpoint::Object)?;
     let include = call.query.include_object(target.shape)?;
     let body = shape_object(target, object, &call.resource.table, include);
-    respond(code, target, &body)
+    let response = respond(code, target, &body);
+    call.ctx.stage(WriteStage::Encode, started);
+    response
+}
+
+/// Times the stages of this request's write as `verb`'s.
+fn timed(call: &mut Call, verb: WriteVerb) {
+    call.ctx = std::mem::take(&mut call.ctx).for_write(verb);
 }
 
 pub(crate) async fn create(mut call: Call) -> Result<Response> {
@@ -223,9 +233,13 @@ pub(crate) async fn create(mut call: Call) -> Result<Response> {
     if !call.info.name.is_empty() {
         return Err(Error::method_not_allowed());
     }
+    timed(&mut call, WriteVerb::Create);
+    let started = Instant::now();
     let mut object = read_new_object(&mut call, options.field_validation).await?;
+    let started = call.ctx.stage(WriteStage::Decode, started);
     let (fields, owner) = field_manager(&call, &options);
     fields.update(None, &mut object, &owner);
+    call.ctx.stage(WriteStage::FieldManager, started);
     admit_with(&mut call, write_options_json("CreateOptions", &options));
     let created = creater.create(&call.ctx, object, &options).await?;
     respond_object(&call, StatusCode::CREATED, created)
@@ -235,14 +249,19 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
     negotiate(accept_header(&call), Endpoint::Object)?;
     let updater = require(&call.resource.storage.updater, &call)?.clone();
     let mut options = call.query.write_options()?;
+    timed(&mut call, WriteVerb::Update);
+    let started = Instant::now();
     let object = Arc::new(read_new_object(&mut call, options.field_validation).await?);
+    call.ctx.stage(WriteStage::Decode, started);
     // kube's `UpdatedObjectInfo.Preconditions` of a PUT: the body's uid, if it has one.
     options.precondition_uid = object::meta_str(&object, "uid").map(str::to_string);
     admit_with(&mut call, write_options_json("UpdateOptions", &options));
     let (fields, owner) = field_manager(&call, &options);
     let update: UpdateFn = Arc::new(move |current| {
+        let started = Instant::now();
         let mut new = (*object).clone();
         fields.update(current, &mut new, &owner);
+        write_stage(WriteVerb::Update, WriteStage::FieldManager, started);
         Ok(new)
     });
     let written = updater
@@ -276,9 +295,12 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
         return apply(call, updater).await;
     }
     let options = call.query.write_options()?;
+    timed(&mut call, WriteVerb::Patch);
+    let started = Instant::now();
     let body = read_body(&mut call).await?;
     let validation = options.field_validation;
     let body = off_workers(body, move |b| decode_patch(patch_type, validation, b)).await?;
+    call.ctx.stage(WriteStage::Decode, started);
     if let (Ok(body), FieldValidation::Strict) = (&body, validation) {
         let decoding = PatchDecoding {
             errors: body.strict_errors.clone(),
@@ -299,9 +321,12 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
         if validation == FieldValidation::Warn {
             body.strict_errors.iter().for_each(|e| ctx.warn(e.clone()));
         }
+        let started = Instant::now();
         let mut patched = body.patch.apply(current, &schema).map_err(Error::from)?;
         check_type(&info, &mut patched)?;
+        let started = write_stage(WriteVerb::Patch, WriteStage::Patch, started);
         fields.update(Some(current), &mut patched, &owner);
+        write_stage(WriteVerb::Patch, WriteStage::FieldManager, started);
         Ok(patched)
     });
     let (stored, _) = updater
@@ -347,6 +372,8 @@ fn decode_patch(
 /// created (201).
 async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
     let (options, force) = call.query.apply_options()?;
+    timed(&mut call, WriteVerb::Apply);
+    let started = Instant::now();
     let body = read_body(&mut call).await?;
     // kube's apply patcher decodes with sigs.k8s.io/yaml, whose errors it wraps so.
     let (config, _) = off_workers(body, |b| read_object(b, BodyEncoding::Yaml))
@@ -357,12 +384,15 @@ async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
             )),
             e => e.into(),
         })?;
+    call.ctx.stage(WriteStage::Decode, started);
     admit_with(&mut call, apply_options_json(&options, force));
     let info = call.resource.storage.info;
     let (fields, owner) = field_manager(&call, &options);
     let update: UpdateFn = Arc::new(move |current| {
+        let started = Instant::now();
         let mut applied = fields.apply(current, &config, &owner, force)?;
         check_type(&info, &mut applied)?;
+        write_stage(WriteVerb::Apply, WriteStage::FieldManager, started);
         Ok(applied)
     });
     let written = updater

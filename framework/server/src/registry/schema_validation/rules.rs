@@ -200,6 +200,29 @@ fn normalize_field_path(path: &str) -> Result<String, String> {
     Ok(out.join("."))
 }
 
+/// `value` as a rule sees it. At the resource's root kube keeps of `metadata` only `name`
+/// and `generateName` (apiextensions-apiserver's `WithTypeAndObjectMeta`,
+/// `pkg/apiserver/schema/cel/model/schemas.go`): the rest (labels, managedFields) is no
+/// rule's to read, so it is not converted for one either.
+fn cel_view(value: &Value, root: bool) -> CelValue {
+    let Some(map) = value.as_object().filter(|_| root) else {
+        return kcel::convert::from_json(value);
+    };
+    let kept = |(key, value): (&String, &Value)| {
+        let value = match (key.as_str(), value) {
+            ("metadata", Value::Object(meta)) => Value::Object(
+                meta.iter()
+                    .filter(|(k, _)| *k == "name" || *k == "generateName")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            _ => value.clone(),
+        };
+        (key.clone(), value)
+    };
+    kcel::convert::from_json(&Value::Object(map.iter().map(kept).collect()))
+}
+
 /// Runs the rules of `node` on `value` (and `old`), adding what fails to `walk`.
 pub(super) fn evaluate(
     walk: &mut Walk,
@@ -209,8 +232,9 @@ pub(super) fn evaluate(
     unchanged: bool,
     path: &str,
 ) {
-    let this = kcel::convert::from_json(value);
-    let previous = old.map(kcel::convert::from_json);
+    let root = path.is_empty();
+    let this = cel_view(value, root);
+    let previous = old.map(|old| cel_view(old, root));
     for rule in &node.rules {
         if rule.uses_old_self && previous.is_none() && !rule.optional_old_self {
             continue; // a transition rule needs an old value

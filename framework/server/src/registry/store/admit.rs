@@ -116,6 +116,28 @@ impl<'a> Admit<'a> {
         chain.validate(&attributes).await
     }
 
+    /// [`validate`](Self::validate) of the new object of a create or an update, handed to
+    /// the plugins without a copy when they see it as it is (no view), and handed back.
+    pub(crate) async fn validate_new(
+        &self,
+        operation: Operation,
+        name: &str,
+        object: Value,
+        old: Option<&Value>,
+    ) -> Result<Value> {
+        if self.view.is_some() {
+            self.validate(operation, name, Some(&object), old).await?;
+            return Ok(object);
+        }
+        let Some((chain, mut attributes)) = self.attributes((operation, false), name) else {
+            return Ok(object);
+        };
+        attributes.object = Some(object);
+        attributes.old_object = old.map(|o| self.project(o)).transpose()?;
+        chain.validate(&attributes).await?;
+        Ok(attributes.object.take().expect("the object just given"))
+    }
+
     /// The mutating step of a delete: no objects, as kube's delete handler admits it (once,
     /// before the store reads anything; with no name for a deletecollection).
     pub(crate) async fn mutate_delete(&self, name: &str) -> Result<()> {

@@ -1,15 +1,18 @@
 //! Create and update: the client's object decoded once to `T`, the generic and the type's
 //! [`Strategy`] run on it typed, encoded once for a compare-and-swap.
 
+use std::time::Instant;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::Rng;
 use serde_json::{Value, json};
 
 use super::admit::{AdmissionView, Admit};
-use super::codec::{decode_stored, decode_typed, encode_for_storage, encode_typed};
+use super::codec::{decode_typed, encode_for_storage, encode_typed};
 use super::{Inner, MAX_ATTEMPTS};
 use crate::admission::Operation;
 use crate::error::{Error, Result};
+use crate::metrics::WriteStage;
 use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
 use crate::registry::rest::UpdateFn;
@@ -72,14 +75,20 @@ async fn decode_new<T: Strategy>(
     admit: Admit<'_>,
     mut object: Value,
 ) -> Result<T> {
-    check_namespace(inner, strategy.request(), &mut object)?;
+    let ctx = strategy.request();
+    let started = Instant::now();
+    check_namespace(inner, ctx, &mut object)?;
     clear_status_on_create(&inner.info, &mut object);
     let validation = strategy.options().field_validation;
-    let mut typed: T = decode_typed(&object, validation, strategy.request())?;
+    let mut typed: T = decode_typed(&object, validation, ctx)?;
+    let started = ctx.stage(WriteStage::Decode, started);
     typed.default_fields();
+    let started = ctx.stage(WriteStage::Strategy, started);
     admit.mutate(Operation::Create, &mut typed, None).await?;
+    let started = ctx.stage(WriteStage::Admission, started);
     prepare_meta_for_create(typed.metadata_mut());
     typed.prepare_for_create(strategy);
+    ctx.stage(WriteStage::Strategy, started);
     Ok(typed)
 }
 
@@ -100,12 +109,15 @@ async fn insert<T: Strategy>(
     typed: T,
     version_given: bool,
 ) -> Result<Inserted> {
+    let ctx = strategy.request();
     let stored = admit_new::<T>(inner, strategy, typed)?;
     let name = object::name(&stored).unwrap_or_default().to_string();
-    admit
-        .validate(Operation::Create, &name, Some(&stored), None)
+    let started = Instant::now();
+    let stored = admit
+        .validate_new(Operation::Create, &name, stored, None)
         .await?;
-    let key = inner.key(strategy.request(), &name)?;
+    let started = ctx.stage(WriteStage::Admission, started);
+    let key = inner.key(ctx, &name)?;
     if strategy.dry_run() {
         return dry_run_create(inner, &key, &name, stored)
             .await
@@ -120,11 +132,11 @@ async fn insert<T: Strategy>(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    match inner
-        .backend
-        .create(&key, encode_for_storage(&stored)?)
-        .await
-    {
+    let bytes = encode_for_storage(&stored)?;
+    let started = ctx.stage(WriteStage::Encode, started);
+    let created = inner.backend.create(&key, bytes).await;
+    ctx.stage(WriteStage::Store, started);
+    match created {
         // What was stored, as decode_stored would read it back.
         Ok(kv) => {
             let mut created = stored;
@@ -171,6 +183,7 @@ fn admit_new<T: Strategy>(
     strategy: &StrategyContext<'_>,
     mut typed: T,
 ) -> Result<Value> {
+    let started = Instant::now();
     let name = typed.metadata().name.clone().unwrap_or_default();
     let mut errors = validate_meta(inner, typed.metadata())?;
     errors.extend(typed.validate(strategy));
@@ -182,10 +195,12 @@ fn admit_new<T: Strategy>(
         strategy.warn(warning);
     }
     typed.canonicalize();
+    let started = strategy.request().stage(WriteStage::Strategy, started);
     let mut stored = encode_typed(&typed)?;
     let meta = metadata_mut(&mut stored);
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(object::now_timestamp()));
+    strategy.request().stage(WriteStage::Encode, started);
     Ok(stored)
 }
 
@@ -212,13 +227,14 @@ fn check_schema<T: Strategy>(
 
 /// kube's `ValidateObjectMetaAccessor` on the typed metadata.
 fn validate_meta(inner: &Inner, meta: &ObjectMeta) -> Result<Vec<FieldError>> {
-    let namespaced = inner.info.scope == Scope::Namespaced;
     let meta = serde_json::to_value(meta).map_err(Error::internal)?;
-    Ok(validate_object_meta(
-        &meta,
-        namespaced,
-        validate_object_name,
-    ))
+    Ok(validate_meta_json(inner, &meta))
+}
+
+/// [`validate_meta`] on the metadata as JSON.
+fn validate_meta_json(inner: &Inner, meta: &Value) -> Vec<FieldError> {
+    let namespaced = inner.info.scope == Scope::Namespaced;
+    validate_object_meta(meta, namespaced, validate_object_name)
 }
 
 /// kube's `SimpleNameGenerator`: five characters that cannot spell words.
@@ -279,7 +295,9 @@ pub(crate) async fn update<T: Strategy>(
         ..Admit::new(inner, ctx)
     };
     for _ in 0..MAX_ATTEMPTS {
+        let started = Instant::now();
         let current = inner.current(&key, name).await?;
+        let started = ctx.stage(WriteStage::Store, started);
         let Some(current) = current else {
             // `update` says first what it thinks of a missing object (a patch: NotFound).
             let new = update(None)?;
@@ -295,6 +313,7 @@ pub(crate) async fn update<T: Strategy>(
             }
         };
         let old = inner.decode(&current)?;
+        ctx.stage(WriteStage::Decode, started);
         let new = update(Some(&old))?;
         let prepared =
             prepare_update::<T>(inner, &strategy, admit, name, new, &old, target).await?;
@@ -302,7 +321,7 @@ pub(crate) async fn update<T: Strategy>(
         // storage version: kube-apiserver writes whenever the stored bytes would change,
         // which is how kube-storage-version-migrator's no-op updates migrate objects.
         let stale = !inner.versions.is_current(&current);
-        let Some(new) = prepared.or_else(|| stale.then(|| old.clone())) else {
+        let Some(mut new) = prepared.or_else(|| stale.then(|| old.clone())) else {
             return Ok((old, false));
         };
         if options.dry_run {
@@ -311,18 +330,36 @@ pub(crate) async fn update<T: Strategy>(
         // kube's ShouldDeleteDuringUpdate: the last finalizer of an object being deleted is
         // gone, so the object goes; the answer is the object as this update made it.
         let emptied = object::is_being_deleted(&new) && object::finalizers(&new).is_empty();
+        let started = Instant::now();
         let result = if emptied {
             inner.backend.delete(&key, Some(current.mod_revision)).await
         } else {
+            // Stored without its resourceVersion, which the key's revision gives: taken
+            // out here rather than from a copy of the object.
+            let version = metadata_mut(&mut new).remove("resourceVersion");
             let bytes = encode_for_storage(&new)?;
-            inner
+            if let Some(version) = version {
+                set_meta(&mut new, "resourceVersion", version);
+            }
+            let started = ctx.stage(WriteStage::Encode, started);
+            let result = inner
                 .backend
                 .update(&key, bytes, current.mod_revision)
-                .await
+                .await;
+            ctx.stage(WriteStage::Store, started);
+            result
         };
         match result {
             Ok(_) if emptied => return Ok((new, false)),
-            Ok(kv) => return Ok((decode_stored(&kv)?, false)),
+            // What was stored, as decode_stored would read it back.
+            Ok(kv) => {
+                set_meta(
+                    &mut new,
+                    "resourceVersion",
+                    json!(kv.mod_revision.to_string()),
+                );
+                return Ok((new, false));
+            }
             Err(StorageError::Conflict { .. }) => continue,
             Err(e) => return Err(inner.storage_error(name, e)),
         }
@@ -454,6 +491,7 @@ async fn prepare_update<T: Strategy>(
     target: UpdateTarget,
 ) -> Result<Option<Value>> {
     let (ctx, options) = (strategy.request(), strategy.options());
+    let started = Instant::now();
     check_name(&new, name)?;
     check_namespace(inner, ctx, &mut new)?;
     check_uid_precondition(inner, ctx, name, old, options)?;
@@ -463,15 +501,20 @@ async fn prepare_update<T: Strategy>(
     // Defaults first, as kube decodes with defaulting before the strategy runs: a client
     // that leaves out a defaulted field has not changed the spec.
     let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
+    let started = ctx.stage(WriteStage::Decode, started);
     typed.default_fields();
+    let started = ctx.stage(WriteStage::Strategy, started);
     admit
         .mutate(Operation::Update, &mut typed, Some(old))
         .await?;
+    let started = ctx.stage(WriteStage::Admission, started);
     let old_typed: T = decode_typed(old, FieldValidation::Ignore, ctx)?;
+    let started = ctx.stage(WriteStage::Decode, started);
     prepare_meta_for_update(typed.metadata_mut(), old_typed.metadata());
     typed.prepare_for_update(&old_typed, strategy);
-    let mut errors = validate_meta(inner, typed.metadata())?;
+    // The metadata as JSON once, for both checks.
     let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
+    let mut errors = validate_meta_json(inner, &meta);
     errors.extend(validate_object_meta_update(&meta, &old["metadata"]));
     errors.extend(typed.validate_update(&old_typed, strategy));
     errors.extend(check_schema(inner, strategy, &typed, Some(old))?);
@@ -482,13 +525,16 @@ async fn prepare_update<T: Strategy>(
         strategy.warn(warning);
     }
     typed.canonicalize();
+    let started = ctx.stage(WriteStage::Strategy, started);
     let mut stored = encode_typed(&typed)?;
+    let started = ctx.stage(WriteStage::Encode, started);
     let generation = next_generation(&stored, old);
     set_meta(&mut stored, "generation", json!(generation));
     // kube runs validating admission on a no-op update too (storage finds it unchanged).
-    admit
-        .validate(Operation::Update, name, Some(&stored), Some(old))
+    let stored = admit
+        .validate_new(Operation::Update, name, stored, Some(old))
         .await?;
+    ctx.stage(WriteStage::Admission, started);
     if &stored == old {
         return Ok(None);
     }

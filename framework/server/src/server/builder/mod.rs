@@ -601,8 +601,9 @@ impl APIServer {
     }
 
     /// How many glibc malloc arenas [`run`](Self::run) allows the process (default
-    /// [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)); `None` leaves
-    /// the allocator as it is. `MALLOC_ARENA_MAX` in the environment always wins. See
+    /// [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)), with glibc's
+    /// fast bins off; `None` leaves the allocator as it is. `MALLOC_ARENA_MAX` and
+    /// `GLIBC_TUNABLES` in the environment always win. See
     /// [`server::malloc`](super::malloc) for why.
     pub fn malloc_arena_max(mut self, max: Option<u32>) -> Self {
         self.malloc_arena_max = max;
