@@ -267,7 +267,10 @@ impl Etcd3Backend {
     ) -> Result<Result<GetResponse, EtcdError>, StorageError> {
         let read = self.members.call(Retry::Idempotent, |client| {
             let (key, options) = (key.clone(), options.clone());
-            async move { client.kv_client().get(key, options).await }
+            let mut kv = client
+                .kv_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES);
+            async move { kv.get(key, options).await }
         });
         deadline(limit, read).await
     }
@@ -280,7 +283,10 @@ impl Etcd3Backend {
     ) -> Result<etcd_client::WatchStream, StorageError> {
         let watch = self.members.call(Retry::Idempotent, |client| {
             let (key, options) = (key.clone(), options.clone());
-            async move { client.watch_client().watch(key, Some(options)).await }
+            let mut watch = client
+                .watch_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES);
+            async move { watch.watch(key, Some(options)).await }
         });
         self.within(watch).await?.map_err(map_error)
     }
@@ -492,9 +498,19 @@ const OUT_OF_RANGE: i32 = 11;
 const INTERNAL: i32 = 13;
 const UNAVAILABLE: i32 = 14;
 
+/// The largest etcd response read: a page of a list (the watch cache loads 10,000 objects a
+/// page) or a batch of watch events easily passes tonic's default of 4 MiB, which fails the
+/// read. etcd's Go client, as kube-apiserver uses it, takes up to `math.MaxInt32` bytes
+/// (`defaultMaxCallRecvMsgSize`, client/v3/options.go); so does this backend.
+const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
+
+/// The message of etcd's `OutOfRange` answer (a compacted or future revision). gRPC uses the
+/// same code for a response over the size limit, which is not one.
 fn out_of_range_message(error: &EtcdError) -> Option<String> {
     match error {
-        EtcdError::GRpcStatus(status) if status.code() as i32 == OUT_OF_RANGE => {
+        EtcdError::GRpcStatus(status)
+            if status.code() as i32 == OUT_OF_RANGE && status.message().contains("revision") =>
+        {
             Some(status.message().to_owned())
         }
         _ => None,

@@ -14,6 +14,8 @@
 //!     # only 10,000 idle watchers over 100 HTTP/2 connections, 30 writes at 1/s
 //! cargo bench -p wardle --bench serving -- --compare FILE [--objects N] [--concurrency N]
 //!     # only the same workload against servers already running (wardle, Go, a CRD), side by side
+//! cargo bench -p wardle --features etcd,postgres --bench serving -- --scale N [--backend B]...
+//!     # only a store of N Flunders (SQLite, etcd3, PostgreSQL): start-up, RSS, whole reads
 //! ```
 //!
 //! `.ci/bench` runs every backend with a throw-away etcd and PostgreSQL. See `book/src/benchmarks.md`.
@@ -27,6 +29,7 @@ mod figures;
 mod measure;
 mod report;
 mod rules;
+mod scale;
 mod server;
 mod stages;
 mod watchers;
@@ -67,6 +70,8 @@ pub struct Settings {
     pub watchers_scale: Option<watchers::Scale>,
     /// `--compare FILE`: only the side-by-side figures of the running servers FILE names.
     pub compare: Option<std::path::PathBuf>,
+    /// `--scale N`: only a server started on a store of N objects.
+    pub scale: Option<usize>,
 }
 
 fn settings() -> Result<Settings, Error> {
@@ -78,7 +83,7 @@ fn settings() -> Result<Settings, Error> {
     let mut backends = Vec::new();
     let mut etcd = "http://127.0.0.1:23790".to_string();
     let mut postgres = "postgres://postgres@127.0.0.1:54320/apiserver".to_string();
-    let (mut objects, mut large, mut concurrency) = (None, None, None);
+    let (mut objects, mut large, mut concurrency, mut scale_objects) = (None, None, None, None);
     let mut compare = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -98,12 +103,18 @@ fn settings() -> Result<Settings, Error> {
             "--postgres-url" => postgres = value("--postgres-url")?,
             "--objects" => objects = Some(value("--objects")?.parse()?),
             "--large" => large = Some(value("--large")?.parse()?),
+            "--scale" => scale_objects = Some(value("--scale")?.parse()?),
             "--concurrency" => concurrency = Some(value("--concurrency")?.parse()?),
             other => return Err(format!("unknown argument {other:?}; see the bench's doc").into()),
         }
     }
     if backends.is_empty() {
-        backends = vec!["memory".into(), "sqlite".into()];
+        // The memory backend keeps nothing a server could be started on again.
+        backends = if scale_objects.is_some() {
+            vec!["sqlite".into()]
+        } else {
+            vec!["memory".into(), "sqlite".into()]
+        };
         if cfg!(feature = "etcd") {
             backends.push("etcd3".into());
         }
@@ -148,6 +159,7 @@ fn settings() -> Result<Settings, Error> {
         rules_only,
         watchers_scale: watchers_scale.then_some(scale),
         compare,
+        scale: scale_objects,
     })
 }
 
@@ -175,6 +187,15 @@ async fn run() -> Result<(), Error> {
                 &format!("{} backend: watchers at scale", backend.name()),
                 &rows,
             );
+        }
+        return Ok(());
+    }
+    if let Some(objects) = settings.scale {
+        for backend in &settings.backends {
+            let started = Instant::now();
+            let run = scale::run(backend, objects).await?;
+            scale::print(backend, &run);
+            println!("\n({} s)", started.elapsed().as_secs());
         }
         return Ok(());
     }

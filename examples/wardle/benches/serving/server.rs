@@ -59,6 +59,18 @@ impl Wardle {
     /// Starts the server in `dir` on `backend`; `watch_cache: Some(false)` passes
     /// `--watch-cache=false`, `None` passes nothing (a binary without the flag).
     pub fn start(dir: &Path, backend: &Backend, watch_cache: Option<bool>) -> Result<Self, Error> {
+        Self::start_in(dir, backend, watch_cache, None)
+    }
+
+    /// [`start`](Self::start) on the objects an earlier server left: `store` is its etcd key
+    /// prefix or PostgreSQL schema (on SQLite, the database in `dir` is reused anyway).
+    pub fn start_in(
+        dir: &Path,
+        backend: &Backend,
+        watch_cache: Option<bool>,
+        store: Option<&str>,
+    ) -> Result<Self, Error> {
+        let fresh = || format!("{}_{}", std::process::id(), unique());
         let cert_dir = dir.join("certs");
         let mut command = Command::new(wardle());
         command
@@ -74,14 +86,14 @@ impl Wardle {
                 command.arg(format!("--sqlite-path={}", dir.join("wardle.db").display()));
             }
             Backend::Etcd3(servers) => {
-                let prefix = format!("/bench-{}-{}", std::process::id(), unique());
+                let prefix = store.map_or_else(|| format!("/bench-{}", fresh()), str::to_owned);
                 command.arg(format!("--etcd-servers={servers}"));
                 command.arg(format!("--etcd-prefix={prefix}"));
                 etcd_prefix = Some(prefix);
                 etcd_servers = Some(servers.clone());
             }
             Backend::Postgres(url) => {
-                let schema = format!("bench_{}_{}", std::process::id(), unique());
+                let schema = store.map_or_else(|| format!("bench_{}", fresh()), str::to_owned);
                 command.arg(format!("--postgres-url={url}"));
                 command.arg(format!("--postgres-schema={schema}"));
                 postgres_schema = Some((url.clone(), schema));
@@ -114,6 +126,13 @@ impl Wardle {
         };
         wardle.port = serving_port(stderr)?.port();
         Ok(wardle)
+    }
+
+    /// Where this server keeps its objects, for [`start_in`](Self::start_in): the etcd key
+    /// prefix or the PostgreSQL schema (`None` on memory and SQLite).
+    pub fn store(&self) -> Option<&str> {
+        let schema = self.postgres_schema.as_ref().map(|(_, schema)| schema);
+        self.etcd_prefix.as_ref().or(schema).map(String::as_str)
     }
 
     /// CPU time the server's threads have used so far.
@@ -172,7 +191,8 @@ pub fn has_watch_cache_flag() -> Result<bool, Error> {
     Ok(String::from_utf8_lossy(&help.stdout).contains("--watch-cache"))
 }
 
-/// Reads the log until "serving addr=…" (bounded to 60 s), then keeps forwarding warnings
+/// Reads the log until "serving addr=…" (bounded to 5 minutes: a server on a million objects
+/// may read its store first), then keeps forwarding warnings
 /// and errors to our stderr so the pipe never fills.
 fn serving_port(stderr: std::process::ChildStderr) -> Result<SocketAddr, Error> {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -191,9 +211,9 @@ fn serving_port(stderr: std::process::ChildStderr) -> Result<SocketAddr, Error> 
     });
     let mut seen = Vec::new();
     loop {
-        let line = rx.recv_timeout(Duration::from_secs(60)).map_err(|_| {
+        let line = rx.recv_timeout(Duration::from_secs(300)).map_err(|_| {
             format!(
-                "wardle did not announce 'serving addr=' (exited, or not within 60 s); it said:\n{}",
+                "wardle did not announce 'serving addr=' (exited, or not within 5 minutes); it said:\n{}",
                 seen.join("\n")
             )
         })?;
