@@ -585,3 +585,59 @@ async fn postgres_statement_timeout_stops_what_the_request_gave_up_on() {
     assert_eq!(reply.code, 201, "{}", reply.body);
     server.stop().await;
 }
+
+/// A list reads under a deadline of its own (`PostgresOptions::list_timeout`; in a server the
+/// request's, 60 s by default), as kube-apiserver's lists read under the request's: a page of a
+/// large collection may take longer than one key. While another session holds the table, a
+/// get gives up at the statement timeout with `Timeout` (504), and a list waits and is answered
+/// once the table is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_list_may_take_longer_than_one_key() {
+    use extension_apiserver::storage::{
+        Backend, ListRequest, PostgresBackend, PostgresOptions, StorageError,
+    };
+    let schema = postgres_schema();
+    let backend = PostgresBackend::connect(PostgresOptions {
+        url: Some(postgres_url()),
+        schema: schema.clone(),
+        pool_size: 4,
+        request_timeout: Duration::from_secs(1),
+        statement_timeout: Duration::from_secs(1),
+        list_timeout: Some(Duration::from_secs(30)),
+        ..PostgresOptions::default()
+    })
+    .await
+    .unwrap();
+    backend
+        .create("/flunders/default/a", bytes::Bytes::from_static(b"{}"))
+        .await
+        .unwrap();
+
+    let (locker, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {schema}.live IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    let locked = std::time::Instant::now();
+    let unlock = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        locker.batch_execute("ROLLBACK").await.unwrap();
+    });
+    let got = backend.get("/flunders/default/a").await;
+    assert!(matches!(got, Err(StorageError::Timeout(_))), "{got:?}");
+    let request = ListRequest {
+        prefix: "/flunders/".into(),
+        ..ListRequest::default()
+    };
+    let list = backend.list(&request).await.unwrap();
+    assert!(locked.elapsed() >= Duration::from_secs(3));
+    let keys: Vec<&str> = list.items.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys, ["/flunders/default/a"]);
+    unlock.await.unwrap();
+    connection.await.unwrap().unwrap();
+}

@@ -49,6 +49,10 @@ pub struct Etcd3Options {
     /// How long one read or write (or the start of a watch) may take before it fails with
     /// [`StorageError::Unavailable`] (HTTP 503). An established watch is not bounded.
     pub request_timeout: Duration,
+    /// How long the reads of one list may take, in place of `request_timeout`: a page of a
+    /// large collection, or its count, may take longer than one key (kube-apiserver reads
+    /// under the request's deadline, 60 s by default).
+    pub list_timeout: Duration,
     /// How long the readiness check (`/readyz`) waits for etcd. Also how long a health probe
     /// of a member may take.
     pub ready_timeout: Duration,
@@ -68,6 +72,7 @@ impl Default for Etcd3Options {
             key_prefix: String::new(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
+            list_timeout: Duration::from_secs(60),
             ready_timeout: Duration::from_secs(2),
             probe_interval: Duration::from_secs(1),
             keep_alive: Some((Duration::from_secs(10), Duration::from_secs(5))),
@@ -166,6 +171,7 @@ pub struct Etcd3Backend {
     members: Arc<Members>,
     prefix: String,
     request_timeout: Duration,
+    list_timeout: Duration,
     ready_timeout: Duration,
     /// Every open watch, for [`Backend::request_progress`]; a watch that ended leaves a dead
     /// pointer, swept on the next request.
@@ -245,6 +251,7 @@ impl Etcd3Backend {
             members,
             prefix: options.key_prefix,
             request_timeout: options.request_timeout,
+            list_timeout: options.list_timeout.max(options.request_timeout),
             ready_timeout: options.ready_timeout,
             watches: Arc::default(),
             reads: Arc::default(),
@@ -533,10 +540,7 @@ impl Backend for Etcd3Backend {
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
         let options = self.list_options(request);
         let start = self.list_start(request).into_bytes();
-        let response = match self
-            .range(self.request_timeout, start, Some(options))
-            .await?
-        {
+        let response = match self.range(self.list_timeout, start, Some(options)).await? {
             Ok(response) => response,
             Err(error) => match out_of_range_message(&error) {
                 Some(message) => return Err(self.out_of_range(request.revision, &message).await),

@@ -153,6 +153,10 @@ pub struct PostgresOptions {
     /// database's own answer a second longer than the larger of the two, so that a statement
     /// too slow gets the 504 and only a database that does not answer at all the 503.
     pub statement_timeout: Duration,
+    /// How long a list may take, in place of both timeouts above: a page of a large
+    /// collection, or its count, may take longer than one key (kube-apiserver reads under the
+    /// request's deadline, 60 s by default). `None`: as any other call.
+    pub list_timeout: Option<Duration>,
     /// How long the readiness check (`/readyz`) waits for the database.
     pub ready_timeout: Duration,
     /// How often the store's revision is polled, for writes whose notification was lost
@@ -170,6 +174,7 @@ impl Default for PostgresOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
+            list_timeout: Some(Duration::from_secs(60)),
             ready_timeout: Duration::from_secs(2),
             poll_interval: Duration::from_secs(1),
         }
@@ -335,9 +340,18 @@ impl PostgresBackend {
         } else {
             options.request_timeout.max(options.statement_timeout) + Duration::from_secs(1)
         };
+        // A list's own limit, where it is longer than another call's: the wait for it and,
+        // when statements are limited at all, the statements of its transaction.
+        let list = options
+            .list_timeout
+            .filter(|limit| *limit > options.request_timeout.max(options.statement_timeout));
+        let list_deadline = list.map_or(deadline, |limit| limit + Duration::from_secs(1));
+        let list_statement_timeout = list.filter(|_| !options.statement_timeout.is_zero());
         let db = Arc::new(Db {
             pool,
             deadline,
+            list_deadline,
+            list_statement_timeout,
             lock: lock_key(&options.schema),
             channel: format!("apiserver_{}", options.schema),
             schema: options.schema.clone(),
@@ -411,7 +425,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
-        self.db.call(list(&self.db, request)).await
+        let db = &self.db;
+        db.call_within(db.list_deadline, list(db, request)).await
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError> {
@@ -484,6 +499,10 @@ struct Db {
     pool: Pool,
     /// How long a call waits for the database (see [`PostgresOptions::statement_timeout`]).
     deadline: Duration,
+    /// How long a list waits for it ([`PostgresOptions::list_timeout`]).
+    list_deadline: Duration,
+    /// The `statement_timeout` of a list's transaction, when it differs from the session's.
+    list_statement_timeout: Option<Duration>,
     /// The advisory lock every write of the schema holds until it commits.
     lock: i64,
     /// The `NOTIFY` channel of the schema.
@@ -500,11 +519,19 @@ impl Db {
         &self,
         call: impl Future<Output = Result<T, Fail>>,
     ) -> Result<T, StorageError> {
-        match tokio::time::timeout(self.deadline, call).await {
+        self.call_within(self.deadline, call).await
+    }
+
+    /// [`call`](Self::call) with the deadline `limit`.
+    async fn call_within<T>(
+        &self,
+        limit: Duration,
+        call: impl Future<Output = Result<T, Fail>>,
+    ) -> Result<T, StorageError> {
+        match tokio::time::timeout(limit, call).await {
             Ok(result) => result.map_err(StorageError::from),
             Err(_) => Err(StorageError::Unavailable(format!(
-                "postgres did not answer within {:?}",
-                self.deadline
+                "postgres did not answer within {limit:?}"
             ))),
         }
     }
@@ -859,6 +886,10 @@ async fn snapshot(
 async fn list(db: &Db, request: &ListRequest) -> Result<ListResult, Fail> {
     let mut client = db.client().await?;
     let tx = snapshot(&mut client).await?;
+    if let Some(limit) = db.list_statement_timeout {
+        let set = format!("SET LOCAL statement_timeout = {}", limit.as_millis());
+        tx.batch_execute(&set).await?;
+    }
     let current: Revision = tx
         .query_one(&tx.prepare_cached(MAX_REVISION).await?, &[])
         .await?

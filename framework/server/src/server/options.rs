@@ -168,7 +168,8 @@ pub struct ServerOptions {
     /// How many seconds one statement may run on PostgreSQL before the database cancels it
     /// (its `statement_timeout`, on every connection) and the request gets 504 `Timeout`: a
     /// statement must not go on running after the request that issued it gave up. Unset: the
-    /// storage deadline of a request, 5 seconds or --request-timeout when shorter. 0: no limit.
+    /// storage deadline of a request, 5 seconds or --request-timeout when shorter, and for a
+    /// list's statements --request-timeout. Set: every statement, lists too. 0: no limit.
     #[arg(long = "postgres-statement-timeout", value_name = "SECONDS")]
     pub postgres_statement_timeout_seconds: Option<u64>,
 

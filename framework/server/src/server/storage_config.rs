@@ -364,6 +364,12 @@ async fn open_postgres(options: &ServerOptions) -> Result<Arc<dyn Backend>, Serv
         tls,
         request_timeout,
         statement_timeout,
+        // A list reads under the request's deadline, as kube-apiserver's do, unless the
+        // operator limited every statement.
+        list_timeout: match options.postgres_statement_timeout_seconds {
+            Some(_) => None,
+            None => Some(Duration::from_secs(options.request_timeout_seconds.max(1))),
+        },
         ..defaults
     };
     Ok(Arc::new(PostgresBackend::connect(postgres_options).await?))
@@ -402,6 +408,8 @@ async fn open_etcd3(options: &ServerOptions) -> Result<Arc<dyn Backend>, ServerE
     };
     let etcd_options = Etcd3Options {
         tls,
+        // A list reads under the request's deadline, as kube-apiserver's do.
+        list_timeout: std::time::Duration::from_secs(options.request_timeout_seconds.max(1)),
         ..Etcd3Options::default()
     };
     let backend = Etcd3Backend::connect(&options.etcd_servers, etcd_options).await?;
