@@ -2,6 +2,8 @@
 //! goes to TLS once the connection's task has let the other tasks woken by the same event
 //! run. One write to a cache wakes every watch's task, each of which hands its stream one
 //! event; written as they come, each frame would cost its own TLS record and system call.
+//! kube-apiserver's Go server batches too: x/net/http2's `serverConn.scheduleFrameWrite`
+//! writes frames into a buffered writer and flushes only when no frame is left to write.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -14,6 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Bytes buffered before a write waits for the socket: a few TLS records' worth, enough for
 /// one event to a hundred watches of a connection.
 const LIMIT: usize = 256 * 1024;
+
+/// Buffer capacity an idle connection keeps: a burst of events for its watches.
+const KEEP: usize = 64 * 1024;
 
 /// The IO under one connection and the bytes written to it but not yet sent.
 struct Shared<T> {
@@ -39,6 +44,10 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
         }
         self.pending.clear();
         self.sent = 0;
+        // A large response's buffer is not kept for the connection's life.
+        if self.pending.capacity() > KEEP {
+            self.pending = Vec::new();
+        }
         Pin::new(&mut self.io).poll_flush(cx)
     }
 }
