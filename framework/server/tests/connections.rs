@@ -581,6 +581,26 @@ async fn a_goaway_chance_above_kubes_bound_refuses_to_start() {
 // A watcher that stops reading
 // ---------------------------------------------------------------------------------------
 
+/// POSTs `object` as JSON on `sender`'s connection; the response's status.
+async fn h2_create(
+    sender: &h2::client::SendRequest<Bytes>,
+    uri: &str,
+    object: &serde_json::Value,
+) -> http::StatusCode {
+    let mut sender = timeout(WAIT, sender.clone().ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let request = http::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (response, mut body) = sender.send_request(request, false).unwrap();
+    body.send_data(Bytes::from(object.to_string()), true)
+        .unwrap();
+    timeout(WAIT, response).await.unwrap().unwrap().status()
+}
+
 /// Opens a watch of the widgets on `sender`'s connection: its body, unread.
 async fn open_watch(sender: &h2::client::SendRequest<Bytes>) -> h2::RecvStream {
     let mut sender = timeout(WAIT, sender.clone().ready())
@@ -597,21 +617,8 @@ async fn open_watch(sender: &h2::client::SendRequest<Bytes>) -> h2::RecvStream {
 
 /// Reads a watch until `count` ADDED events, or to its end when `count` is `None`; returns
 /// how many it got.
-async fn read_added(mut body: h2::RecvStream, count: Option<usize>) -> usize {
-    let (mut added, mut text) = (0, Vec::new());
-    while count.is_none_or(|count| added < count) {
-        let Some(chunk) = body.data().await else {
-            break;
-        };
-        let chunk = chunk.expect("the watch's body");
-        let _ = body.flow_control().release_capacity(chunk.len());
-        text.extend_from_slice(&chunk);
-        while let Some(end) = text.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = text.drain(..=end).collect();
-            added += usize::from(line.starts_with(br#"{"type":"ADDED""#));
-        }
-    }
-    added
+async fn read_added(body: h2::RecvStream, count: Option<usize>) -> usize {
+    read_added_names(body, count).await.len()
 }
 
 /// Opens a watch of the widgets over HTTP/1.1 on a socket with a small receive buffer, reads
@@ -708,19 +715,8 @@ async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
             "metadata": {"name": format!("w{i:04}"), "namespace": "default",
                          "annotations": {"padding": padding}},
         });
-        let mut sender = timeout(WAIT, writer.clone().ready())
-            .await
-            .unwrap()
-            .unwrap();
-        let request = http::Request::post(client.uri(WIDGETS))
-            .header("content-type", "application/json")
-            .body(())
-            .unwrap();
-        let (response, mut body) = sender.send_request(request, false).unwrap();
-        body.send_data(Bytes::from(widget.to_string()), true)
-            .unwrap();
-        let response = timeout(WAIT, response).await.unwrap().unwrap();
-        assert_eq!(response.status(), 201, "create {i}");
+        let status = h2_create(&writer, &client.uri(WIDGETS), &widget).await;
+        assert_eq!(status, 201, "create {i}");
     }
     writer_connection.abort();
 
@@ -755,4 +751,98 @@ async fn a_watcher_that_stops_reading_is_ended_without_holding_up_the_others() {
     slow_connection.abort();
     fast_connection.abort();
     server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Many watchers on one HTTP/2 connection
+// ---------------------------------------------------------------------------------------
+
+/// Reads a watch until it has `count` ADDED events, or to its end when `count` is `None`;
+/// returns their objects' names in the order they came.
+async fn read_added_names(mut body: h2::RecvStream, count: Option<usize>) -> Vec<String> {
+    let (mut names, mut text) = (Vec::new(), Vec::new());
+    while count.is_none_or(|count| names.len() < count) {
+        let Some(chunk) = body.data().await else {
+            break;
+        };
+        let chunk = chunk.expect("the watch's body");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+        while let Some(end) = text.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = text.drain(..=end).collect();
+            let event: serde_json::Value = serde_json::from_slice(&line).expect("a JSON line");
+            if event["type"] == "ADDED" {
+                names.push(event["object"]["metadata"]["name"].as_str().unwrap().into());
+            }
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watchers_on_one_http2_connection_get_every_event_in_order() {
+    // The server batches the frames the streams of a connection have for one event into
+    // one write: every watch must still get every event, whole and in order, on a connection
+    // shared with the writes, and a lone request between the bursts is answered.
+    const WATCHERS: usize = 200;
+    const WRITES: usize = 40;
+    let (server, client) = start(LONG, LONG).await;
+    // The flow-control windows kube-rs opens with (hyper's client: 2 MiB a stream, 5 MiB
+    // the connection; client-go's are larger). With h2's bare 64 KiB connection window,
+    // one event for 200 streams is more than the window, and h2's client then ends the
+    // connection for too many small DATA frames (the window's last bytes, spread over
+    // streams, make frames under its 256-byte threshold).
+    let tls = client.connect(b"h2").await;
+    let (sender, connection) = h2::client::Builder::new()
+        .initial_window_size(2 << 20)
+        .initial_connection_window_size(5 << 20)
+        .handshake(tls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut watches = Vec::new();
+    for _ in 0..WATCHERS {
+        let body = open_watch(&sender).await;
+        watches.push(tokio::spawn(read_added_names(body, Some(WRITES))));
+    }
+    let expected: Vec<String> = (0..WRITES).map(|i| format!("w{i:04}")).collect();
+    for name in &expected {
+        let widget = serde_json::json!({
+            "apiVersion": "conn.example.com/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "default"},
+        });
+        let status = h2_create(&sender, &client.uri(WIDGETS), &widget).await;
+        assert_eq!(status, 201, "create {name}");
+    }
+    for (i, watch) in watches.into_iter().enumerate() {
+        let names = timeout(WAIT, watch)
+            .await
+            .expect("every watcher gets every event in time")
+            .unwrap();
+        assert_eq!(names, expected, "watcher {i}");
+    }
+    // The connection still answers a single request after the bursts.
+    let (status, _) = timeout(WAIT, h2_get(&sender, &client.uri(WIDGETS)))
+        .await
+        .expect("a get answered in time");
+    assert_eq!(status, 200);
+    connection.abort();
+    server.stop().await;
+}
+
+/// A GET on `sender`'s connection: its status and body.
+async fn h2_get(sender: &h2::client::SendRequest<Bytes>, uri: &str) -> (u16, Vec<u8>) {
+    let mut sender = sender.clone().ready().await.unwrap();
+    let request = http::Request::get(uri).body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    let response = response.await.unwrap();
+    let status = response.status().as_u16();
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    (status, text)
 }

@@ -21,6 +21,7 @@ pub(crate) mod storage_config;
 pub mod tls;
 pub(crate) mod tracing_export;
 pub(crate) mod version;
+mod write_batch;
 
 // Each part's public items, under this module's name (the parts themselves are private).
 pub use builder::*;

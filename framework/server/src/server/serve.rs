@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::idle::{Activity, IdleTimeouts, TrackedBody, TrackedIo};
+use super::write_batch::{self, Batched};
 use crate::filters::goaway::ConnectionGoaway;
 use crate::lifecycle::ShutdownSignal;
 use crate::tls::PeerCertificates;
@@ -277,16 +278,21 @@ async fn serve_connection(ctx: Arc<ConnContext>, stream: TcpStream, addr: Socket
         goaway: goaway.clone(),
     };
     let service = request_service(ctx.clone(), facts);
-    let io = TokioIo::new(TrackedIo::new(tls, activity.clone()));
+    let io = TrackedIo::new(tls, activity.clone());
     let ends = Ends {
         signal: &ctx.signal,
         activity: &activity,
         goaway: goaway.as_ref(),
     };
     let served = if h2 {
-        let conn = ctx.http2.serve_connection(io, service);
-        drive(conn, |c| c.graceful_shutdown(), ends).await
+        // The frames of the streams one event wakes share a TLS write (`write_batch.rs`).
+        // HTTP/1.1 has one response at a time, and an upgraded connection leaves hyper.
+        let (io, batch) = write_batch::split(io);
+        let conn = ctx.http2.serve_connection(TokioIo::new(io), service);
+        let conn = Batched::new(conn, batch);
+        drive(conn, |c| c.conn().graceful_shutdown(), ends).await
     } else {
+        let io = TokioIo::new(io);
         let conn = ctx.http1.serve_connection(io, service).with_upgrades();
         drive(conn, |c| c.graceful_shutdown(), ends).await
     };
