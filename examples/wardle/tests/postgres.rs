@@ -533,16 +533,7 @@ async fn postgres_statement_timeout_stops_what_the_request_gave_up_on() {
     assert_eq!(reply.code, 201, "{}", reply.body);
 
     // Another session holds the table every write (and read) goes through.
-    let (locker, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let connection = tokio::spawn(connection);
-    locker
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE {schema}.live IN ACCESS EXCLUSIVE MODE"
-        ))
-        .await
-        .unwrap();
+    let (locker, connection) = lock_live(&schema).await;
     let started = std::time::Instant::now();
     let reply = send(&client, "POST", FLUNDERS, &flunder_json("blocked")).await;
     let status = reply.json();
@@ -613,16 +604,7 @@ async fn postgres_a_list_may_take_longer_than_one_key() {
         .await
         .unwrap();
 
-    let (locker, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let connection = tokio::spawn(connection);
-    locker
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE {schema}.live IN ACCESS EXCLUSIVE MODE"
-        ))
-        .await
-        .unwrap();
+    let (locker, connection) = lock_live(&schema).await;
     let locked = std::time::Instant::now();
     let unlock = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(4)).await;
@@ -640,4 +622,25 @@ async fn postgres_a_list_may_take_longer_than_one_key() {
     assert_eq!(keys, ["/flunders/default/a"]);
     unlock.await.unwrap();
     connection.await.unwrap().unwrap();
+}
+
+/// Another session that holds the `live` table of `schema` (which every write and read goes
+/// through) until it rolls back, and its connection's task.
+async fn lock_live(
+    schema: &str,
+) -> (
+    tokio_postgres::Client,
+    JoinHandle<Result<(), tokio_postgres::Error>>,
+) {
+    let (locker, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {schema}.live IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    (locker, connection)
 }
