@@ -335,12 +335,10 @@ pub(crate) async fn update<T: Strategy>(
             inner.backend.delete(&key, Some(current.mod_revision)).await
         } else {
             // Stored without its resourceVersion, which the key's revision gives: taken
-            // out here rather than from a copy of the object.
-            let version = metadata_mut(&mut new).remove("resourceVersion");
+            // out here rather than from a copy of the object. A stored update sets it
+            // anew below; a conflict or an error drops `new`.
+            metadata_mut(&mut new).remove("resourceVersion");
             let bytes = encode_for_storage(&new)?;
-            if let Some(version) = version {
-                set_meta(&mut new, "resourceVersion", version);
-            }
             let started = ctx.stage(WriteStage::Encode, started);
             let result = inner
                 .backend
