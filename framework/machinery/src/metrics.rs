@@ -296,11 +296,12 @@ impl Metrics {
                     ],
                 )?,
             },
-            write_stages: {
-                let metric = write_stages::histogram()?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
+            write_stages: histogram(
+                write_stages::NAME,
+                write_stages::HELP,
+                &["verb", "stage"],
+                write_stages::buckets()?,
+            )?,
             object_counts: Default::default(),
             registry,
         };

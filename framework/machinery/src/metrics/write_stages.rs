@@ -9,7 +9,7 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use prometheus::{Histogram, HistogramVec};
+use prometheus::Histogram;
 
 /// The write a stage belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,15 +89,13 @@ impl WriteStage {
 /// The metric's name.
 pub const NAME: &str = "apiserver_write_stage_duration_seconds";
 
-pub(super) fn histogram() -> Result<HistogramVec, prometheus::Error> {
-    let help = "Time spent in each stage of a create, update, patch or apply (decode, patch, \
-                field_manager, admission, strategy, encode, store, watch_cache), in seconds.";
-    // 1 µs to about a quarter of a second.
-    let buckets = prometheus::exponential_buckets(1e-6, 4.0, 10)?;
-    HistogramVec::new(
-        prometheus::HistogramOpts::new(NAME, help).buckets(buckets),
-        &["verb", "stage"],
-    )
+/// The metric's help.
+pub(super) const HELP: &str = "Time spent in each stage of a create, update, patch or apply \
+    (decode, patch, field_manager, admission, strategy, encode, store, watch_cache), in seconds.";
+
+/// Its buckets: 1 µs to about a quarter of a second.
+pub(super) fn buckets() -> Result<Vec<f64>, prometheus::Error> {
+    prometheus::exponential_buckets(1e-6, 4.0, 10)
 }
 
 fn handles() -> &'static [Histogram] {

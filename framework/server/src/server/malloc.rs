@@ -28,36 +28,31 @@ pub(crate) fn limit_arenas(max: u32) {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// `M_ARENA_MAX` of glibc's `<malloc.h>`.
+const M_ARENA_MAX: i32 = -8;
+/// `M_MXFAST` of glibc's `<malloc.h>`: the largest fast-bin chunk, 0 for none.
+const M_MXFAST: i32 = 1;
+
 fn set_arena_max(max: u32) {
-    /// `M_ARENA_MAX` of glibc's `<malloc.h>`.
-    const M_ARENA_MAX: i32 = -8;
+    set(M_ARENA_MAX, i32::try_from(max).unwrap_or(i32::MAX));
+}
+
+fn disable_fast_bins() {
+    set(M_MXFAST, 0);
+}
+
+/// glibc's `mallopt(param, value)`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set(param: i32, value: i32) {
     unsafe extern "C" {
         fn mallopt(param: i32, value: i32) -> i32;
     }
-    let value = i32::try_from(max).unwrap_or(i32::MAX);
     // SAFETY: mallopt only changes malloc's tuning parameters; glibc takes its own lock for
     // that, so calling it while other threads allocate is allowed.
     unsafe {
-        mallopt(M_ARENA_MAX, value);
+        mallopt(param, value);
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_arena_max(_max: u32) {}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn disable_fast_bins() {
-    /// `M_MXFAST` of glibc's `<malloc.h>`: the largest fast-bin chunk, 0 for none.
-    const M_MXFAST: i32 = 1;
-    unsafe extern "C" {
-        fn mallopt(param: i32, value: i32) -> i32;
-    }
-    // SAFETY: as in `set_arena_max`.
-    unsafe {
-        mallopt(M_MXFAST, 0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn disable_fast_bins() {}
+fn set(_param: i32, _value: i32) {}
