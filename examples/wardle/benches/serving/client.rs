@@ -27,13 +27,29 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 /// The client TLS configuration for a server whose standalone certificates are in `cert_dir`:
 /// trusts `serving-ca.crt`, presents `admin.crt` (the kubeconfig's user), offers only `h2`.
 pub fn tls_config(cert_dir: &Path) -> Result<Arc<rustls::ClientConfig>, Error> {
-    let read = |name: &str| std::fs::read(cert_dir.join(name));
-    let ca = parse_certs_pem(&read("serving-ca.crt")?)?;
-    let admin = CertKey::from_pem(&read("admin.crt")?, &read("admin.key")?)?;
+    tls_config_from(
+        &cert_dir.join("serving-ca.crt"),
+        &cert_dir.join("admin.crt"),
+        &cert_dir.join("admin.key"),
+    )
+}
+
+/// A client TLS configuration that trusts the CA bundle in `ca`, presents the certificate
+/// `cert` with its key `key`, and offers only `h2`.
+pub fn tls_config_from(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<rustls::ClientConfig>, Error> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| Error::from(format!("{}: {e}", path.display())))
+    };
+    let ca = parse_certs_pem(&read(ca)?)?;
+    let client = CertKey::from_pem(&read(cert)?, &read(key)?)?;
     let mut config = rustls::ClientConfig::builder_with_provider(crypto_provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(root_store(&ca)?)
-        .with_client_auth_cert(admin.cert_chain, admin.key)?;
+        .with_client_auth_cert(client.cert_chain, client.key)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }

@@ -23,14 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use extension_apiserver::tls::certs::{CertKey, parse_certs_pem};
-use extension_apiserver::tls::{crypto_provider, root_store};
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use crate::Settings;
-use crate::client::{Client, Error, Sample, drive};
+use crate::client::{Client, Error, Sample, drive, tls_config_from};
 use crate::report::{mib, ms, per_second};
+use crate::server::rss_of;
 use crate::workload::{gets, lists, name, spread};
 
 #[derive(Deserialize)]
@@ -79,40 +78,18 @@ impl Target {
     }
 
     async fn connect(&self, connections: usize) -> Result<Client, Error> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|e| format!("{}: {}: {e}", self.name, path.display()))
-        };
-        let ca = parse_certs_pem(&read(&self.ca)?)?;
-        let client = CertKey::from_pem(&read(&self.cert)?, &read(&self.key)?)?;
-        let mut tls = rustls::ClientConfig::builder_with_provider(crypto_provider())
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(root_store(&ca)?)
-            .with_client_auth_cert(client.cert_chain, client.key)?;
-        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let tls = tls_config_from(&self.ca, &self.cert, &self.key)
+            .map_err(|e| format!("{}: {e}", self.name))?;
         let headers = self
             .headers
             .iter()
             .map(|(k, v)| Ok((HeaderName::try_from(k)?, HeaderValue::try_from(v)?)))
             .collect::<Result<Vec<_>, Error>>()?;
-        Client::connect_to(
-            self.address,
-            &self.server_name,
-            Arc::new(tls),
-            connections,
-            headers,
-        )
-        .await
+        Client::connect_to(self.address, &self.server_name, tls, connections, headers).await
     }
 
     fn rss(&self) -> Result<Option<u64>, Error> {
-        let Some(pid) = self.pid else { return Ok(None) };
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let kib = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .ok_or("no VmRSS in /proc/<pid>/status")?;
-        Ok(Some(kib * 1024))
+        self.pid.map(rss_of).transpose()
     }
 }
 

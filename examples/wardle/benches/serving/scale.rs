@@ -382,10 +382,9 @@ async fn cleanup(backend: &Backend, store: Option<&str>) -> Result<(), Error> {
     match (backend, store) {
         #[cfg(feature = "etcd")]
         (Backend::Etcd3(servers), Some(prefix)) => {
-            let client = etcd_client::Client::connect([servers], None).await?;
-            crate::ceiling::delete_prefix(client, &format!("{prefix}/")).await?;
-            // Give the space back: compact to now and defragment.
             let mut client = etcd_client::Client::connect([servers], None).await?;
+            crate::ceiling::delete_prefix(client.clone(), &format!("{prefix}/")).await?;
+            // Give the space back: compact to now and defragment.
             let revision = client
                 .get("/", None)
                 .await?

@@ -142,14 +142,19 @@ impl Wardle {
 
     /// The server's resident memory (VmRSS) in bytes.
     pub fn rss(&self) -> Result<u64, Error> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        let kib = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .ok_or("no VmRSS in /proc/<pid>/status")?;
-        Ok(kib * 1024)
+        rss_of(self.child.id())
     }
+}
+
+/// The resident memory (VmRSS) of process `pid`, in bytes.
+pub fn rss_of(pid: u32) -> Result<u64, Error> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .ok_or("no VmRSS in /proc/<pid>/status")?;
+    Ok(kib * 1024)
 }
 
 /// CPU time of the threads under `tasks` (a `/proc/<pid>/task` directory), of those named
