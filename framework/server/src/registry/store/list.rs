@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
 use crate::registry::rest::{CachedJson, Object, ObjectList};
-use crate::storage::cacher::CachedObject;
+use crate::storage::cacher::{CachedObject, CachedRange};
 use crate::storage::{Cacher, ListRequest, Revision, StorageError};
 
 /// How many keys one backend read fetches when selectors may drop most of them.
@@ -240,9 +240,10 @@ const PAGE_RESERVE: usize = 1024;
 
 /// One page of cached `objects` (in key order, from where the page starts) at `revision`;
 /// `prefix` is the list's, relative to the cache's ([`Cacher::relative`]). Takes from
-/// `objects` only what the page needs (and, for `remainingItemCount`, counts the rest).
+/// `objects` only what the page needs (and, for `remainingItemCount`, the number of the rest,
+/// which the cache's counted range knows without reading them).
 fn page(
-    objects: &mut dyn Iterator<Item = &CachedObject>,
+    objects: &mut CachedRange<'_>,
     revision: Revision,
     limit: usize,
     filter: &Filter,
@@ -269,7 +270,7 @@ fn page(
             // Like kube-apiserver: a continue token when any key is left, whether or not the
             // selectors would keep it; a count of what is left only without selectors.
             let left = if filter.is_everything() {
-                objects.count()
+                objects.len()
             } else {
                 usize::from(objects.next().is_some())
             };
