@@ -846,3 +846,96 @@ async fn h2_get(sender: &h2::client::SendRequest<Bytes>, uri: &str) -> (u16, Vec
     }
     (status, text)
 }
+
+// ---------------------------------------------------------------------------------------
+// Large lists
+// ---------------------------------------------------------------------------------------
+
+/// The names of a list response's items, and its `metadata`.
+fn list_names(body: &[u8]) -> (Vec<String>, serde_json::Value) {
+    let list: serde_json::Value = serde_json::from_slice(body).expect("a whole JSON list");
+    let names = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    (names, list["metadata"].clone())
+}
+
+/// A list larger than what the server encodes ahead of the client (64 KiB) is written piece
+/// by piece: whole, in order, with its `Content-Length`, over HTTP/1.1 and HTTP/2, from the
+/// watch cache (a list, a page) and from the store (an exact revision).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_list_is_sent_whole_with_its_length_over_http1_and_http2() {
+    let (server, client) = start(LONG, LONG).await;
+    let (sender, _connection) = client.h2().await;
+    let uri = client.uri(WIDGETS);
+    let names: Vec<String> = (0..400).map(|i| format!("w{i:04}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let widget = serde_json::json!({
+            "apiVersion": "conn.example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": name, "labels": {"pad": "x".repeat(60)}},
+            "spec": {"size": i},
+        });
+        assert_eq!(h2_create(&sender, &uri, &widget).await, 201);
+    }
+    let (status, body) = h2_get(&sender, &uri).await;
+    assert_eq!(status, 200);
+    let (_, metadata) = list_names(&body);
+    let rv = metadata["resourceVersion"].as_str().unwrap().to_owned();
+    let exact = format!("?resourceVersion={rv}&resourceVersionMatch=Exact");
+    for (query, count) in [
+        ("", 400),
+        ("?resourceVersion=0", 400),
+        (&exact[..], 400),
+        ("?limit=300", 300),
+    ] {
+        // HTTP/2.
+        let mut h2 = sender.clone().ready().await.unwrap();
+        let request = http::Request::get(format!("{uri}{query}"))
+            .body(())
+            .unwrap();
+        let (response, _) = h2.send_request(request, true).unwrap();
+        let response = timeout(WAIT, response).await.unwrap().unwrap();
+        assert_eq!(response.status(), 200, "{query}");
+        let length: usize = response.headers()["content-length"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut body = response.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            text.extend_from_slice(&chunk);
+        }
+        assert!(
+            length > 64 * 1024,
+            "{query}: {length} bytes is not a large list"
+        );
+        assert_eq!(text.len(), length, "{query}");
+        let (got, metadata) = list_names(&text);
+        assert_eq!(got, names[..count], "{query}");
+        if count < 400 {
+            assert_eq!(metadata["remainingItemCount"], 100, "{query}");
+        }
+
+        // HTTP/1.1: `read_response` reads to the announced length.
+        let mut tls = client.connect(b"http/1.1").await;
+        let request = format!("GET {WIDGETS}{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let (status, text) = read_response(&mut tls).await;
+        assert_eq!(status, 200, "{query}");
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            !head.to_ascii_lowercase().contains("transfer-encoding"),
+            "{head}"
+        );
+        let (got, _) = list_names(body.as_bytes());
+        assert_eq!(got, names[..count], "{query} over HTTP/1.1");
+    }
+    server.stop().await;
+}

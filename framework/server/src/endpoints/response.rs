@@ -2,6 +2,7 @@
 //! and the `Warning` headers collected while serving.
 
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
@@ -80,14 +81,22 @@ pub fn respond_list(
     let metadata = list_metadata(&list);
     let body = match target.shape {
         Shape::Object if target.encoding == Encoding::Json => {
-            let mut out = Vec::with_capacity(list_size_hint(&list));
-            out.extend_from_slice(b"{\"apiVersion\":");
-            serde_json::to_writer(&mut out, &info.api_version()).map_err(Error::internal)?;
-            out.extend_from_slice(b",\"kind\":");
-            serde_json::to_writer(&mut out, &info.list_kind()).map_err(Error::internal)?;
-            out.extend_from_slice(b",\"metadata\":");
-            serde_json::to_writer(&mut out, &metadata).map_err(Error::internal)?;
-            out.extend_from_slice(b",\"items\":[");
+            let mut head = Vec::with_capacity(256);
+            head.extend_from_slice(b"{\"apiVersion\":");
+            serde_json::to_writer(&mut head, &info.api_version()).map_err(Error::internal)?;
+            head.extend_from_slice(b",\"kind\":");
+            serde_json::to_writer(&mut head, &info.list_kind()).map_err(Error::internal)?;
+            head.extend_from_slice(b",\"metadata\":");
+            serde_json::to_writer(&mut head, &metadata).map_err(Error::internal)?;
+            head.extend_from_slice(b",\"items\":[");
+            if let Some(body) = ListBody::new(&head, &list.items) {
+                return Ok(with_content_type(
+                    (code, axum::body::Body::new(body.with_items(list.items))).into_response(),
+                    target,
+                ));
+            }
+            let mut out = head;
+            out.reserve(list_size_hint(&list));
             for (i, item) in list.items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
@@ -158,12 +167,99 @@ fn list_size_hint(list: &ObjectList) -> usize {
 
 /// A response of JSON or YAML bytes already encoded in the target's encoding.
 fn respond_bytes(code: StatusCode, target: Target, bytes: Vec<u8>) -> Result<Response> {
-    let mut response = (code, bytes).into_response();
+    Ok(with_content_type((code, bytes).into_response(), target))
+}
+
+fn with_content_type(mut response: Response, target: Target) -> Response {
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(target.content_type()),
     );
-    Ok(response)
+    response
+}
+
+/// The most bytes of a JSON list encoded ahead of what the client has read: a larger list
+/// is written piece by piece as it is sent ([`ListBody`]).
+const LIST_CHUNK: usize = 64 * 1024;
+
+/// The body of a JSON list whose items are all encoded already (from the watch cache or the
+/// store), when it is larger than [`LIST_CHUNK`]: copied into pieces of about that size as
+/// the connection takes them, so a list of a million objects never holds a second copy of
+/// all of them (kube-apiserver encodes lists item by item onto the connection too, its
+/// `StreamingCollectionEncodingToJSON`). Its length is known: `Content-Length` is sent.
+struct ListBody {
+    /// Everything before the first item, until it is sent.
+    head: Option<Bytes>,
+    items: std::vec::IntoIter<Object>,
+    /// Whether an item was written (the next one needs a comma).
+    wrote_item: bool,
+    /// The bytes not sent yet.
+    left: u64,
+}
+
+impl ListBody {
+    /// `None` when some item is not encoded yet, or the list fits in one piece.
+    fn new(head: &[u8], items: &[Object]) -> Option<Self> {
+        let mut size = head.len() + 2 + items.len().saturating_sub(1);
+        for item in items {
+            size += match item {
+                Object::Encoded(bytes) => bytes.len(),
+                Object::Cached(object) => object.json().len(),
+                Object::Decoded(_) => return None,
+            };
+        }
+        (size > LIST_CHUNK).then(|| ListBody {
+            head: Some(Bytes::copy_from_slice(head)),
+            items: Vec::new().into_iter(),
+            wrote_item: false,
+            left: size as u64,
+        })
+    }
+
+    fn with_items(mut self, items: Vec<Object>) -> Self {
+        self.items = items.into_iter();
+        self
+    }
+}
+
+impl hyper::body::Body for ListBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if this.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let mut piece = Vec::with_capacity((this.left as usize).min(LIST_CHUNK + 4096));
+        if let Some(head) = this.head.take() {
+            piece.extend_from_slice(&head);
+        }
+        while piece.len() < LIST_CHUNK {
+            let Some(item) = this.items.next() else {
+                piece.extend_from_slice(b"]}");
+                break;
+            };
+            if std::mem::replace(&mut this.wrote_item, true) {
+                piece.push(b',');
+            }
+            // Never `Decoded` ([`ListBody::new`]); writing encoded bytes cannot fail.
+            let _ = item.write_json(&mut piece);
+        }
+        this.left = this.left.saturating_sub(piece.len() as u64);
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from(piece)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
 }
 
 fn list_metadata(list: &ObjectList) -> Value {
