@@ -194,6 +194,14 @@ async fn a_flooding_user_is_refused_while_another_is_served() {
     let text = String::from_utf8(body.unwrap().to_bytes().to_vec()).unwrap();
     for line in [
         r#"apiserver_flowcontrol_nominal_limit_seats{priority_level="flood-test"} 2"#,
+        // No lendablePercent nor borrowingLimitPercent: it lends nothing and may borrow up to
+        // the server's 30 seats; borrowing sets its current limit.
+        r#"apiserver_flowcontrol_lower_limit_seats{priority_level="flood-test"} 2"#,
+        r#"apiserver_flowcontrol_upper_limit_seats{priority_level="flood-test"} 32"#,
+        r#"apiserver_flowcontrol_current_limit_seats{priority_level="flood-test"} "#,
+        r#"apiserver_flowcontrol_target_seats{priority_level="flood-test"} "#,
+        r#"apiserver_flowcontrol_demand_seats_smoothed{priority_level="flood-test"} "#,
+        "apiserver_flowcontrol_seat_fair_frac ",
         r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="flood-test",priority_level="flood-test",reason="queue-full"}"#,
         r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="flood-test",priority_level="flood-test"}"#,
         r#"apiserver_flowcontrol_current_executing_seats{flow_schema="flood-test",priority_level="flood-test"} 0"#,
