@@ -12,9 +12,8 @@
 //! Until the configuration is first synced, the mandatory objects (`exempt`,
 //! `catch-all`) are the configuration, as in kube-apiserver.
 //!
-//! What is simpler than kube: a watch holds its seats until its response starts (kube: until
-//! its initial events are sent), and mutating requests take one seat; see the book's chapter
-//! *Priority and fairness*.
+//! What is simpler than kube: mutating requests take one seat (kube adds seats for the
+//! watchers an event reaches); see the book's chapter *Priority and fairness*.
 //!
 //! The HTTP filter that runs it is `filters::priority_and_fairness`; this module knows nothing
 //! of HTTP.
