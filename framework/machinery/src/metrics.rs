@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 mod write_stages;
@@ -111,6 +112,27 @@ pub struct FlowControlMetrics {
     pub executing_seats: IntGaugeVec,
     /// `apiserver_flowcontrol_nominal_limit_seats` by priority_level.
     pub nominal_limit_seats: IntGaugeVec,
+    /// `apiserver_flowcontrol_lower_limit_seats` by priority_level: the nominal seats less
+    /// those the level may lend.
+    pub lower_limit_seats: IntGaugeVec,
+    /// `apiserver_flowcontrol_upper_limit_seats` by priority_level: the nominal seats plus
+    /// those the level may borrow.
+    pub upper_limit_seats: IntGaugeVec,
+    /// `apiserver_flowcontrol_current_limit_seats` by priority_level: the seats borrowing
+    /// last gave the level.
+    pub current_limit_seats: IntGaugeVec,
+    /// `apiserver_flowcontrol_demand_seats_high_watermark` by priority_level.
+    pub demand_seats_high_watermark: GaugeVec,
+    /// `apiserver_flowcontrol_demand_seats_average` by priority_level.
+    pub demand_seats_average: GaugeVec,
+    /// `apiserver_flowcontrol_demand_seats_stdev` by priority_level.
+    pub demand_seats_stdev: GaugeVec,
+    /// `apiserver_flowcontrol_demand_seats_smoothed` by priority_level.
+    pub demand_seats_smoothed: GaugeVec,
+    /// `apiserver_flowcontrol_target_seats` by priority_level.
+    pub target_seats: GaugeVec,
+    /// `apiserver_flowcontrol_seat_fair_frac`.
+    pub seat_fair_frac: Gauge,
     /// `apiserver_flowcontrol_request_wait_duration_seconds` by flow_schema,
     /// priority_level, execute (`true`, `false`).
     pub wait_duration: HistogramVec,
@@ -126,6 +148,11 @@ impl Metrics {
         };
         let gauge = |name: &str, help: &str, labels: &[&str]| {
             let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok::<_, prometheus::Error>(metric)
+        };
+        let float_gauge = |name: &str, help: &str, labels: &[&str]| {
+            let metric = GaugeVec::new(Opts::new(name, help), labels)?;
             registry.register(Box::new(metric.clone()))?;
             Ok::<_, prometheus::Error>(metric)
         };
@@ -287,6 +314,54 @@ impl Metrics {
                     "Nominal number of execution seats configured for each priority level",
                     &["priority_level"],
                 )?,
+                lower_limit_seats: gauge(
+                    "apiserver_flowcontrol_lower_limit_seats",
+                    "Configured lower bound on number of execution seats available to each priority level",
+                    &["priority_level"],
+                )?,
+                upper_limit_seats: gauge(
+                    "apiserver_flowcontrol_upper_limit_seats",
+                    "Configured upper bound on number of execution seats available to each priority level",
+                    &["priority_level"],
+                )?,
+                current_limit_seats: gauge(
+                    "apiserver_flowcontrol_current_limit_seats",
+                    "current derived number of execution seats available to each priority level",
+                    &["priority_level"],
+                )?,
+                demand_seats_high_watermark: float_gauge(
+                    "apiserver_flowcontrol_demand_seats_high_watermark",
+                    "High watermark, over last adjustment period, of demand_seats",
+                    &["priority_level"],
+                )?,
+                demand_seats_average: float_gauge(
+                    "apiserver_flowcontrol_demand_seats_average",
+                    "Time-weighted average, over last adjustment period, of demand_seats",
+                    &["priority_level"],
+                )?,
+                demand_seats_stdev: float_gauge(
+                    "apiserver_flowcontrol_demand_seats_stdev",
+                    "Time-weighted standard deviation, over last adjustment period, of demand_seats",
+                    &["priority_level"],
+                )?,
+                demand_seats_smoothed: float_gauge(
+                    "apiserver_flowcontrol_demand_seats_smoothed",
+                    "Smoothed seat demands",
+                    &["priority_level"],
+                )?,
+                target_seats: float_gauge(
+                    "apiserver_flowcontrol_target_seats",
+                    "Seat allocation targets",
+                    &["priority_level"],
+                )?,
+                seat_fair_frac: {
+                    let metric = Gauge::new(
+                        "apiserver_flowcontrol_seat_fair_frac",
+                        "Fair fraction of server's concurrency to allocate to each priority level that can use it",
+                    )?;
+                    registry.register(Box::new(metric.clone()))?;
+                    metric
+                },
                 wait_duration: histogram(
                     "apiserver_flowcontrol_request_wait_duration_seconds",
                     "Length of time a request spent waiting in its queue",

@@ -14,7 +14,7 @@ use extension_apiserver_testing::pki::TestCa;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::overload::{Answer, SLEEPERS, assert_plain_refusal, client_as, group, send};
+use crate::overload::{Answer, SLEEPERS, TICKETS, assert_plain_refusal, client_as, group, send};
 
 /// The flooder and the patient user share this level: 2 seats of the server's 30
 /// (`ceil(30 × 10 / (245 + 10))`: kube's levels have 245 shares), 64 queues, hands of 2,
@@ -180,20 +180,17 @@ async fn a_flooding_user_is_refused_while_another_is_served() {
     }
 
     // kube's metrics, with its labels.
-    let response = root
-        .send(
-            http::Request::get("/metrics")
-                .body(Vec::new())
-                .unwrap()
-                .map(Into::into),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body = http_body_util::BodyExt::collect(response.into_body()).await;
-    let text = String::from_utf8(body.unwrap().to_bytes().to_vec()).unwrap();
+    let text = metrics(&root).await;
     for line in [
         r#"apiserver_flowcontrol_nominal_limit_seats{priority_level="flood-test"} 2"#,
+        // No lendablePercent nor borrowingLimitPercent: it lends nothing and may borrow up to
+        // the server's 30 seats; borrowing sets its current limit.
+        r#"apiserver_flowcontrol_lower_limit_seats{priority_level="flood-test"} 2"#,
+        r#"apiserver_flowcontrol_upper_limit_seats{priority_level="flood-test"} 32"#,
+        r#"apiserver_flowcontrol_current_limit_seats{priority_level="flood-test"} "#,
+        r#"apiserver_flowcontrol_target_seats{priority_level="flood-test"} "#,
+        r#"apiserver_flowcontrol_demand_seats_smoothed{priority_level="flood-test"} "#,
+        "apiserver_flowcontrol_seat_fair_frac ",
         r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="flood-test",priority_level="flood-test",reason="queue-full"}"#,
         r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="flood-test",priority_level="flood-test"}"#,
         r#"apiserver_flowcontrol_current_executing_seats{flow_schema="flood-test",priority_level="flood-test"} 0"#,
@@ -202,6 +199,63 @@ async fn a_flooding_user_is_refused_while_another_is_served() {
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+    env.server.stop().await;
+}
+
+/// The server's `/metrics`, read by `client`.
+async fn metrics(client: &kube::Client) -> String {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let response = client.send(request.map(Into::into)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = http_body_util::BodyExt::collect(response.into_body()).await;
+    String::from_utf8(body.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_frees_its_seats_once_its_initial_events_are_queued() {
+    let env = start(true).await;
+    let patient = client_as(&env.server, &env.users.client("patient", &[])).await;
+    let root = client_as(&env.server, &env.users.client("root", &["system:masters"])).await;
+    let schema_uid = uid(env.core.flow_schema("flood-test"));
+    for _ in 0..100 {
+        let answer = send(&patient, "GET", TICKETS, None).await;
+        if header(&answer, FLOW_SCHEMA_UID) == Some(schema_uid.as_str()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for name in ["a", "b", "c"] {
+        let ticket = json!({"apiVersion": "overload.example.com/v1", "kind": "Ticket",
+                            "metadata": {"name": name}});
+        let answer = send(&patient, "POST", TICKETS, Some(ticket)).await;
+        assert_eq!(answer.code, StatusCode::CREATED, "{answer:?}");
+    }
+    // A watch with its initial events, held open and not read.
+    let path = format!("{TICKETS}?watch=true&timeoutSeconds=30");
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    let watch = patient.send(request.map(Into::into)).await.unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    assert_eq!(
+        watch
+            .headers()
+            .get(FLOW_SCHEMA_UID)
+            .and_then(|v| v.to_str().ok()),
+        Some(schema_uid.as_str())
+    );
+    // Its storage queued the initial events: the seat is free while the watch goes on.
+    let watching = r#"apiserver_registered_watchers{group="overload.example.com",kind="Ticket",version="v1"} 1"#;
+    let idle = r#"apiserver_flowcontrol_current_executing_requests{flow_schema="flood-test",priority_level="flood-test"} 0"#;
+    let mut freed = false;
+    for _ in 0..100 {
+        let text = metrics(&root).await;
+        if text.contains(watching) && text.contains(idle) {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(freed, "the watch's seat was given back while it runs");
+    drop(watch);
     env.server.stop().await;
 }
 

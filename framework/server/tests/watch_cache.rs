@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use extension_apiserver::Resource;
 use extension_apiserver::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use extension_apiserver::registry::context::RequestContext;
+use extension_apiserver::registry::context::{RequestContext, WatchInitialization};
 use extension_apiserver::registry::options::{ListOptions, WriteOptions};
 use extension_apiserver::registry::rest::{
     Creater, Lister, Object, WatchEventType, WatchStream, Watcher,
@@ -327,4 +327,31 @@ async fn bookmarks_carry_the_revision_of_writes_elsewhere() {
             other.mod_revision
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_tells_priority_and_fairness_once_its_initial_events_are_queued() {
+    let (store, backend) = setup(CacherOptions::default());
+    // More initial events than a watcher's buffer holds.
+    let objects = 300;
+    for i in 0..objects {
+        create(&store, &format!("g{i:04}")).await;
+    }
+    cache_serving(&store, &backend).await;
+    let (signal, mut initialized) = WatchInitialization::new();
+    let ctx = ns().with_watch_initialization(signal);
+    let mut watch = store.watch(&ctx, &ListOptions::default()).await.unwrap();
+    // What the endpoint does once answered: nothing, the storage took the signal.
+    ctx.watch_initialized();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        initialized.try_recv().is_err(),
+        "not while the initial events wait for room"
+    );
+    for _ in 0..objects {
+        let (type_, _) = next(&mut watch).await.expect("an initial event");
+        assert_eq!(type_, WatchEventType::Added);
+    }
+    let told = tokio::time::timeout(WAIT, initialized).await;
+    assert!(matches!(told, Ok(Ok(()))), "{told:?}");
 }

@@ -34,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use crate::auth::{Authenticator, Authorizer};
+use crate::registry::context::WatchInitialization;
 
 /// What the filters need.
 #[derive(Clone)]
@@ -121,6 +122,24 @@ impl Held {
         }
     }
 
+    /// For a watch holding seats: the signal of its initialization, put in `request` for its
+    /// storage, and what resolves once it is initialized (kube's
+    /// `watchInitializationSignal`).
+    fn watch_initialization(
+        &self,
+        request: &mut Request,
+        long_running: bool,
+    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        match self {
+            Held::Fair(admitted) if long_running && admitted._seat.is_some() => {
+                let (signal, initialized) = WatchInitialization::new();
+                request.extensions_mut().insert(signal);
+                Some(initialized)
+            }
+            _ => None,
+        }
+    }
+
     /// The response's `X-Kubernetes-PF-*` headers, under priority and fairness.
     fn stamp(&self, response: &mut Response) {
         if let Held::Fair(admitted) = self {
@@ -176,7 +195,7 @@ async fn chain(
             };
             trace::record_user(&request);
             let request = audit::begin(request).await;
-            let request = match impersonation::impersonate(&config, request).await {
+            let mut request = match impersonation::impersonate(&config, request).await {
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
@@ -184,6 +203,7 @@ async fn chain(
                 Ok(held) => held,
                 Err(refused) => return refused,
             };
+            let initialized = held.watch_initialization(&mut request, long_running);
             let mut response = match authorization::authorize(&config, request).await {
                 Ok(request) => match metrics::start(&request, arrived, long_running) {
                     Some(recording) => {
@@ -195,6 +215,13 @@ async fn chain(
                 Err(refused) => refused,
             };
             held.stamp(&mut response);
+            if let Some(initialized) = initialized {
+                // A watch keeps its seats until its initial events are queued, as kube's.
+                tokio::spawn(async move {
+                    let _ = initialized.await;
+                    drop(held);
+                });
+            }
             response
         };
         if long_running {
@@ -341,6 +368,65 @@ mod tests {
             call(router(false), watch, Some("alice")).await.0,
             StatusCode::OK
         );
+    }
+
+    #[tokio::test]
+    async fn a_watch_holds_its_seat_until_its_initial_events_are_queued() {
+        // One seat in all: catch-all's, which refuses what finds it taken.
+        let engine = crate::flowcontrol::FlowControl::new(1);
+        let things = |request: Request| async move {
+            if !request.uri().query().unwrap_or("").contains("watch") {
+                return Response::new(Body::from("things"));
+            }
+            // The storage's part: told once the initial events are queued, here when the
+            // client reads the first.
+            let signal = request.extensions().get::<WatchInitialization>().cloned();
+            let signal = signal.expect("a watch holding seats is given the signal");
+            let initial = futures::stream::once(async move {
+                signal.signal();
+                Ok::<_, std::convert::Infallible>(bytes::Bytes::from("initial"))
+            });
+            Response::new(Body::from_stream(futures::StreamExt::chain(
+                initial,
+                futures::stream::pending(),
+            )))
+        };
+        let routes = Router::new().route("/apis/g/v1/things", get(things));
+        let router = apply(
+            routes,
+            FilterConfig {
+                authenticator: Arc::new(HeaderUser),
+                authorizer: Arc::new(AlwaysAllowAuthenticated),
+                always_allow_paths: Vec::new(),
+                anonymous: false,
+                request_timeout: Duration::from_secs(60),
+                inflight: Arc::new(inflight::InflightLimits::new(0, 0)),
+                flow_control: Some(engine),
+                audit: None,
+                long_running: Default::default(),
+                goaway_chance: 0.0,
+            },
+        );
+        let watch = Request::get("/apis/g/v1/things?watch=true").header("x-user", "alice");
+        let watch = respond(router.clone(), watch).await;
+        assert_eq!(watch.status(), StatusCode::OK);
+        // Answered, but its initial events are not out: the seat is still the watch's.
+        let (code, _) = call(router.clone(), "/apis/g/v1/things", Some("bob")).await;
+        assert_eq!(code, StatusCode::TOO_MANY_REQUESTS);
+        let mut body = watch.into_body();
+        let first = http_body_util::BodyExt::frame(&mut body).await;
+        assert_eq!(first.unwrap().unwrap().into_data().unwrap(), "initial");
+        let mut served = false;
+        for _ in 0..200 {
+            let (code, _) = call(router.clone(), "/apis/g/v1/things", Some("bob")).await;
+            if code == StatusCode::OK {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(served, "the seat is free once the watch is initialized");
+        drop(body);
     }
 
     async fn respond(router: Router, request: http::request::Builder) -> Response {

@@ -5,7 +5,9 @@
 //! from the stored object count), and it waits for seats at most a quarter of the request
 //! timeout (at most a minute); refused, it is a 429 `TooManyRequests` with the level's
 //! `Retry-After` (kube's dropped-requests tracker) and changes nothing. Long-running requests
-//! other than watches are not tracked; a watch holds its seats until its response starts.
+//! other than watches are not tracked; a watch holds its seats until its initial events are
+//! queued for its client (its storage signals it, as kube's cacher does; a watch whose storage
+//! does not, until its response starts).
 
 use std::time::Duration;
 

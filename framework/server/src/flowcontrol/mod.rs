@@ -3,29 +3,34 @@
 //! (`flowcontrol.apiserver.k8s.io/v1`) are followed from the core kube-apiserver; each request
 //! is classified by the first FlowSchema (by `matchingPrecedence`, then name) whose rules
 //! match it into a priority level and a flow (the schema and the user or namespace its
-//! distinguisher names); a Limited level's seats (the server's concurrency limit, split by
-//! `nominalConcurrencyShares`) are dispatched fairly across its queues, a flow's requests
+//! distinguisher names); a Limited level's seats are dispatched fairly across its queues by
+//! virtual time in seat-seconds, measured from how long requests really run, a flow's requests
 //! shuffle-sharded to a hand of them; an Exempt level's requests are never queued nor limited.
+//! Each level's nominal seats (the server's concurrency limit, split by
+//! `nominalConcurrencyShares`) are lent and borrowed between levels by their seat demand every
+//! [`BORROWING_ADJUSTMENT_PERIOD`], within `lendablePercent` and `borrowingLimitPercent`.
 //! Until the configuration is first synced, the mandatory objects (`exempt`,
 //! `catch-all`) are the configuration, as in kube-apiserver.
 //!
-//! What is simpler than kube: levels do not lend or borrow seats (each keeps its nominal
-//! limit), fair queuing takes every request to last the same, and a watch holds its seats
-//! until its response starts (kube: until its initial events are sent); see the book's
-//! chapter *Priority and fairness*.
+//! What is simpler than kube: mutating requests take one seat (kube adds seats for the
+//! watchers an event reaches); see the book's chapter *Priority and fairness*.
 //!
 //! The HTTP filter that runs it is `filters::priority_and_fairness`; this module knows nothing
 //! of HTTP.
 
+mod allocation;
 pub mod bootstrap;
+mod borrowing;
+mod demand;
 mod queueset;
 mod retry_after;
 mod rules;
+mod seat_seconds;
 pub mod width;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::flowcontrol::v1 as fc;
 use kube::runtime::watcher;
@@ -34,6 +39,7 @@ use sha2::{Digest as _, Sha256};
 use crate::auth::user::UserInfo;
 use crate::core_api;
 use crate::lifecycle::ShutdownSignal;
+pub use borrowing::{BORROWING_ADJUSTMENT_PERIOD, SeatLimits};
 use queueset::{Kind, Labels, Level};
 pub use queueset::{Rejection, Seat};
 
@@ -109,7 +115,7 @@ impl Classification {
             Kind::Queue { hand_size, .. } => Some(hand_size),
             _ => None,
         };
-        width::max_seats(self.schema.level.limit(), hand)
+        width::max_seats(self.schema.level.limits().nominal, hand)
     }
 }
 
@@ -143,7 +149,7 @@ struct Config {
 ///
 /// ```
 /// # async fn run() {
-/// use std::time::Duration;
+/// use std::time::{Duration, Instant};
 /// use extension_apiserver::auth::user::UserInfo;
 /// use extension_apiserver::flowcontrol::{FlowControl, RequestDigest, ResourceTarget};
 ///
@@ -173,6 +179,8 @@ pub struct FlowControl {
     config: RwLock<Arc<Config>>,
     /// The cluster's objects as last seen; `None` until each first list.
     seen: Mutex<Seen>,
+    /// Held while the levels' limits are recomputed (a new configuration, or borrowing).
+    adjusting: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -187,10 +195,12 @@ impl FlowControl {
     /// configuration.
     pub fn new(server_concurrency: u32) -> Arc<Self> {
         let config = build(server_concurrency, Vec::new(), Vec::new(), &BTreeMap::new());
+        borrowing::adjust(&config.levels, Instant::now());
         Arc::new(Self {
             server_concurrency,
             config: RwLock::new(Arc::new(config)),
             seen: Mutex::default(),
+            adjusting: Mutex::default(),
         })
     }
 
@@ -221,7 +231,7 @@ impl FlowControl {
             kube::Api::<fc::PriorityLevelConfiguration>::all(client),
             watcher::Config::default(),
             "prioritylevelconfigurations".into(),
-            shutdown,
+            shutdown.clone(),
             move |store| {
                 if let Some(engine) = weak.upgrade() {
                     let seen = store.state().iter().map(|l| (**l).clone()).collect();
@@ -230,7 +240,41 @@ impl FlowControl {
                 }
             },
         );
+        engine.adjust_borrowing_every(BORROWING_ADJUSTMENT_PERIOD, shutdown);
         engine
+    }
+
+    /// Adjusts the levels' seats by their demand every `period` until `shutdown` (kube's
+    /// `updateBorrowing` every 10 s: [`BORROWING_ADJUSTMENT_PERIOD`]), while the engine lives.
+    pub fn adjust_borrowing_every(self: &Arc<Self>, period: Duration, shutdown: ShutdownSignal) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                let Some(engine) = weak.upgrade() else {
+                    return;
+                };
+                engine.adjust_borrowing();
+            }
+        });
+    }
+
+    /// Recomputes every level's current seats from the seat demand it had since the last
+    /// adjustment (kube's `updateBorrowing`): levels lend what they did not need, within
+    /// their `lendablePercent`, to levels that needed more, within their
+    /// `borrowingLimitPercent`; waiting requests that now fit are dispatched.
+    pub fn adjust_borrowing(&self) {
+        let _adjusting = self
+            .adjusting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        borrowing::adjust(&self.current().levels, Instant::now());
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -253,9 +297,23 @@ impl FlowControl {
                 _ => return,
             }
         };
-        let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
-        let fresh = build(self.server_concurrency, schemas, levels, &config.levels);
-        *config = Arc::new(fresh);
+        let _adjusting = self
+            .adjusting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let fresh = {
+            let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
+            let fresh = Arc::new(build(
+                self.server_concurrency,
+                schemas,
+                levels,
+                &config.levels,
+            ));
+            *config = fresh.clone();
+            fresh
+        };
+        // kube recomputes the current limits with every new configuration too.
+        borrowing::adjust(&fresh.levels, Instant::now());
     }
 
     fn current(&self) -> Arc<Config> {
@@ -300,11 +358,11 @@ impl FlowControl {
             .await
     }
 
-    /// The seats of each priority level (its nominal limit), by name.
-    pub fn limits(&self) -> BTreeMap<String, u32> {
+    /// The seats of each priority level, by name.
+    pub fn limits(&self) -> BTreeMap<String, SeatLimits> {
         let config = self.current();
         let levels = config.levels.iter();
-        levels.map(|(name, l)| (name.clone(), l.limit())).collect()
+        levels.map(|(name, l)| (name.clone(), l.limits())).collect()
     }
 }
 
@@ -336,6 +394,16 @@ fn shares(spec: &fc::PriorityLevelConfigurationSpec) -> u64 {
         ),
     };
     u64::try_from(shares.unwrap_or(0)).unwrap_or(0)
+}
+
+/// `lendablePercent` and `borrowingLimitPercent` (an Exempt level has no borrowing limit), as
+/// kube's `plSpecCommons`.
+fn lending(spec: &fc::PriorityLevelConfigurationSpec) -> (Option<i32>, Option<i32>) {
+    match (&spec.limited, &spec.exempt) {
+        (Some(limited), _) => (limited.lendable_percent, limited.borrowing_limit_percent),
+        (None, Some(exempt)) => (exempt.lendable_percent, None),
+        (None, None) => (None, None),
+    }
 }
 
 /// How a level limits; kube's defaults for queuing: 64 queues, hands of 8, 50 a queue.
@@ -398,24 +466,22 @@ fn build(
         })
         .collect();
     let share_sum: u64 = specs.iter().map(|(_, _, spec)| shares(spec)).sum();
-    let metrics = &crate::metrics::global().flowcontrol;
     let mut built = BTreeMap::new();
     for (name, uid, spec) in specs {
         let kind = kind(&spec);
         // kube's nominal concurrency limit: ceil(server limit × shares / sum of shares).
-        let limit = (u64::from(server_concurrency) * shares(&spec)).div_ceil(share_sum.max(1));
-        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        let nominal = (u64::from(server_concurrency) * shares(&spec)).div_ceil(share_sum.max(1));
+        let nominal = u32::try_from(nominal).unwrap_or(u32::MAX);
+        let (lendable, borrowing) = lending(&spec);
+        let limits = SeatLimits::new(nominal, lendable, borrowing, server_concurrency);
         let level = match previous.get(&name) {
             Some(known) if known.uid == uid && known.kind == kind => {
-                known.set_limit(limit);
+                known.configure(limits);
                 known.clone()
             }
-            _ => Level::new(&name, &uid, kind, limit),
+            _ => Level::new(&name, &uid, kind, limits),
         };
-        metrics
-            .nominal_limit_seats
-            .with_label_values(&[&name])
-            .set(i64::from(limit));
+        borrowing::note_configuration(&name, &limits);
         built.insert(name, level);
     }
     let mut resolved: Vec<Arc<Schema>> = schemas

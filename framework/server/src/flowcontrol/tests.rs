@@ -1,3 +1,4 @@
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::*;
@@ -123,12 +124,18 @@ fn before_the_configuration_syncs_the_mandatory_objects_rule() {
         ("catch-all", "catch-all")
     );
     // catch-all has every seat: exempt's shares are 0.
-    assert_eq!(engine.limits()["catch-all"], 600);
+    let catch_all = engine.limits()["catch-all"];
+    assert_eq!((catch_all.nominal, catch_all.current), (600, 600));
     // Seats split by shares, rounded up: 600 × 20 / 245 for global-default.
     let engine = kube_defaults(600);
     assert!(engine.synced());
-    assert_eq!(engine.limits()["global-default"], 49);
-    assert_eq!(engine.limits()["workload-low"], 245);
+    assert_eq!(engine.limits()["global-default"].nominal, 49);
+    assert_eq!(engine.limits()["workload-low"].nominal, 245);
+    // lendablePercent 50 and 90: the lower limits; no borrowingLimitPercent: at most the
+    // server's seats more.
+    assert_eq!(engine.limits()["global-default"].lower, 24);
+    assert_eq!(engine.limits()["workload-low"].lower, 24);
+    assert_eq!(engine.limits()["workload-low"].upper, 245 + 600);
 }
 
 #[test]
@@ -149,7 +156,13 @@ fn dealing_gives_distinct_cards_as_kubes_dealer() {
 }
 
 fn level(kind: Kind, limit: u32) -> Arc<Level> {
-    Level::new("l", "uid", kind, limit)
+    let limits = SeatLimits {
+        nominal: limit,
+        lower: limit,
+        upper: limit,
+        current: limit,
+    };
+    Level::new("l", "uid", kind, limits)
 }
 
 const QUEUED: Kind = Kind::Queue {
@@ -225,11 +238,132 @@ async fn a_wait_past_the_limit_is_a_time_out_and_reject_levels_never_queue() {
         .admit(1, 5, Duration::ZERO, labels.clone())
         .await
         .unwrap();
-    assert_eq!(wide.width(), 2, "no wider than the level");
+    assert_eq!(
+        wide.width(),
+        5,
+        "wider than the level: it runs alone, as kube's"
+    );
     let refused = rejecting
         .admit(2, 1, Duration::from_secs(5), labels.clone())
         .await;
     assert_eq!(refused.unwrap_err(), Rejection::ConcurrencyLimit);
     drop(wide);
     assert!(rejecting.admit(2, 1, Duration::ZERO, labels).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_busy_level_borrows_the_seats_idle_levels_lend() {
+    let engine = kube_defaults(600);
+    let alice = user("alice", &[]);
+    let class = engine.classify(&read(&alice, "ns"));
+    assert_eq!(class.priority_level(), "global-default");
+    let level = engine.current().levels["global-default"].clone();
+    let limits = engine.limits()["global-default"];
+    assert_eq!((limits.nominal, limits.lower), (49, 24));
+    let wait = Duration::from_secs(30);
+    // Everything the level has now, and 100 more waiting.
+    let mut held = Vec::new();
+    for _ in 0..limits.current {
+        held.push(engine.admit(&class, 1, wait).await.unwrap());
+    }
+    let waiting: Vec<_> = (0..100)
+        .map(|_| {
+            let (engine, class) = (engine.clone(), class.clone());
+            tokio::spawn(async move { engine.admit(&class, 1, wait).await })
+        })
+        .collect();
+    for _ in 0..1000 {
+        if level.load().0 == 100 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(level.load(), (100, limits.current));
+    // One period with the demand steady (kube's period is 10 s; the test's is a moment).
+    engine.adjust_borrowing();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    engine.adjust_borrowing();
+    let demand = limits.current + 100;
+    let grown = engine.limits()["global-default"];
+    assert!(
+        grown.current >= demand && grown.current > 2 * limits.nominal,
+        "borrowed from the idle levels: {grown:?}"
+    );
+    assert_eq!(
+        level.load(),
+        (0, demand),
+        "the waiting requests were dispatched"
+    );
+    let workload_low = engine.limits()["workload-low"];
+    assert!(
+        workload_low.current < workload_low.nominal,
+        "{workload_low:?}"
+    );
+    assert!(
+        workload_low.current >= workload_low.lower,
+        "{workload_low:?}"
+    );
+    for task in waiting {
+        held.push(task.await.unwrap().unwrap());
+    }
+    drop(held);
+    assert_eq!(level.load(), (0, 0));
+}
+
+#[test]
+fn a_flow_of_long_requests_gets_fewer_dispatches_than_a_flow_of_short_ones() {
+    let kind = Kind::Queue {
+        queues: 16,
+        hand_size: 1,
+        queue_length_limit: 10,
+    };
+    let level = level(kind, 1);
+    let labels = Labels::new("fs", "l");
+    let (long, short) = (hash_flow("fs", "long"), hash_flow("fs", "short"));
+    let queue = |flow| {
+        let mut hand = Vec::new();
+        queueset::deal(flow, 16, 1, |c| hand.push(c));
+        hand
+    };
+    assert_ne!(
+        queue(long),
+        queue(short),
+        "the flows have queues of their own"
+    );
+    // A clock of the test's own: long requests run 30 ms, short ones 3 ms.
+    let mut now = std::time::Instant::now();
+    let mut flows = [
+        (long, 30, VecDeque::new(), 0),
+        (short, 3, VecDeque::new(), 0),
+    ];
+    let enter = |flow, now| match level.enter(flow, 1, &labels, now) {
+        queueset::Entry::Queued { receiver, .. } => receiver,
+        _ => panic!("queued"),
+    };
+    for (flow, _, waiting, _) in &mut flows {
+        for _ in 0..3 {
+            waiting.push_back(enter(*flow, now));
+        }
+    }
+    for _ in 0..66 {
+        // The one request executing: the head of one flow's queue.
+        let (seat, i) = flows
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, (_, _, waiting, _))| {
+                let seat = waiting.front_mut()?.try_recv().ok()?;
+                waiting.pop_front();
+                Some((seat, i))
+            })
+            .expect("one request is executing");
+        let (flow, millis, waiting, dispatched) = &mut flows[i];
+        *dispatched += 1;
+        now += Duration::from_millis(*millis);
+        seat.finish_at(now);
+        waiting.push_back(enter(*flow, now));
+    }
+    let (long, short) = (flows[0].3, flows[1].3);
+    // Kube's fair queuing gives each queue the same seat-seconds: ten short ones a long one.
+    assert!(short >= 5 * long, "{short} short and {long} long");
+    assert!(long >= 3, "the long flow is served too: {long}");
 }

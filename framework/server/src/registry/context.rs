@@ -2,8 +2,10 @@
 //! admission chain, and a sink for warnings (sent back as `Warning` headers, as
 //! `k8s.io/apiserver/pkg/warning` does).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+use tokio::sync::oneshot;
 
 use crate::admission::AdmissionContext;
 use crate::admission::attributes::Requester;
@@ -27,6 +29,48 @@ pub struct RequestContext {
     patch: Option<Arc<PatchDecoding>>,
     /// The write this request is, whose stages are timed (set by the write handlers).
     write: Option<WriteVerb>,
+    /// Told when a watch's initial events are queued (set by the endpoint from what
+    /// priority and fairness left in the request).
+    watch_initialization: Option<WatchInitialization>,
+}
+
+/// Tells priority and fairness that a watch is initialized: its initial events are queued for
+/// its client (kube's `WatchInitialized` and the filter's initialization signal). The watch's
+/// seats are held until then, or until every handle is dropped without telling.
+///
+/// ```
+/// use extension_apiserver::registry::context::WatchInitialization;
+/// let (signal, mut initialized) = WatchInitialization::new();
+/// assert!(initialized.try_recv().is_err());
+/// signal.signal();
+/// assert!(initialized.try_recv().is_ok());
+/// ```
+#[derive(Clone, Debug)]
+pub struct WatchInitialization(Arc<Mutex<Option<oneshot::Sender<()>>>>);
+
+impl WatchInitialization {
+    /// A signal, and what it resolves once told (or once every handle is dropped).
+    pub fn new() -> (Self, oneshot::Receiver<()>) {
+        let (sender, receiver) = oneshot::channel();
+        (Self(Arc::new(Mutex::new(Some(sender)))), receiver)
+    }
+
+    /// The watch is initialized; later calls do nothing.
+    pub fn signal(&self) {
+        if let Some(sender) = self.sender().take() {
+            let _ = sender.send(());
+        }
+    }
+
+    /// A handle of its own for whoever sends the initial events: this one, and every clone
+    /// of it, no longer tells anything.
+    pub fn hand_over(&self) -> Self {
+        Self(Arc::new(Mutex::new(self.sender().take())))
+    }
+
+    fn sender(&self) -> std::sync::MutexGuard<'_, Option<oneshot::Sender<()>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// What strict field validation needs to know of a PATCH (set by its handler): kube-apiserver
@@ -90,6 +134,29 @@ impl RequestContext {
     /// The warnings added so far (cut as [`warn`](Self::warn) says).
     pub fn warnings(&self) -> Vec<String> {
         self.warnings.warnings()
+    }
+
+    /// The same context, for a watch whose initialization `signal` tells.
+    pub fn with_watch_initialization(mut self, signal: WatchInitialization) -> Self {
+        self.watch_initialization = Some(signal);
+        self
+    }
+
+    /// The watch initialization signal, for the storage that sends the initial events (it
+    /// signals once they are queued; kube's cacher does so); `None` when nothing waits for
+    /// it. The context's own handle no longer tells.
+    pub fn take_watch_initialization(&self) -> Option<WatchInitialization> {
+        self.watch_initialization
+            .as_ref()
+            .map(WatchInitialization::hand_over)
+    }
+
+    /// Tells that the watch is initialized, unless its storage took the signal: what the
+    /// endpoint does once the handler answered.
+    pub fn watch_initialized(&self) {
+        if let Some(signal) = &self.watch_initialization {
+            signal.signal();
+        }
     }
 
     /// The same context, for a PATCH whose strict decoding errors are `patch`'s.

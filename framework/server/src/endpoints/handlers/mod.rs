@@ -22,7 +22,7 @@ use crate::endpoints::request_info::{RequestInfo, Verb};
 use crate::endpoints::response::add_warnings;
 use crate::error::{Error, Result};
 use crate::lifecycle::ShutdownSignal;
-use crate::registry::context::RequestContext;
+use crate::registry::context::{RequestContext, WatchInitialization};
 
 /// Shared state of the resource handlers.
 #[derive(Debug)]
@@ -67,11 +67,13 @@ pub async fn handle(State(state): State<Arc<APIState>>, request: Request) -> Res
     let mut response = dispatch(call)
         .await
         .unwrap_or_else(IntoResponse::into_response);
+    // A watch whose storage did not take the signal is initialized once answered.
+    ctx.watch_initialized();
     add_warnings(&mut response, &ctx.warnings());
     response
 }
 
-fn prepare(state: Arc<APIState>, parts: Parts, body: Body, info: RequestInfo) -> Result<Call> {
+fn prepare(state: Arc<APIState>, mut parts: Parts, body: Body, info: RequestInfo) -> Result<Call> {
     if !info.is_resource_request {
         return Err(Error::path_not_found());
     }
@@ -91,6 +93,9 @@ fn prepare(state: Arc<APIState>, parts: Parts, body: Body, info: RequestInfo) ->
         ns => RequestContext::namespaced(ns),
     };
     ctx.user = parts.extensions.get::<UserInfo>().cloned();
+    if let Some(signal) = parts.extensions.remove::<WatchInitialization>() {
+        ctx = ctx.with_watch_initialization(signal);
+    }
     Ok(Call {
         parts,
         body,

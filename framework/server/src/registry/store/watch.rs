@@ -18,7 +18,7 @@ use super::codec::{decode_cached, set_type_meta};
 use super::filter::Filter;
 use super::list::{cache_reaches, consistent_revision, parse_resource_version};
 use crate::error::{Error, Result};
-use crate::registry::context::RequestContext;
+use crate::registry::context::{RequestContext, WatchInitialization};
 use crate::registry::options::ListOptions;
 use crate::registry::rest::{CachedJson, Object};
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
@@ -74,9 +74,14 @@ pub(crate) async fn watch(
     let prefix = inner.list_prefix(ctx);
     let (plan, start) = plan(&inner, options)?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let initialized = ctx.take_watch_initialization();
     let (initial, from, steps) = match from_cache(&inner, &prefix, start).await? {
         Some(watch) => cached_steps(&plan.filter, watch),
         None => backend_steps(&inner, &prefix, start, &plan.filter).await?,
+    };
+    let initial = Initial {
+        events: initial,
+        initialized,
     };
     tokio::spawn(run(inner, plan, initial, from, steps, tx));
     Ok(Box::pin(ReceiverStream::new(rx)))
@@ -253,10 +258,16 @@ async fn initial_state(
     Ok((events, page.revision))
 }
 
+/// A watch's initial events, and who is told once they are queued.
+struct Initial {
+    events: Vec<WatchEvent>,
+    initialized: Option<WatchInitialization>,
+}
+
 async fn run(
     inner: Arc<Inner>,
     plan: WatchPlan,
-    initial: Vec<WatchEvent>,
+    initial: Initial,
     from: Revision,
     mut steps: Steps,
     tx: mpsc::Sender<WatchEvent>,
@@ -265,7 +276,7 @@ async fn run(
     let deadline = tokio::time::sleep_until(deadline_at);
     tokio::pin!(deadline);
     let deliver = |event| deliver(&inner, &tx, event, deadline_at);
-    for event in initial {
+    for event in initial.events {
         if !deliver(event).await {
             return;
         }
@@ -273,6 +284,12 @@ async fn run(
     let mut last = from;
     if plan.initial_events_end && !deliver(bookmark(&inner, last, true)).await {
         return;
+    }
+    // kube's cacher: the watch is initialized once its initial events are queued; priority
+    // and fairness frees its seats (dropped unsignalled on the returns above, it frees them
+    // too).
+    if let Some(initialized) = initial.initialized {
+        initialized.signal();
     }
     let interval = inner.bookmark_interval;
     let next_after = |now| next_bookmark(now, interval, deadline_at);
