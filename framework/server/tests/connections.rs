@@ -863,7 +863,7 @@ fn list_names(body: &[u8]) -> (Vec<String>, serde_json::Value) {
     (names, list["metadata"].clone())
 }
 
-/// A list larger than what the server encodes ahead of the client (64 KiB) is written piece
+/// A list larger than what the server encodes ahead of the client (1 MiB) is written piece
 /// by piece: whole, in order, with its `Content-Length`, over HTTP/1.1 and HTTP/2, from the
 /// watch cache (a list, a page) and from the store (an exact revision).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -871,12 +871,12 @@ async fn a_large_list_is_sent_whole_with_its_length_over_http1_and_http2() {
     let (server, client) = start(LONG, LONG).await;
     let (sender, _connection) = client.h2().await;
     let uri = client.uri(WIDGETS);
-    let names: Vec<String> = (0..400).map(|i| format!("w{i:04}")).collect();
+    let names: Vec<String> = (0..700).map(|i| format!("w{i:04}")).collect();
     for (i, name) in names.iter().enumerate() {
         let widget = serde_json::json!({
             "apiVersion": "conn.example.com/v1",
             "kind": "Widget",
-            "metadata": {"name": name, "labels": {"pad": "x".repeat(60)}},
+            "metadata": {"name": name, "annotations": {"pad": "x".repeat(4000)}},
             "spec": {"size": i},
         });
         assert_eq!(h2_create(&sender, &uri, &widget).await, 201);
@@ -887,10 +887,10 @@ async fn a_large_list_is_sent_whole_with_its_length_over_http1_and_http2() {
     let rv = metadata["resourceVersion"].as_str().unwrap().to_owned();
     let exact = format!("?resourceVersion={rv}&resourceVersionMatch=Exact");
     for (query, count) in [
-        ("", 400),
-        ("?resourceVersion=0", 400),
-        (&exact[..], 400),
-        ("?limit=300", 300),
+        ("", 700),
+        ("?resourceVersion=0", 700),
+        (&exact[..], 700),
+        ("?limit=500", 500),
     ] {
         // HTTP/2.
         let mut h2 = sender.clone().ready().await.unwrap();
@@ -913,14 +913,14 @@ async fn a_large_list_is_sent_whole_with_its_length_over_http1_and_http2() {
             text.extend_from_slice(&chunk);
         }
         assert!(
-            length > 64 * 1024,
-            "{query}: {length} bytes is not a large list"
+            length > 2 * (1 << 20),
+            "{query}: {length} bytes is not a list of pieces"
         );
         assert_eq!(text.len(), length, "{query}");
         let (got, metadata) = list_names(&text);
         assert_eq!(got, names[..count], "{query}");
-        if count < 400 {
-            assert_eq!(metadata["remainingItemCount"], 100, "{query}");
+        if count < 700 {
+            assert_eq!(metadata["remainingItemCount"], 200, "{query}");
         }
 
         // HTTP/1.1: `read_response` reads to the announced length.

@@ -179,8 +179,11 @@ fn with_content_type(mut response: Response, target: Target) -> Response {
 }
 
 /// The most bytes of a JSON list encoded ahead of what the client has read: a larger list
-/// is written piece by piece as it is sent ([`ListBody`]).
-const LIST_CHUNK: usize = 64 * 1024;
+/// is written piece by piece as it is sent ([`ListBody`]). Large, because hyper asks for the
+/// next piece only once the connection has sent the last (a round trip between two tasks
+/// each time: pieces of 64 KiB made a list of 10,000 objects 2–6 ms slower), and small
+/// beside the lists it bounds (a million objects: 500 MiB).
+const LIST_CHUNK: usize = 1024 * 1024;
 
 /// The body of a JSON list whose items are all encoded already (from the watch cache or the
 /// store), when it is larger than [`LIST_CHUNK`]: copied into pieces of about that size as
@@ -234,7 +237,7 @@ impl hyper::body::Body for ListBody {
         if this.left == 0 {
             return std::task::Poll::Ready(None);
         }
-        let mut piece = Vec::with_capacity((this.left as usize).min(LIST_CHUNK + 4096));
+        let mut piece = Vec::with_capacity((this.left as usize).min(LIST_CHUNK + 64 * 1024));
         if let Some(head) = this.head.take() {
             piece.extend_from_slice(&head);
         }
