@@ -31,6 +31,8 @@ pub struct Start {
     pub filled: Option<Duration>,
     /// RSS once ready (and, with the cache, filled), and after the reads.
     pub rss: (u64, u64),
+    /// The highest RSS from the start to the end of the reads (the load's and the reads').
+    pub rss_peak: u64,
     /// A list of all, a walk by `limit=500`, a selector matching none (first page, whole):
     /// each its time, or why it failed (a storage deadline, for instance).
     pub reads: [Result<Duration, String>; 4],
@@ -137,10 +139,12 @@ async fn start(
     let reads = reads(&client).await;
     let watch = watch_latency(&client, if cached { "probe-on" } else { "probe-off" }).await?;
     let rss_after = wardle.rss()?;
+    let rss_peak = wardle.rss_peak()?;
     Ok(Start {
         ready,
         filled,
         rss: (rss_ready, rss_after),
+        rss_peak,
         reads,
         watch,
     })
@@ -452,6 +456,17 @@ pub fn print(backend: &Backend, scale: &Scale) {
     row(
         "RSS after the reads below",
         &|s| format!("{} ({:.2}×)", crate::report::mib(s.rss.1), ratio(s.rss.1)),
+        "—",
+    );
+    row(
+        "highest RSS until the end of the reads (`VmHWM`)",
+        &|s| {
+            format!(
+                "{} ({:.2}×)",
+                crate::report::mib(s.rss_peak),
+                ratio(s.rss_peak)
+            )
+        },
         "—",
     );
     row("list of all, one request", &|s| timed(&s.reads[0]), "—");

@@ -144,16 +144,26 @@ impl Wardle {
     pub fn rss(&self) -> Result<u64, Error> {
         rss_of(self.child.id())
     }
+
+    /// The highest resident memory since the start (VmHWM), in bytes.
+    pub fn rss_peak(&self) -> Result<u64, Error> {
+        memory_of(self.child.id(), "VmHWM:")
+    }
 }
 
 /// The resident memory (VmRSS) of process `pid`, in bytes.
 pub fn rss_of(pid: u32) -> Result<u64, Error> {
+    memory_of(pid, "VmRSS:")
+}
+
+/// A memory figure of `/proc/<pid>/status` (`field` with its colon), in bytes.
+fn memory_of(pid: u32, field: &str) -> Result<u64, Error> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .ok_or("no VmRSS in /proc/<pid>/status")?;
+        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))?;
     Ok(kib * 1024)
 }
 
