@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::registry::context::RequestContext;
 use crate::registry::options::{ListOptions, ResourceVersionMatch};
 use crate::registry::rest::{CachedJson, Object, ObjectList};
-use crate::storage::cacher::{CachedObject, CachedRange};
+use crate::storage::cacher::CachedObject;
 use crate::storage::{Cacher, ListRequest, Revision, StorageError};
 
 /// How many keys one backend read fetches when selectors may drop most of them.
@@ -241,9 +241,10 @@ const PAGE_RESERVE: usize = 1024;
 /// One page of cached `objects` (in key order, from where the page starts) at `revision`;
 /// `prefix` is the list's, relative to the cache's ([`Cacher::relative`]). Takes from
 /// `objects` only what the page needs (and, for `remainingItemCount`, the number of the rest,
-/// which the cache's counted range knows without reading them).
-fn page(
-    objects: &mut CachedRange<'_>,
+/// which the cache's counted range, a [`CachedRange`](crate::storage::cacher::CachedRange),
+/// knows without reading them).
+fn page<'a>(
+    objects: &mut impl ExactSizeIterator<Item = &'a CachedObject>,
     revision: Revision,
     limit: usize,
     filter: &Filter,
