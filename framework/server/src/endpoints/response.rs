@@ -2,7 +2,6 @@
 //! and the `Warning` headers collected while serving.
 
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
@@ -10,7 +9,7 @@ use crate::endpoints::negotiation::{Encoding, Shape, Target};
 use crate::endpoints::params::IncludeObject;
 use crate::endpoints::table::{TableConvertor, partial_object_metadata};
 use crate::error::{Error, Result};
-use crate::registry::rest::{CachedJson, Object, ObjectList, WatchEvent, WatchEventType};
+use crate::registry::rest::{Object, ObjectList, WatchEvent, WatchEventType};
 use crate::runtime::ResourceInfo;
 
 /// Serializes `value` in `encoding`.
@@ -120,55 +119,25 @@ pub fn respond_list(
 }
 
 /// One line of a watch stream: `{"type":...,"object":...}` and a newline. An encoded object
-/// of a JSON watch is copied as it is; the watch cache's own object of an event is written
-/// once per event type for every watcher that shows it so (kube's cacher keeps one
-/// serialization of an event per encoder: `cachingObject`).
+/// of a JSON watch is copied as it is.
 pub fn watch_line(
     target: Target,
     event: WatchEvent,
     table: &TableConvertor,
     include: IncludeObject,
-) -> Result<Bytes> {
-    if let (Shape::Object, Object::Cached(object)) = (target.shape, &event.object) {
-        return shared_line(event.type_, object);
-    }
+) -> Result<Vec<u8>> {
     let object = match (event.type_, event.object) {
         (WatchEventType::Error | WatchEventType::Bookmark, object) => object,
         (_, object) if target.shape == Shape::Object => object,
         (_, object) => Object::Decoded(shape_object(target, object.into_value()?, table, include)),
     };
     let mut line = Vec::with_capacity(64 + encoded_len(&object));
-    line_start(&mut line, event.type_);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(event.type_.as_str().as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
     object.write_json(&mut line)?;
     line.extend_from_slice(b"}\n");
-    Ok(line.into())
-}
-
-/// The line of a cached object, made once per event and type (markers for
-/// [`CachedJson::encoded_as`]).
-fn shared_line(type_: WatchEventType, object: &CachedJson) -> Result<Bytes> {
-    struct Added;
-    struct Modified;
-    struct Deleted;
-    let make = |json: &[u8]| {
-        let mut line = Vec::with_capacity(64 + json.len());
-        line_start(&mut line, type_);
-        line.extend_from_slice(json);
-        line.extend_from_slice(b"}\n");
-        Ok(Bytes::from(line))
-    };
-    match type_ {
-        WatchEventType::Added => object.encoded_as::<Added>(make),
-        WatchEventType::Modified => object.encoded_as::<Modified>(make),
-        WatchEventType::Deleted => object.encoded_as::<Deleted>(make),
-        WatchEventType::Bookmark | WatchEventType::Error => make(object.json()),
-    }
-}
-
-fn line_start(line: &mut Vec<u8>, type_: WatchEventType) {
-    line.extend_from_slice(b"{\"type\":\"");
-    line.extend_from_slice(type_.as_str().as_bytes());
-    line.extend_from_slice(b"\",\"object\":");
+    Ok(line)
 }
 
 fn values(items: Vec<Object>) -> Result<Vec<Value>> {

@@ -75,7 +75,7 @@ pub(crate) async fn watch(call: Call) -> Result<Response> {
                 watch_line(target, error, &resource.table, include).unwrap_or_default()
             });
             metrics.sent(line.len());
-            Ok::<Bytes, std::io::Error>(line)
+            Ok::<Bytes, std::io::Error>(Bytes::from(line))
         })
         .take_until(async move { shutdown.cancelled().await });
     let mut response = Response::new(Body::from_stream(lines));
