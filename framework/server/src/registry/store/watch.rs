@@ -82,8 +82,9 @@ pub(crate) async fn watch(
     }
     let (initial, from, steps) = backend_steps(&inner, &prefix, start, &plan.filter).await?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let deadline = Instant::now() + plan.timeout;
     let events = events(inner.clone(), plan, initial, from, steps);
-    tokio::spawn(forward(inner, events, tx));
+    tokio::spawn(forward(inner, events, tx, deadline));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
@@ -347,6 +348,7 @@ async fn forward(
     inner: Arc<Inner>,
     events: impl Stream<Item = WatchEvent>,
     tx: mpsc::Sender<WatchEvent>,
+    deadline: Instant,
 ) {
     tokio::pin!(events);
     loop {
@@ -357,16 +359,22 @@ async fn forward(
                 None => return,
             },
         };
-        if !deliver(&inner, &tx, event).await {
+        if !deliver(&inner, &tx, event, deadline).await {
             return;
         }
     }
 }
 
-/// Hands `event` to the watch's channel; false when the watch is over: its client went away
-/// or its channel stayed full for the cache's [`BLOCK_TIMEOUT`] (the client stopped reading;
-/// the watch is ended and counted, as kube's cacher ends an unresponsive watcher).
-async fn deliver(inner: &Inner, tx: &mpsc::Sender<WatchEvent>, event: WatchEvent) -> bool {
+/// Hands `event` to the watch's channel; false when the watch is over: its client went away,
+/// its deadline passed, or its channel stayed full for the cache's [`BLOCK_TIMEOUT`] (the
+/// client stopped reading; the watch is ended and counted, as kube's cacher ends an
+/// unresponsive watcher).
+async fn deliver(
+    inner: &Inner,
+    tx: &mpsc::Sender<WatchEvent>,
+    event: WatchEvent,
+    deadline: Instant,
+) -> bool {
     let event = match tx.try_send(event) {
         Ok(()) => return true,
         Err(mpsc::error::TrySendError::Closed(_)) => return false,
@@ -374,6 +382,7 @@ async fn deliver(inner: &Inner, tx: &mpsc::Sender<WatchEvent>, event: WatchEvent
     };
     tokio::select! {
         sent = tx.send(event) => sent.is_ok(),
+        _ = tokio::time::sleep_until(deadline) => false,
         _ = tokio::time::sleep(BLOCK_TIMEOUT) => {
             let info = &inner.info;
             crate::metrics::global()
