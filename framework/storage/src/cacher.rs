@@ -7,7 +7,11 @@
 //! client receives (made once per write by the [`EncodeFn`] its owner gives), so neither a
 //! list nor a fan-out to a thousand watchers encodes an object again. Watchers subscribe to a
 //! bounded broadcast of events: one that falls more than its capacity behind is told so and
-//! its watch ends, without slowing the others or holding memory for it.
+//! its watch ends, without slowing the others or holding memory for it. A watcher whose
+//! client stops reading is ended too, once it has [`CacherOptions::watcher_buffer`] events
+//! waiting and takes none for [`CacherOptions::block_timeout`] (kube's cacher: "Forcing
+//! watcher close due to unresponsiveness"), by the cache's own check, since nothing polls
+//! the watch of a client that does not read.
 //!
 //! When the backend watch fails (etcd gone, history compacted under a stalled cache) the cache
 //! stops serving, ends every watch that followed it, and starts over with a fresh list. While
@@ -16,14 +20,19 @@
 use std::any::TypeId;
 use std::collections::VecDeque;
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use indexset::BTreeSet;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::BroadcastStream;
 
 use super::arena::Arena;
 use super::backend::{
@@ -48,7 +57,21 @@ pub struct CacherOptions {
     pub window_bytes: usize,
     /// How many events a watcher may fall behind before its watch is ended.
     pub watcher_lag: usize,
+    /// How many events a watcher may have waiting before it counts as blocked: kube's
+    /// `cacheWatcher` input buffer.
+    pub watcher_buffer: usize,
+    /// How long a blocked watcher may take no event before its watch is ended and counted
+    /// in `apiserver_terminated_watchers_total`. kube's dispatcher waits 100 ms shared by
+    /// every blocked watcher of an event, since it waits for them; here no watcher holds up
+    /// another, so its client gets longer to catch up.
+    pub block_timeout: Duration,
 }
+
+/// [`CacherOptions::watcher_buffer`]'s default.
+pub const WATCHER_BUFFER: usize = 256;
+
+/// [`CacherOptions::block_timeout`]'s default.
+pub const BLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// [`CacherOptions::window_bytes`]' default: a window of 1,024 events of objects of a few
 /// kilobytes fits many times over; one of objects near the size limit (1.5 MiB) keeps the
@@ -61,6 +84,8 @@ impl Default for CacherOptions {
             window: 1024,
             window_bytes: DEFAULT_WINDOW_BYTES,
             watcher_lag: 1024,
+            watcher_buffer: WATCHER_BUFFER,
+            block_timeout: BLOCK_TIMEOUT,
         }
     }
 }
@@ -322,16 +347,66 @@ pub struct CacheWatch {
     /// Everything after `revision`. Items at or below it may repeat and must be skipped.
     /// Events of the whole cache: the watcher keeps those whose
     /// [`CachedObject::key_suffix`] starts with `relative_prefix`.
-    pub live: broadcast::Receiver<CacheItem>,
+    pub live: LiveEvents,
     /// The watch's prefix after the cache's, in the terms of [`CachedObject::key_suffix`].
     pub relative_prefix: Arc<str>,
+}
+
+/// The cache's items for one watcher, in order, read straight from the cache's broadcast
+/// (no task or channel of the watcher's own). Ends when the watcher falls more than
+/// [`CacherOptions::watcher_lag`] items behind, when the cache reloads, or when the cache
+/// ended it for taking nothing while blocked ([`CacherOptions::block_timeout`]).
+pub struct LiveEvents {
+    items: BroadcastStream<CacheItem>,
+    cursor: Arc<Cursor>,
+}
+
+/// How far one watcher has read, as the cache's check of unresponsive watchers sees it.
+struct Cursor {
+    /// Items of the broadcast the watcher has taken (or lost by lagging), in the terms of
+    /// `Shared::sent`.
+    taken: AtomicU64,
+    /// The cache ended the watch.
+    ended: AtomicBool,
+}
+
+impl Stream for LiveEvents {
+    type Item = CacheItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<CacheItem>> {
+        let this = self.get_mut();
+        if this.cursor.ended.load(Ordering::Relaxed) {
+            return Poll::Ready(None);
+        }
+        match ready!(this.items.poll_next_unpin(cx)) {
+            Some(Ok(item)) => {
+                this.cursor.taken.fetch_add(1, Ordering::Relaxed);
+                Poll::Ready(Some(item))
+            }
+            // Lagged past the broadcast, or the cache reloaded: either way the watcher
+            // resumes from the last event it got, as from any ended watch.
+            Some(Err(_)) | None => {
+                this.cursor.ended.store(true, Ordering::Relaxed);
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for LiveEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveEvents")
+            .field("taken", &self.cursor.taken.load(Ordering::Relaxed))
+            .field("ended", &self.cursor.ended.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// A watch cache of one prefix. Cheap to clone; the cache stops with its last clone.
 #[derive(Clone)]
 pub struct Cacher {
     shared: Arc<Shared>,
-    _task: Arc<TaskGuard>,
+    _task: Arc<(TaskGuard, TaskGuard)>,
 }
 
 impl std::fmt::Debug for Cacher {
@@ -360,6 +435,11 @@ struct Shared {
     /// The cache's revision while it is ready; `None` while it is not.
     revision: watch::Sender<Option<Revision>>,
     metrics: CacheMetrics,
+    /// Items sent on the broadcast, in all (counted under the state's write lock, so a
+    /// watcher subscribing under its read lock knows where it starts).
+    sent: AtomicU64,
+    /// Watchers opened since the last check of unresponsive watchers ([`reap`]).
+    opened: Mutex<Vec<Weak<Cursor>>>,
 }
 
 /// kube's watch-cache metrics of one resource, and `apiserver_storage_objects`, which the
@@ -368,17 +448,25 @@ struct CacheMetrics {
     objects: prometheus::IntGauge,
     events: prometheus::IntCounter,
     revision: prometheus::IntGauge,
+    /// `apiserver_terminated_watchers_total` of the resource.
+    terminated: prometheus::IntCounter,
 }
 
 impl CacheMetrics {
     fn new(prefix: &str) -> Self {
         let metrics = crate::metrics::global();
         let resource = crate::metrics::group_resource_of_prefix(prefix);
+        // `{plural}.{group}`: a plural has no dot.
+        let (plural, group) = resource.split_once('.').unwrap_or((&resource, ""));
+        let terminated = metrics
+            .terminated_watchers
+            .with_label_values(&[group, plural]);
         let resource = [resource.as_str()];
         Self {
             objects: metrics.storage_objects_of(resource[0]),
             events: metrics.watch_cache_events.with_label_values(&resource),
             revision: metrics.watch_cache_revision.with_label_values(&resource),
+            terminated,
         }
     }
 
@@ -443,11 +531,14 @@ impl Cacher {
             }),
             revision: watch::Sender::new(None),
             metrics: CacheMetrics::new(prefix),
+            sent: AtomicU64::new(0),
+            opened: Mutex::default(),
         });
         let task = tokio::spawn(run(Arc::clone(&shared)));
+        let reaper = tokio::spawn(reap(Arc::downgrade(&shared)));
         Self {
             shared,
-            _task: Arc::new(TaskGuard(task)),
+            _task: Arc::new((TaskGuard(task), TaskGuard(reaper))),
         }
     }
 
@@ -564,7 +655,7 @@ impl Cacher {
         if !state.ready {
             return Err(CacheMiss::NotReady);
         }
-        let live = state.live.subscribe();
+        let live = self.shared.subscribe(&state);
         let prefix = self.shared.suffix(prefix);
         match after {
             None => Ok(CacheWatch {
@@ -620,6 +711,35 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A watcher as the check of unresponsive watchers follows it.
+struct Watched {
+    cursor: Weak<Cursor>,
+    /// Since when it has had a full buffer, and what it had taken then.
+    blocked: Option<(Instant, u64)>,
+}
+
+/// Ends the watchers whose client stopped reading, until the cache is dropped. As kube's
+/// `cacheWatcher.add`: a watcher with a full buffer that takes no event before the timeout
+/// is closed and counted. Checked on a timer, since a watch whose client does not read is
+/// not polled: its HTTP/2 stream has no window left (or its HTTP/1.1 socket is full).
+async fn reap(shared: Weak<Shared>) {
+    let period = match shared.upgrade() {
+        Some(shared) => (shared.options.block_timeout / 5)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        None => return,
+    };
+    let mut watched = Vec::new();
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.end_unresponsive(&mut watched, Instant::now());
+    }
+}
+
 /// Loads, follows, and on failure starts over, until the cache is dropped.
 async fn run(shared: Arc<Shared>) {
     const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -659,6 +779,75 @@ async fn follow(shared: &Shared) -> Result<(), StorageError> {
 }
 
 impl Shared {
+    /// A new watcher of the live events, from the next item sent. Under the state's lock,
+    /// so that no item is sent meanwhile.
+    fn subscribe(&self, state: &State) -> LiveEvents {
+        let cursor = Arc::new(Cursor {
+            taken: AtomicU64::new(self.sent.load(Ordering::Relaxed)),
+            ended: AtomicBool::new(false),
+        });
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(&cursor));
+        LiveEvents {
+            items: BroadcastStream::new(state.live.subscribe()),
+            cursor,
+        }
+    }
+
+    /// Sends `item` to every watcher (none is not an error: nobody watches right now).
+    fn send(&self, state: &State, item: CacheItem) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        let _ = state.live.send(item);
+    }
+
+    /// One check of the watchers: ends those that have had at least `watcher_buffer` items
+    /// waiting, and took none, for `block_timeout`; forgets those that ended.
+    fn end_unresponsive(&self, watched: &mut Vec<Watched>, now: Instant) {
+        let opened =
+            std::mem::take(&mut *self.opened.lock().unwrap_or_else(PoisonError::into_inner));
+        watched.extend(opened.into_iter().map(|cursor| Watched {
+            cursor,
+            blocked: None,
+        }));
+        let sent = self.sent.load(Ordering::Relaxed);
+        let buffer = self.options.watcher_buffer.max(1) as u64;
+        watched.retain_mut(|watcher| {
+            let Some(cursor) = watcher.cursor.upgrade() else {
+                return false;
+            };
+            if cursor.ended.load(Ordering::Relaxed) {
+                return false;
+            }
+            let taken = cursor.taken.load(Ordering::Relaxed);
+            let waiting = sent.saturating_sub(taken);
+            if waiting < buffer {
+                watcher.blocked = None;
+                return true;
+            }
+            match watcher.blocked {
+                Some((since, then)) if then == taken => {
+                    if now.duration_since(since) < self.options.block_timeout {
+                        return true;
+                    }
+                    cursor.ended.store(true, Ordering::Relaxed);
+                    self.metrics.terminated.inc();
+                    tracing::info!(
+                        prefix = %self.prefix,
+                        waiting,
+                        "forcing watcher close due to unresponsiveness"
+                    );
+                    false
+                }
+                _ => {
+                    watcher.blocked = Some((now, taken));
+                    true
+                }
+            }
+        });
+    }
+
     /// A key, or a prefix of keys, after the cache's prefix (every key the cache holds starts
     /// with it; it is kept once, not per object).
     fn suffix<'a>(&self, key: &'a str) -> &'a str {
@@ -772,8 +961,7 @@ impl Shared {
         state.window_weight += cached.weight();
         state.window.push_back(Arc::clone(&cached));
         self.evict(state);
-        // No receiver is not an error: nobody watches right now.
-        let _ = state.live.send(CacheItem::Event(cached));
+        self.send(state, CacheItem::Event(cached));
         if state
             .arena
             .needs_compaction(state.live_bytes + state.window_bytes)
@@ -821,7 +1009,7 @@ impl Shared {
             return;
         }
         state.revision = revision;
-        let _ = state.live.send(CacheItem::Progress(revision));
+        self.send(&state, CacheItem::Progress(revision));
         self.revision.send_replace(Some(revision));
     }
 }
@@ -928,10 +1116,10 @@ mod tests {
         std::str::from_utf8(object.json()).unwrap()
     }
 
-    async fn next(live: &mut broadcast::Receiver<CacheItem>) -> Arc<CachedEvent> {
+    async fn next(live: &mut LiveEvents) -> Arc<CachedEvent> {
         loop {
-            let item = tokio::time::timeout(WAIT, live.recv()).await.unwrap();
-            if let CacheItem::Event(event) = item.unwrap() {
+            let item = tokio::time::timeout(WAIT, live.next()).await.unwrap();
+            if let CacheItem::Event(event) = item.expect("the watch goes on") {
                 return event;
             }
         }
@@ -1189,7 +1377,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_lagging_watcher_is_told_and_others_go_on() {
+    async fn a_lagging_watcher_is_ended_and_others_go_on() {
         let backend = Arc::new(MemoryBackend::new());
         let options = CacherOptions {
             window: 8,
@@ -1207,14 +1395,60 @@ mod tests {
                 .unwrap();
             assert_eq!(next(&mut fast).await.revision(), i + 1);
         }
-        let lagged = loop {
-            match slow.recv().await {
-                Err(broadcast::error::RecvError::Lagged(n)) => break n,
-                Ok(_) => continue,
-                Err(e) => panic!("{e}"),
+        let ended = tokio::time::timeout(WAIT, async {
+            let mut taken = 0;
+            while slow.next().await.is_some() {
+                taken += 1;
             }
+            taken
+        });
+        assert!(ended.await.unwrap() < 10, "the slow watcher ends early");
+    }
+
+    #[tokio::test]
+    async fn a_blocked_watcher_that_takes_nothing_is_ended_after_the_timeout() {
+        let backend = Arc::new(MemoryBackend::new());
+        let options = CacherOptions {
+            watcher_lag: 64,
+            watcher_buffer: 4,
+            block_timeout: Duration::from_millis(500),
+            ..CacherOptions::default()
         };
-        assert!(lagged > 0);
+        let cache = cacher(&backend, options);
+        ready_at(&cache, &backend).await;
+        let mut stuck = cache.watch("/c/", None).unwrap().live;
+        let mut slow = cache.watch("/c/", None).unwrap().live;
+        for i in 0..8 {
+            backend
+                .create(&format!("/c/{i}"), Bytes::from("v"))
+                .await
+                .unwrap();
+        }
+        ready_at(&cache, &backend).await;
+        // Both have 8 items waiting, over their buffer of 4; the slow one takes one every
+        // 100 ms, the stuck one none: only the stuck one is ended, and not before the
+        // timeout.
+        let terminated = || cache.shared.metrics.terminated.get();
+        let before = terminated();
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            next(&mut slow).await;
+        }
+        assert_eq!(terminated(), before, "not before the timeout");
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            next(&mut slow).await;
+        }
+        let ended = tokio::time::timeout(WAIT, async {
+            while terminated() == before {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        assert!(ended.await.is_ok(), "the stuck watcher is ended");
+        assert_eq!(terminated(), before + 1, "only the stuck one");
+        assert!(stuck.next().await.is_none(), "the stuck watch is over");
+        let later = backend.create("/c/late", Bytes::from("v")).await.unwrap();
+        assert_eq!(next(&mut slow).await.revision(), later.mod_revision);
     }
 
     #[tokio::test]
@@ -1227,14 +1461,8 @@ mod tests {
         backend.create("/c/a", Bytes::from("A")).await.unwrap();
         next(&mut watch.live).await;
         cache.shared.unready();
-        let end = tokio::time::timeout(WAIT, async {
-            loop {
-                if let Err(broadcast::error::RecvError::Closed) = watch.live.recv().await {
-                    break;
-                }
-            }
-        })
-        .await;
+        let end =
+            tokio::time::timeout(WAIT, async { while watch.live.next().await.is_some() {} }).await;
         assert!(end.is_ok(), "old watchers end when the cache reloads");
     }
 }

@@ -1,17 +1,22 @@
 //! Watch: initial state when asked, then the backend's events, filtered by selectors, with
-//! bookmarks and a timeout. Each watch runs as a task writing into a bounded channel, so a
-//! client that stops reading stops only its own watch; one whose channel stays full is ended
-//! (kube's cacher: "Forcing watcher close due to unresponsiveness").
+//! bookmarks and a timeout. A watch served by the watch cache is a stream over the cache's
+//! broadcast, polled by the response body itself: no task or channel per watcher between
+//! the cache and the connection; the cache ends a watcher whose client stops reading
+//! (`storage/cacher.rs`, kube's "Forcing watcher close due to unresponsiveness"). A watch
+//! of the backend's own watch runs as a task writing into a bounded channel, with the same
+//! bound and timeout.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use rand::Rng;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
-use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
+use tokio::time::{Instant, Sleep};
+use tokio_stream::wrappers::ReceiverStream;
 
 use super::Inner;
 use super::codec::{decode_cached, set_type_meta};
@@ -23,7 +28,7 @@ use crate::registry::options::ListOptions;
 use crate::registry::rest::{CachedJson, Object};
 use crate::registry::rest::{WatchEvent, WatchEventType, WatchStream};
 use crate::runtime::object::set_meta;
-use crate::storage::cacher::{CacheItem, CacheWatch, CachedEvent};
+use crate::storage::cacher::{BLOCK_TIMEOUT, CacheItem, CacheWatch, CachedEvent, WATCHER_BUFFER};
 use crate::storage::{Event, EventType, ListRequest, Revision, StorageError, WatchItem};
 
 /// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
@@ -47,17 +52,14 @@ fn watch_timeout(seconds: i64) -> Duration {
     Duration::from_secs(seconds.max(0).unsigned_abs()).min(FAR_FUTURE)
 }
 
-/// Events buffered per watcher before the watcher's task waits for the client.
-const CHANNEL_CAPACITY: usize = 256;
+/// Events buffered per watcher of the backend's watch before the watcher's task waits for
+/// the client: as many as a watcher of the cache may have waiting.
+const CHANNEL_CAPACITY: usize = WATCHER_BUFFER;
 
-/// How long a watcher's task waits for room in its full channel before it ends the watch. As
-/// kube's `cacheWatcher.add`, which blocks on a full watcher only until the dispatch's timer
-/// (`blockTimeout`) fires, then closes it and counts it in
-/// `apiserver_terminated_watchers_total`; kube's budget is 100 ms shared by every watcher of
-/// the event, because its dispatcher waits, while here only the slow watcher's own task does,
-/// so the client gets longer to catch up. What the watch holds meanwhile is bounded: its
-/// channel's events (shared with the cache) and the connection's flow-control window.
-const BLOCK_TIMEOUT: Duration = Duration::from_secs(5);
+// A backend watcher's task waits for room in its full channel for the cache's
+// `BLOCK_TIMEOUT`, then ends the watch, as kube's `cacheWatcher.add` closes a watcher still
+// full when the dispatch's timer fires. What the watch holds meanwhile is bounded: its
+// channel's events and the connection's flow-control window.
 
 struct WatchPlan {
     filter: Filter,
@@ -73,17 +75,25 @@ pub(crate) async fn watch(
 ) -> Result<WatchStream> {
     let prefix = inner.list_prefix(ctx);
     let (plan, start) = plan(&inner, options)?;
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let initialized = ctx.take_watch_initialization();
-    let (initial, from, steps) = match from_cache(&inner, &prefix, start).await? {
-        Some(watch) => cached_steps(&plan.filter, watch),
-        None => backend_steps(&inner, &prefix, start, &plan.filter).await?,
-    };
+    if let Some(watch) = from_cache(&inner, &prefix, start).await? {
+        // Read by the response body directly: the cache bounds what it waits for.
+        let (initial, from, steps) = cached_steps(&plan.filter, watch);
+        let initial = Initial {
+            events: initial,
+            initialized,
+        };
+        return Ok(Box::pin(events(inner, plan, initial, from, steps)));
+    }
+    let (initial, from, steps) = backend_steps(&inner, &prefix, start, &plan.filter).await?;
     let initial = Initial {
         events: initial,
         initialized,
     };
-    tokio::spawn(run(inner, plan, initial, from, steps, tx));
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let deadline = Instant::now() + plan.timeout;
+    let events = events(inner.clone(), plan, initial, from, steps);
+    tokio::spawn(forward(inner, events, tx, deadline));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
@@ -132,27 +142,22 @@ fn cached_steps(filter: &Filter, watch: CacheWatch) -> (Vec<WatchEvent>, Revisio
         })
         .collect();
     let filter = filter.clone();
-    let replay = futures::stream::iter(watch.replay.into_iter().map(CacheItem::Event).map(Ok));
-    let live = BroadcastStream::new(watch.live);
-    let steps = replay
-        .chain(live)
-        // A watcher that lags too far behind is ended; its client resumes from the last
-        // event it got, as from any ended watch.
-        .take_while(|item| std::future::ready(item.is_ok()))
-        .filter_map(move |item| {
-            std::future::ready(match item {
-                Err(_) => None,
-                Ok(CacheItem::Progress(at)) => Some(Step::Advance(at, None)),
-                Ok(CacheItem::Event(event)) if event.revision() <= from => None,
-                Ok(CacheItem::Event(event)) if !event.object.key_suffix().starts_with(&*within) => {
-                    Some(Step::Advance(event.revision(), None))
-                }
-                Ok(CacheItem::Event(event)) => Some(Step::Advance(
-                    event.revision(),
-                    translate_cached(&filter, &event),
-                )),
-            })
-        });
+    let replay = futures::stream::iter(watch.replay.into_iter().map(CacheItem::Event));
+    // The live events end when the watcher lags too far behind or stops reading; its
+    // client resumes from the last event it got, as from any ended watch.
+    let steps = replay.chain(watch.live).filter_map(move |item| {
+        std::future::ready(match item {
+            CacheItem::Progress(at) => Some(Step::Advance(at, None)),
+            CacheItem::Event(event) if event.revision() <= from => None,
+            CacheItem::Event(event) if !event.object.key_suffix().starts_with(&*within) => {
+                Some(Step::Advance(event.revision(), None))
+            }
+            CacheItem::Event(event) => Some(Step::Advance(
+                event.revision(),
+                translate_cached(&filter, &event),
+            )),
+        })
+    });
     (initial, from, Box::pin(steps))
 }
 
@@ -258,70 +263,157 @@ async fn initial_state(
     Ok((events, page.revision))
 }
 
-/// A watch's initial events, and who is told once they are queued.
+/// A watch's initial events, and who is told once they are sent.
 struct Initial {
     events: Vec<WatchEvent>,
     initialized: Option<WatchInitialization>,
 }
 
-async fn run(
+/// What a watch sends: the initial events, the end of them when asked, then its steps with
+/// bookmarks, until its timeout.
+fn events(
     inner: Arc<Inner>,
     plan: WatchPlan,
     initial: Initial,
     from: Revision,
-    mut steps: Steps,
-    tx: mpsc::Sender<WatchEvent>,
-) {
+    steps: Steps,
+) -> impl Stream<Item = WatchEvent> + Send + 'static {
     let deadline_at = Instant::now() + plan.timeout;
-    let deadline = tokio::time::sleep_until(deadline_at);
-    tokio::pin!(deadline);
-    let deliver = |event| deliver(&inner, &tx, event, deadline_at);
-    for event in initial.events {
-        if !deliver(event).await {
-            return;
-        }
-    }
-    let mut last = from;
-    if plan.initial_events_end && !deliver(bookmark(&inner, last, true)).await {
-        return;
-    }
-    // kube's cacher: the watch is initialized once its initial events are queued; priority
-    // and fairness frees its seats (dropped unsignalled on the returns above, it frees them
-    // too).
-    if let Some(initialized) = initial.initialized {
-        initialized.signal();
-    }
+    let end = plan
+        .initial_events_end
+        .then(|| bookmark(&inner, from, true));
     let interval = inner.bookmark_interval;
-    let next_after = |now| next_bookmark(now, interval, deadline_at);
-    let mut due = plan.bookmarks.then(|| next_after(Instant::now())).flatten();
-    loop {
-        let out = tokio::select! {
-            _ = &mut deadline => return,
-            _ = tx.closed() => return,
-            _ = tokio::time::sleep_until(due.unwrap_or(deadline_at)), if due.is_some() => {
-                due = next_after(Instant::now());
-                Some(bookmark(&inner, last, false))
-            }
-            next = steps.next() => match next {
-                None => return,
-                Some(Step::Fail(error)) => { let _ = tx.send(error).await; return; }
-                Some(Step::Advance(at, shown)) => {
-                    last = last.max(at);
-                    shown
+    let due = plan
+        .bookmarks
+        .then(|| next_bookmark(Instant::now(), interval, deadline_at))
+        .flatten();
+    let live = Live {
+        inner,
+        steps,
+        last: from,
+        bookmark: due.map(|at| Box::pin(tokio::time::sleep_until(at))),
+        deadline_at,
+        done: false,
+    };
+    let initial = InitialEvents {
+        events: initial.events.into_iter(),
+        end,
+        initialized: initial.initialized,
+    };
+    initial
+        .chain(live)
+        .take_until(tokio::time::sleep_until(deadline_at))
+}
+
+/// A watch's steps with its bookmarks: what follows its initial events.
+struct Live {
+    inner: Arc<Inner>,
+    steps: Steps,
+    /// The revision the watcher is known to have seen everything up to.
+    last: Revision,
+    /// When the next bookmark is due, for a watch that allows them (one timer for the watch's
+    /// life, reset after each bookmark).
+    bookmark: Option<Pin<Box<Sleep>>>,
+    deadline_at: Instant,
+    /// A failure was sent, or the steps ended.
+    done: bool,
+}
+
+/// A watch's initial events and the bookmark that ends them, if asked.
+struct InitialEvents {
+    events: std::vec::IntoIter<WatchEvent>,
+    end: Option<WatchEvent>,
+    /// Told as the last of them is taken, as kube's cacher tells it once they are queued:
+    /// priority and fairness frees the watch's seats. Dropped untold (the watch ended
+    /// first), it frees them too.
+    initialized: Option<WatchInitialization>,
+}
+
+impl Stream for InitialEvents {
+    type Item = WatchEvent;
+
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
+        let this = self.get_mut();
+        let next = this.events.next().or_else(|| this.end.take());
+        if this.events.len() == 0
+            && this.end.is_none()
+            && let Some(initialized) = this.initialized.take()
+        {
+            initialized.signal();
+        }
+        Poll::Ready(next)
+    }
+}
+
+impl Stream for Live {
+    type Item = WatchEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(timer) = &mut this.bookmark {
+            if timer.as_mut().poll(cx).is_ready() {
+                match next_bookmark(
+                    Instant::now(),
+                    this.inner.bookmark_interval,
+                    this.deadline_at,
+                ) {
+                    Some(at) => timer.as_mut().reset(at),
+                    None => this.bookmark = None,
                 }
-            },
-        };
-        if let Some(out) = out {
-            if !deliver(out).await {
-                return;
+                return Poll::Ready(Some(bookmark(&this.inner, this.last, false)));
+            }
+        }
+        loop {
+            match std::task::ready!(this.steps.poll_next_unpin(cx)) {
+                None => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Some(Step::Fail(error)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(error));
+                }
+                Some(Step::Advance(at, shown)) => {
+                    this.last = this.last.max(at);
+                    if shown.is_some() {
+                        return Poll::Ready(shown);
+                    }
+                }
             }
         }
     }
 }
 
+/// Runs a watch of the backend's own watch: hands its events to the channel the response
+/// reads, until the client goes away or stops reading.
+async fn forward(
+    inner: Arc<Inner>,
+    events: impl Stream<Item = WatchEvent>,
+    tx: mpsc::Sender<WatchEvent>,
+    deadline: Instant,
+) {
+    tokio::pin!(events);
+    loop {
+        let event = tokio::select! {
+            _ = tx.closed() => return,
+            event = events.next() => match event {
+                Some(event) => event,
+                None => return,
+            },
+        };
+        if !deliver(&inner, &tx, event, deadline).await {
+            return;
+        }
+    }
+}
+
 /// Hands `event` to the watch's channel; false when the watch is over: its client went away,
-/// its deadline passed, or its channel stayed full for [`BLOCK_TIMEOUT`] (the client stopped
-/// reading; the watch is ended and counted, as kube's cacher ends an unresponsive watcher).
+/// its deadline passed, or its channel stayed full for the cache's [`BLOCK_TIMEOUT`] (the
+/// client stopped reading; the watch is ended and counted, as kube's cacher ends an
+/// unresponsive watcher).
 async fn deliver(
     inner: &Inner,
     tx: &mpsc::Sender<WatchEvent>,
