@@ -188,6 +188,15 @@ fn decode_entry(i: usize, entry: &Value) -> Result<(ManagerId, Entry), String> {
     Ok((id, Entry::new(set, api_version, time)))
 }
 
+/// A copy of `managed` whose entries will all be encoded anew.
+pub(crate) fn without_encoded(managed: &Managed) -> Managed {
+    let entry = |e: &Entry| Entry::new(e.set.clone(), e.api_version.clone(), e.time.clone());
+    managed
+        .iter()
+        .map(|(id, e)| (id.clone(), entry(e)))
+        .collect()
+}
+
 /// Whether a client's `managedFields` asks to clear them: an empty list or one empty entry.
 pub(crate) fn is_reset(entries: Option<&Value>) -> bool {
     match entries.and_then(Value::as_array).map(Vec::as_slice) {

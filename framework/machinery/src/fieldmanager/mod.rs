@@ -322,10 +322,12 @@ impl FieldManager {
         let empty = Value::Object(Map::new());
         let live = live.unwrap_or(&empty);
         let id = owner.id(Operation::Apply);
+        // Kept for a retry after conflicts, without the stored JSON of the entries.
+        let kept = managed::without_encoded(&managed);
         let (mut object, mut managed) =
-            match self.merge_apply(live, config, managed.clone(), &id, owner, force) {
+            match self.merge_apply(live, config, managed, &id, owner, force) {
                 Ok(done) => done,
-                Err(conflicts) => self.after_conflicts(live, config, managed, owner, conflicts)?,
+                Err(conflicts) => self.after_conflicts(live, config, kept, owner, conflicts)?,
             };
         if let Some(entry) = managed.get_mut(&id) {
             entry.set_fields(entry.set.difference(strip_set()));
