@@ -873,14 +873,19 @@ fn stored_by_two() -> Value {
     next
 }
 
+/// [`stored_by_two`] and what `second`'s write of it, changed by `change`, stores.
+fn written_by_second(change: impl FnOnce(&mut Value)) -> (Value, Value) {
+    let live = stored_by_two();
+    let mut written = live.clone();
+    change(&mut written);
+    FieldManager::default().update(Some(&live), &mut written, &owner("second", 3));
+    (live, written)
+}
+
 #[test]
 fn an_entry_the_write_leaves_alone_is_written_back_as_read() {
-    let fm = FieldManager::default();
-    let live = stored_by_two();
     // A patch of `second`'s field by `second`: `first`'s entry is untouched.
-    let mut patched = live.clone();
-    patched["spec"]["b"] = json!("3");
-    fm.update(Some(&live), &mut patched, &owner("second", 3));
+    let (live, patched) = written_by_second(|o| o["spec"]["b"] = json!("3"));
     let (before, after) = (
         &live["metadata"]["managedFields"],
         &patched["metadata"]["managedFields"],
@@ -894,14 +899,12 @@ fn an_entry_the_write_leaves_alone_is_written_back_as_read() {
 
 #[test]
 fn entries_a_client_sent_other_than_stored_are_encoded_anew() {
-    let fm = FieldManager::default();
-    let live = stored_by_two();
     // A PUT whose entries carry a member kube's type does not have: not the stored JSON,
     // so each entry is written in kube's form.
-    let mut sent = live.clone();
-    sent["metadata"]["managedFields"][0]["extra"] = json!(true);
-    sent["spec"]["b"] = json!("3");
-    fm.update(Some(&live), &mut sent, &owner("second", 3));
+    let (live, sent) = written_by_second(|o| {
+        o["metadata"]["managedFields"][0]["extra"] = json!(true);
+        o["spec"]["b"] = json!("3");
+    });
     let list = sent["metadata"]["managedFields"].as_array().unwrap();
     assert!(list.iter().all(|e| e.get("extra").is_none()), "{list:?}");
     assert_eq!(list[0], live["metadata"]["managedFields"][0]);
@@ -909,11 +912,7 @@ fn entries_a_client_sent_other_than_stored_are_encoded_anew() {
 
 #[test]
 fn an_entry_the_write_takes_fields_from_is_encoded_anew() {
-    let fm = FieldManager::default();
-    let live = stored_by_two();
-    let mut patched = live.clone();
-    patched["spec"]["a"] = json!("9");
-    fm.update(Some(&live), &mut patched, &owner("second", 3));
+    let (live, patched) = written_by_second(|o| o["spec"]["a"] = json!("9"));
     // `first` keeps `spec` itself, and loses `spec.a`.
     let want = [
         ("first", r#"{"f:spec":{}}"#),
