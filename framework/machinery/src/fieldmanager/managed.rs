@@ -79,11 +79,48 @@ impl ManagerId {
 }
 
 /// One manager's fields, the version they are in and when it last changed them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub set: FieldSet,
     pub api_version: String,
     pub time: Option<String>,
+    /// The entry as the stored object holds it, while nothing above has changed: written
+    /// back as it is instead of encoded again (a write changes one manager's entry, the
+    /// others stay). Cleared by every change made through [`Entry::set_fields`] and
+    /// [`Entry::set_time`]; only entries this crate encoded (kube's form) keep it.
+    encoded: Option<Value>,
+}
+
+/// Entries are equal by what they say, whichever way they were read.
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.set, &self.api_version, &self.time) == (&other.set, &other.api_version, &other.time)
+    }
+}
+
+impl Eq for Entry {}
+
+impl Entry {
+    pub(crate) fn new(set: FieldSet, api_version: String, time: Option<String>) -> Self {
+        Self {
+            set,
+            api_version,
+            time,
+            encoded: None,
+        }
+    }
+
+    /// Replaces the fields (the entry is encoded anew).
+    pub(crate) fn set_fields(&mut self, set: FieldSet) {
+        self.set = set;
+        self.encoded = None;
+    }
+
+    /// Replaces the time (the entry is encoded anew).
+    pub(crate) fn set_time(&mut self, time: Option<String>) {
+        self.time = time;
+        self.encoded = None;
+    }
 }
 
 /// Every manager's entry.
@@ -99,6 +136,25 @@ pub(crate) fn decode(entries: Option<&Value>) -> Result<Managed, String> {
     list.iter()
         .enumerate()
         .map(|(i, e)| decode_entry(i, e))
+        .collect()
+}
+
+/// [`decode`] of the `managedFields` of a stored object (which this crate encoded, in kube's
+/// form), moved in: each entry keeps its JSON, to be written back as it is while it does not
+/// change.
+pub(crate) fn decode_stored(entries: Value) -> Result<Managed, String> {
+    let list = match entries {
+        Value::Null => return Ok(Managed::new()),
+        Value::Array(list) => list,
+        _ => return Err("managedFields must be a list".into()),
+    };
+    list.into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let (id, mut entry) = decode_entry(i, &e)?;
+            entry.encoded = Some(e);
+            Ok((id, entry))
+        })
         .collect()
 }
 
@@ -129,14 +185,16 @@ fn decode_entry(i: usize, entry: &Value) -> Result<(ManagerId, Entry), String> {
     let id = ManagerId::new(text("manager"), operation, text("apiVersion"), subresource);
     let time = entry.get("time").and_then(Value::as_str).map(str::to_owned);
     let api_version = text("apiVersion").to_owned();
-    Ok((
-        id,
-        Entry {
-            set,
-            api_version,
-            time,
-        },
-    ))
+    Ok((id, Entry::new(set, api_version, time)))
+}
+
+/// A copy of `managed` whose entries will all be encoded anew.
+pub(crate) fn without_encoded(managed: &Managed) -> Managed {
+    let entry = |e: &Entry| Entry::new(e.set.clone(), e.api_version.clone(), e.time.clone());
+    managed
+        .iter()
+        .map(|(id, e)| (id.clone(), entry(e)))
+        .collect()
 }
 
 /// Whether a client's `managedFields` asks to clear them: an empty list or one empty entry.
@@ -149,12 +207,13 @@ pub(crate) fn is_reset(entries: Option<&Value>) -> bool {
 }
 
 /// `managedFields` as kube writes them: by operation, time, manager, version, subresource;
-/// `None` when no manager is left (kube then omits the field).
-pub(crate) fn encode(managed: &Managed) -> Option<Value> {
+/// `None` when no manager is left (kube then omits the field). An entry read from the stored
+/// object and not changed since is written back as it was read.
+pub(crate) fn encode(managed: Managed) -> Option<Value> {
     if managed.is_empty() {
         return None;
     }
-    let mut entries: Vec<(&ManagerId, &Entry)> = managed.iter().collect();
+    let mut entries: Vec<(ManagerId, Entry)> = managed.into_iter().collect();
     entries.sort_by(|(a, ae), (b, be)| {
         fn time(e: &Entry) -> &str {
             e.time.as_deref().unwrap_or_default()
@@ -176,7 +235,10 @@ pub(crate) fn encode(managed: &Managed) -> Option<Value> {
     });
     let list = entries
         .into_iter()
-        .map(|(id, e)| encode_entry(id, e))
+        .map(|(id, e)| match e.encoded {
+            Some(encoded) => encoded,
+            None => encode_entry(&id, &e),
+        })
         .collect();
     Some(Value::Array(list))
 }
@@ -236,9 +298,9 @@ pub(crate) fn cap_update_managers(managed: &mut Managed, max: usize) {
             managed.insert(bucket.clone(), moved);
         }
         let into = managed.get_mut(&bucket).expect("bucket just made");
-        into.set = entry.set.union(&into.set);
+        into.set_fields(entry.set.union(&into.set));
         into.api_version = entry.api_version;
-        into.time = entry.time;
+        into.set_time(entry.time);
         managed.remove(&id);
         length -= 1;
     }
@@ -264,7 +326,7 @@ mod tests {
              "fieldsV1": {"f:status": {}}, "subresource": "status", "time": "2024-01-01T00:00:01Z"}
         ]);
         let managed = decode(Some(&list)).unwrap();
-        let out = encode(&managed).unwrap();
+        let out = encode(managed.clone()).unwrap();
         let order: Vec<&str> = out
             .as_array()
             .unwrap()

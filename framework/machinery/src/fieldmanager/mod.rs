@@ -224,9 +224,7 @@ impl FieldManager {
     /// The fields an object (an applied configuration) sets, as SMD's `ToFieldSet`, less
     /// the fields kube never records (`apiVersion`, `kind`, `metadata.name`, …).
     pub fn field_set(&self, object: &Value) -> FieldSet {
-        let mut object = object.clone();
-        take_managed_fields(&mut object);
-        to_field_set(&object, self.schema.root()).difference(strip_set())
+        to_field_set(object, self.schema.root()).difference(strip_set())
     }
 
     /// Records a create, update or patch (`operation: Update`) in `new`'s `managedFields`:
@@ -238,10 +236,9 @@ impl FieldManager {
     /// subresource, as kube does. `live` is `None` on create.
     pub fn update(&self, live: Option<&Value>, new: &mut Value, owner: &FieldOwner) {
         let mut managed = self.managed_for_update(live, new, owner.subresource.is_some());
-        take_managed_fields(new);
-        let live = live
-            .map(without_managed_fields)
-            .unwrap_or(Value::Object(Map::new()));
+        // The walks below pass `metadata.managedFields` by: `live` is compared as it is.
+        let empty = Value::Object(Map::new());
+        let live = live.unwrap_or(&empty);
         let root = self.schema.root();
         let (reset, version) = (&owner.reset_fields, owner.api_version.as_str());
         // Unknown fields (warned about or refused by the typed decode later) are never
@@ -252,38 +249,48 @@ impl FieldManager {
             pruned
         });
         let seen = pruned.as_ref().unwrap_or(new);
-        let mut changes = Changes::new(&live, seen, root, self.converter.as_ref(), reset, version);
+        let mut changes = Changes::new(live, seen, root, self.converter.as_ref(), reset, version);
         changes.take_from(&mut managed, None);
-        let own = changes.own();
-        let changed = own.added.union(&own.modified);
-        let mine = changed.difference(strip_set());
+        let mine = changes.own().changed.difference(strip_set());
         if !mine.is_empty() {
             let id = owner.id(Operation::Update);
-            let previous = managed.remove(&id).map(|e| e.set).unwrap_or_default();
-            let entry = Entry {
-                set: mine.union(&previous),
-                api_version: owner.api_version.clone(),
-                time: Some(owner.time.clone()),
+            let set = match managed.remove(&id) {
+                Some(previous) => mine.union(&previous.set),
+                None => mine,
             };
+            let entry = Entry::new(set, owner.api_version.clone(), Some(owner.time.clone()));
             managed.insert(id, entry);
         }
         managed::cap_update_managers(&mut managed, managed::MAX_UPDATE_MANAGERS);
-        set_managed_fields(new, &managed);
+        set_managed_fields(new, managed);
     }
 
-    /// kube's `decodeLiveOrNew`: the entries the update starts from.
-    fn managed_for_update(&self, live: Option<&Value>, new: &Value, subresource: bool) -> Managed {
-        let from_live = || managed::decode(live.and_then(managed_fields)).unwrap_or_default();
+    /// kube's `decodeLiveOrNew`: the entries the update starts from, taken out of `new`.
+    /// Entries that are the stored object's own (sent back as read, or read from `live`)
+    /// keep their JSON, written back unless the write changes them.
+    fn managed_for_update(
+        &self,
+        live: Option<&Value>,
+        new: &mut Value,
+        subresource: bool,
+    ) -> Managed {
+        let sent = take_managed_fields(new);
+        let stored = live.and_then(managed_fields);
+        let from_live = || managed::decode_stored(stored.cloned().unwrap_or(Value::Null));
         if subresource {
-            return from_live();
+            return from_live().unwrap_or_default();
         }
-        let sent = managed_fields(new);
-        if managed::is_reset(sent) {
+        if managed::is_reset(sent.as_ref()) {
             return Managed::new();
         }
-        match managed::decode(sent) {
+        let decoded = match sent {
+            // What a patch or a read-modify-write carries over: the stored entries.
+            Some(sent) if Some(&sent) == stored => managed::decode_stored(sent),
+            sent => managed::decode(sent.as_ref()),
+        };
+        match decoded {
             Ok(m) if !m.is_empty() => m,
-            _ => from_live(),
+            _ => from_live().unwrap_or_default(),
         }
     }
 
@@ -307,30 +314,34 @@ impl FieldManager {
     ) -> Result<Value> {
         let kind = live.and_then(|l| l.get("kind")).and_then(Value::as_str);
         check_config(config, &owner.api_version, kind)?;
-        let managed = managed::decode(live.and_then(managed_fields))
+        let stored = live.and_then(managed_fields).cloned();
+        let managed = managed::decode_stored(stored.unwrap_or(Value::Null))
             .map_err(|e| Error::internal(format!("failed to decode managed fields: {e}")))?;
-        let live = live
-            .map(without_managed_fields)
-            .unwrap_or(Value::Object(Map::new()));
+        // The walks pass `metadata.managedFields` by, and the merged object's are replaced
+        // at the end: `live` is merged into as it is.
+        let empty = Value::Object(Map::new());
+        let live = live.unwrap_or(&empty);
         let id = owner.id(Operation::Apply);
+        // Kept for a retry after conflicts, without the stored JSON of the entries.
+        let kept = managed::without_encoded(&managed);
         let (mut object, mut managed) =
-            match self.merge_apply(&live, config, managed.clone(), &id, owner, force) {
+            match self.merge_apply(live, config, managed, &id, owner, force) {
                 Ok(done) => done,
-                Err(conflicts) => self.after_conflicts(&live, config, managed, owner, conflicts)?,
+                Err(conflicts) => self.after_conflicts(live, config, kept, owner, conflicts)?,
             };
         if let Some(entry) = managed.get_mut(&id) {
-            entry.set = entry.set.difference(strip_set());
+            entry.set_fields(entry.set.difference(strip_set()));
             // As kube: the time moves only when the object changed (a first apply that
             // changes nothing has none).
-            if object != live {
-                entry.time = Some(owner.time.clone());
+            if !same_but_managed_fields(&object, live) {
+                entry.set_time(Some(owner.time.clone()));
             }
         }
         managed.retain(|_, e| !e.set.is_empty());
         if owner.manager == KUBECTL {
             update_last_applied(&mut object, config);
         }
-        set_managed_fields(&mut object, &managed);
+        set_managed_fields(&mut object, managed);
         Ok(object)
     }
 
@@ -404,11 +415,11 @@ impl FieldManager {
             Some(last) => self.prune(merged, last, &managed, &applied, owner),
             None => merged,
         };
-        let entry = Entry {
-            set: applied,
-            api_version: owner.api_version.clone(),
-            time: previous.and_then(|p| p.time),
-        };
+        let entry = Entry::new(
+            applied,
+            owner.api_version.clone(),
+            previous.and_then(|p| p.time),
+        );
         let (reset, version) = (&owner.reset_fields, owner.api_version.as_str());
         let mut changes =
             Changes::new(live, &object, root, self.converter.as_ref(), reset, version);
@@ -557,13 +568,38 @@ fn take_managed_fields(object: &mut Value) -> Option<Value> {
         .remove("managedFields")
 }
 
-fn without_managed_fields(object: &Value) -> Value {
-    let mut object = object.clone();
-    take_managed_fields(&mut object);
-    object
+/// Whether two objects are equal but for their `metadata.managedFields`.
+fn same_but_managed_fields(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let members = |m: &'_ Map<String, Value>| m.len();
+    if members(a) != members(b) {
+        return false;
+    }
+    a.iter()
+        .all(|(key, value)| match (key.as_str(), b.get(key)) {
+            ("metadata", Some(other)) => match (value.as_object(), other.as_object()) {
+                (Some(ma), Some(mb)) => {
+                    let rest = |m: &'_ Map<String, Value>| {
+                        m.iter()
+                            .filter(|(k, _)| k.as_str() != "managedFields")
+                            .count()
+                    };
+                    rest(ma) == rest(mb)
+                        && ma
+                            .iter()
+                            .filter(|(k, _)| k.as_str() != "managedFields")
+                            .all(|(k, v)| mb.get(k) == Some(v))
+                }
+                _ => value == other,
+            },
+            (_, Some(other)) => value == other,
+            (_, None) => false,
+        })
 }
 
-fn set_managed_fields(object: &mut Value, managed: &Managed) {
+fn set_managed_fields(object: &mut Value, managed: Managed) {
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };

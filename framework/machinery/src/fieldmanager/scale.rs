@@ -73,15 +73,12 @@ impl ScaleHandler {
             .into_iter()
             .filter(|(_, e)| e.set.has(&self.replicas))
             .map(|(id, e)| {
-                let entry = Entry {
-                    set: Self::scale_replicas(),
-                    api_version: SCALE_API_VERSION.to_owned(),
-                    time: e.time,
-                };
+                let entry =
+                    Entry::new(Self::scale_replicas(), SCALE_API_VERSION.to_owned(), e.time);
                 (id, entry)
             })
             .collect();
-        managed::encode(&scale)
+        managed::encode(scale)
     }
 
     /// The parent's `managedFields` after a Scale write that left `scale` (kube's
@@ -100,20 +97,16 @@ impl ScaleHandler {
             }
             let left = entry.set.difference(&replicas);
             if !left.is_empty() {
-                out.insert(id, Entry { set: left, ..entry });
+                out.insert(id, Entry::new(left, entry.api_version, entry.time));
             }
         }
         for (id, entry) in scale {
             if entry.set.has(&Self::scale_replicas_path()) {
-                let moved = Entry {
-                    set: replicas.clone(),
-                    api_version: self.api_version.clone(),
-                    time: entry.time,
-                };
+                let moved = Entry::new(replicas.clone(), self.api_version.clone(), entry.time);
                 out.insert(id, moved);
             }
         }
-        managed::encode(&out)
+        managed::encode(out)
     }
 }
 

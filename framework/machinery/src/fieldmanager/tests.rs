@@ -860,3 +860,68 @@ fn unknown_fields_are_never_owned() {
     assert_eq!(new["spec"]["nope"], 1);
     assert_eq!(new["bogus"]["deep"], 1);
 }
+
+/// A stored object of two managers, each owning one field of `spec`.
+fn stored_by_two() -> Value {
+    let fm = FieldManager::default();
+    let mut live = json!({"apiVersion": V1, "kind": "Flunder", "metadata": {"name": "f"},
+                          "spec": {"a": "1"}});
+    fm.update(None, &mut live, &owner("first", 1));
+    let mut next = live.clone();
+    next["spec"]["b"] = json!("2");
+    fm.update(Some(&live), &mut next, &owner("second", 2));
+    next
+}
+
+/// [`stored_by_two`] and what `second`'s write of it, changed by `change`, stores.
+fn written_by_second(change: impl FnOnce(&mut Value)) -> (Value, Value) {
+    let live = stored_by_two();
+    let mut written = live.clone();
+    change(&mut written);
+    FieldManager::default().update(Some(&live), &mut written, &owner("second", 3));
+    (live, written)
+}
+
+#[test]
+fn an_entry_the_write_leaves_alone_is_written_back_as_read() {
+    // A patch of `second`'s field by `second`: `first`'s entry is untouched.
+    let (live, patched) = written_by_second(|o| o["spec"]["b"] = json!("3"));
+    let (before, after) = (
+        &live["metadata"]["managedFields"],
+        &patched["metadata"]["managedFields"],
+    );
+    assert_eq!(after[0], before[0], "first's entry as it was");
+    assert_eq!(after[1]["time"], "2024-05-01T10:00:03Z");
+    // Byte for byte what encoding every entry anew gives.
+    let fresh = managed::encode(managed::decode(Some(after)).unwrap()).unwrap();
+    assert_eq!(serde_json::to_string(after).unwrap(), fresh.to_string());
+}
+
+#[test]
+fn entries_a_client_sent_other_than_stored_are_encoded_anew() {
+    // A PUT whose entries carry a member kube's type does not have: not the stored JSON,
+    // so each entry is written in kube's form.
+    let (live, sent) = written_by_second(|o| {
+        o["metadata"]["managedFields"][0]["extra"] = json!(true);
+        o["spec"]["b"] = json!("3");
+    });
+    let list = sent["metadata"]["managedFields"].as_array().unwrap();
+    assert!(list.iter().all(|e| e.get("extra").is_none()), "{list:?}");
+    assert_eq!(list[0], live["metadata"]["managedFields"][0]);
+}
+
+#[test]
+fn an_entry_the_write_takes_fields_from_is_encoded_anew() {
+    let (live, patched) = written_by_second(|o| o["spec"]["a"] = json!("9"));
+    // `first` keeps `spec` itself, and loses `spec.a`.
+    let want = [
+        ("first", r#"{"f:spec":{}}"#),
+        ("second", r#"{"f:spec":{"f:a":{},"f:b":{}}}"#),
+    ]
+    .map(|(m, f)| (m.to_string(), "Update".to_string(), f.to_string()));
+    assert_eq!(entries(&patched), want);
+    assert_ne!(
+        patched["metadata"]["managedFields"][0],
+        live["metadata"]["managedFields"][0]
+    );
+}

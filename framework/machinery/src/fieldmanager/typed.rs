@@ -65,10 +65,20 @@ pub(crate) fn to_field_set(value: &Value, at: At<'_>) -> FieldSet {
     out
 }
 
+/// Whether `key` under `path` is the object's `metadata.managedFields`, which no walk of
+/// the field manager looks at (kube strips them from both objects before comparing): so
+/// objects are compared as they are, without a copy made to take them out.
+fn is_managed_fields(path: &[PathElement], key: &str) -> bool {
+    key == "managedFields" && matches!(path, [PathElement::Field(m)] if m == "metadata")
+}
+
 fn walk_set(value: &Value, at: At<'_>, path: &mut Vec<PathElement>, out: &mut FieldSet) {
     match value {
         Value::Object(map) if !at.map_is_atomic() => {
             for (key, child) in map {
+                if is_managed_fields(path, key) {
+                    continue;
+                }
                 path.push(PathElement::Field(key.clone()));
                 walk_set(child, at.field(key), path, out);
                 if !at.declares(key) {
@@ -211,6 +221,9 @@ fn compare_maps(
     let new = new.and_then(Value::as_object).unwrap_or(&empty);
     let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     for key in keys {
+        if is_managed_fields(path, key) {
+            continue;
+        }
         path.push(PathElement::Field(key.clone()));
         walk_compare(old.get(key), new.get(key), at.field(key), path, out);
         path.pop();

@@ -39,7 +39,24 @@ pub(crate) struct Changes<'a> {
     converter: Option<&'a Arc<dyn VersionConverter>>,
     reset: &'a FieldSet,
     own_version: &'a str,
-    by_version: BTreeMap<String, Option<Comparison>>,
+    by_version: BTreeMap<String, Option<Compared>>,
+}
+
+/// A comparison with what it added or modified, made once for every manager of its version.
+pub(crate) struct Compared {
+    pub(crate) comparison: Comparison,
+    /// `added` ∪ `modified`: what the write sets anew.
+    pub(crate) changed: FieldSet,
+}
+
+impl Compared {
+    fn new(comparison: Comparison) -> Self {
+        let changed = comparison.added.union(&comparison.modified);
+        Self {
+            comparison,
+            changed,
+        }
+    }
 }
 
 impl<'a> Changes<'a> {
@@ -51,7 +68,7 @@ impl<'a> Changes<'a> {
         reset: &'a FieldSet,
         own_version: &'a str,
     ) -> Self {
-        let own = compare(Some(old), Some(new), root).without(reset);
+        let own = Compared::new(compare(Some(old), Some(new), root).without(reset));
         let by_version = BTreeMap::from([(own_version.to_owned(), Some(own))]);
         Self {
             old,
@@ -65,21 +82,22 @@ impl<'a> Changes<'a> {
     }
 
     /// The write's changes in its own version.
-    pub(crate) fn own(&self) -> &Comparison {
+    pub(crate) fn own(&self) -> &Compared {
         self.by_version[self.own_version]
             .as_ref()
             .expect("own version compared")
     }
 
     /// The changes in `version`; `None` when it cannot be converted to.
-    fn in_version(&mut self, version: &str) -> Option<&Comparison> {
+    fn in_version(&mut self, version: &str) -> Option<&Compared> {
         let Some(converter) = self.converter else {
             return Some(self.own());
         };
         if !self.by_version.contains_key(version) {
             let compared = converter.convert(self.old, version).and_then(|old| {
                 let new = converter.convert(self.new, version)?;
-                Some(compare(Some(&old), Some(&new), self.root).without(self.reset))
+                let compared = compare(Some(&old), Some(&new), self.root).without(self.reset);
+                Some(Compared::new(compared))
             });
             self.by_version.insert(version.to_owned(), compared);
         }
@@ -104,13 +122,15 @@ impl<'a> Changes<'a> {
                 gone.push(id.clone());
                 continue;
             };
-            let changed = changes.added.union(&changes.modified);
-            let contested = entry.set.intersection(&changed);
+            let contested = entry.set.intersection(&changes.changed);
+            let removed = entry.set.intersection(&changes.comparison.removed);
+            if contested.is_empty() && removed.is_empty() {
+                // Untouched by this write: the entry stays as it was read.
+                continue;
+            }
             conflicts.extend(contested.paths().into_iter().map(|p| (id.clone(), p)));
-            entry.set = entry
-                .set
-                .difference(&contested)
-                .difference(&changes.removed);
+            let left = entry.set.difference(&contested).difference(&removed);
+            entry.set_fields(left);
         }
         for id in gone {
             managed.remove(&id);

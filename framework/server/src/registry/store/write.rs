@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::Rng;
 use serde_json::{Value, json};
 
@@ -185,9 +184,11 @@ fn admit_new<T: Strategy>(
 ) -> Result<Value> {
     let started = Instant::now();
     let name = typed.metadata().name.clone().unwrap_or_default();
-    let mut errors = validate_meta(inner, typed.metadata())?;
+    // The object as JSON once, for the metadata's checks and the schema's.
+    let json = checked_json(inner, &typed)?;
+    let mut errors = validate_meta_json(inner, &json["metadata"]);
     errors.extend(typed.validate(strategy));
-    errors.extend(check_schema(inner, strategy, &typed, None)?);
+    errors.extend(check_schema(inner, strategy, &json, None)?);
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, &name, &errors));
     }
@@ -204,13 +205,26 @@ fn admit_new<T: Strategy>(
     Ok(stored)
 }
 
-/// The type's schema limits and rules on the new object (and, on update, the old one), as
-/// a CRD's strategy validates after its other checks; errors ratcheted away on unchanged
-/// values are warnings. Nothing is done for a type without limits or rules.
-fn check_schema<T: Strategy>(
+/// What the checks of a new object read as JSON: the whole object when the type has a
+/// schema to check, else its metadata alone (as `{"metadata": …}`).
+fn checked_json<T: Strategy>(inner: &Inner, typed: &T) -> Result<Value> {
+    match &inner.schema {
+        Ok(Some(_)) => encode_typed(typed),
+        _ => {
+            let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
+            Ok(json!({ "metadata": meta }))
+        }
+    }
+}
+
+/// The type's schema limits and rules on the new object (`json`, from [`checked_json`];
+/// and, on update, the old one), as a CRD's strategy validates after its other checks;
+/// errors ratcheted away on unchanged values are warnings. Nothing is done for a type
+/// without limits or rules.
+fn check_schema(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
-    typed: &T,
+    json: &Value,
     old: Option<&Value>,
 ) -> Result<Vec<FieldError>> {
     let validator = match &inner.schema {
@@ -218,20 +232,14 @@ fn check_schema<T: Strategy>(
         Ok(Some(validator)) => validator,
         Err(e) => return Err(Error::internal(e)),
     };
-    let found = validator.validate(&encode_typed(typed)?, old);
+    let found = validator.validate(json, old);
     for warning in found.warnings {
         strategy.warn(warning);
     }
     Ok(found.errors)
 }
 
-/// kube's `ValidateObjectMetaAccessor` on the typed metadata.
-fn validate_meta(inner: &Inner, meta: &ObjectMeta) -> Result<Vec<FieldError>> {
-    let meta = serde_json::to_value(meta).map_err(Error::internal)?;
-    Ok(validate_meta_json(inner, &meta))
-}
-
-/// [`validate_meta`] on the metadata as JSON.
+/// kube's `ValidateObjectMetaAccessor` on the metadata as JSON.
 fn validate_meta_json(inner: &Inner, meta: &Value) -> Vec<FieldError> {
     let namespaced = inner.info.scope == Scope::Namespaced;
     validate_object_meta(meta, namespaced, validate_object_name)
@@ -510,12 +518,15 @@ async fn prepare_update<T: Strategy>(
     let started = ctx.stage(WriteStage::Decode, started);
     prepare_meta_for_update(typed.metadata_mut(), old_typed.metadata());
     typed.prepare_for_update(&old_typed, strategy);
-    // The metadata as JSON once, for both checks.
-    let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
-    let mut errors = validate_meta_json(inner, &meta);
-    errors.extend(validate_object_meta_update(&meta, &old["metadata"]));
+    // The object as JSON once, for the metadata's checks and the schema's.
+    let json = checked_json(inner, &typed)?;
+    let mut errors = validate_meta_json(inner, &json["metadata"]);
+    errors.extend(validate_object_meta_update(
+        &json["metadata"],
+        &old["metadata"],
+    ));
     errors.extend(typed.validate_update(&old_typed, strategy));
-    errors.extend(check_schema(inner, strategy, &typed, Some(old))?);
+    errors.extend(check_schema(inner, strategy, &json, Some(old))?);
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, name, &errors));
     }
