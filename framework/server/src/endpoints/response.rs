@@ -178,18 +178,23 @@ fn with_content_type(mut response: Response, target: Target) -> Response {
     response
 }
 
-/// The most bytes of a JSON list encoded ahead of what the client has read: a larger list
-/// is written piece by piece as it is sent ([`ListBody`]). Large, because hyper asks for the
-/// next piece only once the connection has sent the last (a round trip between two tasks
-/// each time: pieces of 64 KiB made a list of 10,000 objects 2–6 ms slower), and small
-/// beside the lists it bounds (a million objects: 500 MiB).
-const LIST_CHUNK: usize = 1024 * 1024;
+/// A JSON list larger than this is written piece by piece as it is sent ([`ListBody`]); a
+/// smaller one is encoded into one buffer, which the connection sends fastest.
+const LIST_STREAMED_ABOVE: usize = 8 << 20;
+
+/// The size of a streamed list's pieces: what it encodes ahead of what the connection has
+/// sent. Large, because hyper asks for the next piece only once the connection has sent
+/// most of the last (a round trip between two tasks each time: pieces of 64 KiB made a list
+/// of 10,000 objects 2–6 ms slower), and small beside the lists it is for (a million
+/// objects: 500 MiB).
+const LIST_PIECE: usize = 2 << 20;
 
 /// The body of a JSON list whose items are all encoded already (from the watch cache or the
-/// store), when it is larger than [`LIST_CHUNK`]: copied into pieces of about that size as
-/// the connection takes them, so a list of a million objects never holds a second copy of
-/// all of them (kube-apiserver encodes lists item by item onto the connection too, its
-/// `StreamingCollectionEncodingToJSON`). Its length is known: `Content-Length` is sent.
+/// store), when it is larger than [`LIST_STREAMED_ABOVE`]: copied into pieces of
+/// [`LIST_PIECE`] as the connection takes them, so a list of a million objects never holds
+/// a second copy of all of them (kube-apiserver encodes lists item by item onto the
+/// connection too, its `StreamingCollectionEncodingToJSON`). Its length is known:
+/// `Content-Length` is sent.
 struct ListBody {
     /// Everything before the first item, until it is sent.
     head: Option<Bytes>,
@@ -201,7 +206,7 @@ struct ListBody {
 }
 
 impl ListBody {
-    /// `None` when some item is not encoded yet, or the list fits in one piece.
+    /// `None` when some item is not encoded yet, or the list is not large enough.
     fn new(head: &[u8], items: &[Object]) -> Option<Self> {
         let mut size = head.len() + 2 + items.len().saturating_sub(1);
         for item in items {
@@ -211,7 +216,7 @@ impl ListBody {
                 Object::Decoded(_) => return None,
             };
         }
-        (size > LIST_CHUNK).then(|| ListBody {
+        (size > LIST_STREAMED_ABOVE).then(|| ListBody {
             head: Some(Bytes::copy_from_slice(head)),
             items: Vec::new().into_iter(),
             wrote_item: false,
@@ -237,11 +242,11 @@ impl hyper::body::Body for ListBody {
         if this.left == 0 {
             return std::task::Poll::Ready(None);
         }
-        let mut piece = Vec::with_capacity((this.left as usize).min(LIST_CHUNK + 64 * 1024));
+        let mut piece = Vec::with_capacity((this.left as usize).min(LIST_PIECE + 64 * 1024));
         if let Some(head) = this.head.take() {
             piece.extend_from_slice(&head);
         }
-        while piece.len() < LIST_CHUNK {
+        while piece.len() < LIST_PIECE {
             let Some(item) = this.items.next() else {
                 piece.extend_from_slice(b"]}");
                 break;
