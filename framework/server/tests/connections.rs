@@ -670,13 +670,7 @@ async fn terminated_watchers(client: &Client) -> u64 {
     let request = http::Request::get(client.uri("/metrics")).body(()).unwrap();
     let (response, _) = sender.send_request(request, true).unwrap();
     let response = timeout(WAIT, response).await.unwrap().unwrap();
-    let mut body = response.into_body();
-    let mut text = Vec::new();
-    while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
-        let chunk = chunk.unwrap();
-        let _ = body.flow_control().release_capacity(chunk.len());
-        text.extend_from_slice(&chunk);
-    }
+    let text = read_h2_body(response.into_body()).await;
     connection.abort();
     let series =
         r#"apiserver_terminated_watchers_total{group="conn.example.com",resource="widgets"} "#;
@@ -837,14 +831,18 @@ async fn h2_get(sender: &h2::client::SendRequest<Bytes>, uri: &str) -> (u16, Vec
     let (response, _) = sender.send_request(request, true).unwrap();
     let response = response.await.unwrap();
     let status = response.status().as_u16();
-    let mut body = response.into_body();
+    (status, read_h2_body(response.into_body()).await)
+}
+
+/// An HTTP/2 response's whole body, its window given back as it is read.
+async fn read_h2_body(mut body: h2::RecvStream) -> Vec<u8> {
     let mut text = Vec::new();
-    while let Some(chunk) = body.data().await {
+    while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
         let chunk = chunk.unwrap();
         let _ = body.flow_control().release_capacity(chunk.len());
         text.extend_from_slice(&chunk);
     }
-    (status, text)
+    text
 }
 
 // ---------------------------------------------------------------------------------------
@@ -905,13 +903,7 @@ async fn a_large_list_is_sent_whole_with_its_length_over_http1_and_http2() {
             .unwrap()
             .parse()
             .unwrap();
-        let mut body = response.into_body();
-        let mut text = Vec::new();
-        while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
-            let chunk = chunk.unwrap();
-            let _ = body.flow_control().release_capacity(chunk.len());
-            text.extend_from_slice(&chunk);
-        }
+        let text = read_h2_body(response.into_body()).await;
         assert!(
             length > 8 << 20,
             "{query}: {length} bytes is not a list of pieces"
