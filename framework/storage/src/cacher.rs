@@ -212,9 +212,9 @@ pub struct CachedRange<'a> {
 }
 
 impl<'a> CachedRange<'a> {
-    /// The objects of `objects` from `start` (a key relative to the cache's prefix) to the
-    /// first key outside `prefix`.
-    fn new(objects: &'a Objects, prefix: &[u8], start: Bound<&[u8]>) -> Self {
+    /// The objects whose key (relative to the cache's prefix) starts with `prefix`, from
+    /// `start` on, in key order.
+    fn under(objects: &'a Objects, prefix: &[u8], start: Bound<&[u8]>) -> Self {
         let from = match start {
             Bound::Included(key) => objects.rank(key),
             Bound::Excluded(key) => objects.rank(key) + usize::from(objects.contains(key)),
@@ -600,7 +600,7 @@ impl Cacher {
             return None;
         }
         let prefix = self.shared.suffix(prefix).as_bytes();
-        let mut objects = under(&state.objects, prefix, Bound::Included(prefix));
+        let mut objects = CachedRange::under(&state.objects, prefix, Bound::Included(prefix));
         Some(visit(&mut objects, state.revision))
     }
 
@@ -642,7 +642,7 @@ impl Cacher {
         if changed {
             return None;
         }
-        let mut objects = under(&state.objects, prefix, Bound::Excluded(start_after));
+        let mut objects = CachedRange::under(&state.objects, prefix, Bound::Excluded(start_after));
         Some(visit(&mut objects))
     }
 
@@ -687,15 +687,9 @@ impl Cacher {
 /// The objects whose key (relative to the cache's prefix) starts with `prefix`, in key order.
 fn objects_under(objects: &Objects, prefix: &str) -> Vec<CachedObject> {
     let prefix = prefix.as_bytes();
-    under(objects, prefix, Bound::Included(prefix))
+    CachedRange::under(objects, prefix, Bound::Included(prefix))
         .cloned()
         .collect()
-}
-
-/// The objects whose key (relative to the cache's prefix) starts with `prefix`, from `start`
-/// on, in key order.
-fn under<'a>(objects: &'a Objects, prefix: &[u8], start: Bound<&[u8]>) -> CachedRange<'a> {
-    CachedRange::new(objects, prefix, start)
 }
 
 /// The first key after every key that starts with `prefix`: the prefix with its last byte
@@ -1172,7 +1166,8 @@ mod tests {
             ("zz/", Bound::Included("zz/")),
         ] {
             let want = expect(prefix, start);
-            let mut range = under(&objects, prefix.as_bytes(), start.map(str::as_bytes));
+            let mut range =
+                CachedRange::under(&objects, prefix.as_bytes(), start.map(str::as_bytes));
             assert_eq!(range.len(), want.len(), "{prefix} from {start:?}");
             let page: Vec<String> = range
                 .by_ref()
