@@ -75,24 +75,23 @@ pub(crate) async fn watch(
 ) -> Result<WatchStream> {
     let prefix = inner.list_prefix(ctx);
     let (plan, start) = plan(&inner, options)?;
-    let initialized = ctx.take_watch_initialization();
-    if let Some(watch) = from_cache(&inner, &prefix, start).await? {
-        // Read by the response body directly: the cache bounds what it waits for.
-        let (initial, from, steps) = cached_steps(&plan.filter, watch);
-        let initial = Initial {
-            events: initial,
-            initialized,
-        };
-        return Ok(Box::pin(events(inner, plan, initial, from, steps)));
-    }
-    let (initial, from, steps) = backend_steps(&inner, &prefix, start, &plan.filter).await?;
+    let cached = from_cache(&inner, &prefix, start).await?;
+    let from_cache = cached.is_some();
+    let (initial, from, steps) = match cached {
+        Some(watch) => cached_steps(&plan.filter, watch),
+        None => backend_steps(&inner, &prefix, start, &plan.filter).await?,
+    };
     let initial = Initial {
         events: initial,
-        initialized,
+        initialized: ctx.take_watch_initialization(),
     };
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let deadline = Instant::now() + plan.timeout;
-    let events = events(inner.clone(), plan, initial, from, steps);
+    let events = events(inner.clone(), plan, initial, from, steps, deadline);
+    if from_cache {
+        // Read by the response body directly: the cache bounds what it waits for.
+        return Ok(Box::pin(events));
+    }
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     tokio::spawn(forward(inner, events, tx, deadline));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
@@ -270,15 +269,15 @@ struct Initial {
 }
 
 /// What a watch sends: the initial events, the end of them when asked, then its steps with
-/// bookmarks, until its timeout.
+/// bookmarks, until its timeout (at `deadline_at`).
 fn events(
     inner: Arc<Inner>,
     plan: WatchPlan,
     initial: Initial,
     from: Revision,
     steps: Steps,
+    deadline_at: Instant,
 ) -> impl Stream<Item = WatchEvent> + Send + 'static {
-    let deadline_at = Instant::now() + plan.timeout;
     let end = plan
         .initial_events_end
         .then(|| bookmark(&inner, from, true));
