@@ -89,9 +89,15 @@ pub fn respond_list(
             head.extend_from_slice(b",\"metadata\":");
             serde_json::to_writer(&mut head, &metadata).map_err(Error::internal)?;
             head.extend_from_slice(b",\"items\":[");
-            if let Some(body) = ListBody::new(&head, &list.items) {
+            if let Some(size) = streamed_size(&head, &list.items) {
+                let body = ListBody {
+                    head: Some(Bytes::from(head)),
+                    items: list.items.into_iter(),
+                    wrote_item: false,
+                    left: size,
+                };
                 return Ok(with_content_type(
-                    (code, axum::body::Body::new(body.with_items(list.items))).into_response(),
+                    (code, axum::body::Body::new(body)).into_response(),
                     target,
                 ));
             }
@@ -205,29 +211,15 @@ struct ListBody {
     left: u64,
 }
 
-impl ListBody {
-    /// `None` when some item is not encoded yet, or the list is not large enough.
-    fn new(head: &[u8], items: &[Object]) -> Option<Self> {
-        let mut size = head.len() + 2 + items.len().saturating_sub(1);
-        for item in items {
-            size += match item {
-                Object::Encoded(bytes) => bytes.len(),
-                Object::Cached(object) => object.json().len(),
-                Object::Decoded(_) => return None,
-            };
-        }
-        (size > LIST_STREAMED_ABOVE).then(|| ListBody {
-            head: Some(Bytes::copy_from_slice(head)),
-            items: Vec::new().into_iter(),
-            wrote_item: false,
-            left: size as u64,
-        })
+/// The exact size of a JSON list of `head`, `items` and its end, when it is to be a
+/// [`ListBody`]: every item encoded already, and the whole over [`LIST_STREAMED_ABOVE`].
+fn streamed_size(head: &[u8], items: &[Object]) -> Option<u64> {
+    if items.iter().any(|item| matches!(item, Object::Decoded(_))) {
+        return None;
     }
-
-    fn with_items(mut self, items: Vec<Object>) -> Self {
-        self.items = items.into_iter();
-        self
-    }
+    let commas = items.len().saturating_sub(1);
+    let size = head.len() + items.iter().map(encoded_len).sum::<usize>() + commas + 2;
+    (size > LIST_STREAMED_ABOVE).then_some(size as u64)
 }
 
 impl hyper::body::Body for ListBody {
@@ -254,7 +246,7 @@ impl hyper::body::Body for ListBody {
             if std::mem::replace(&mut this.wrote_item, true) {
                 piece.push(b',');
             }
-            // Never `Decoded` ([`ListBody::new`]); writing encoded bytes cannot fail.
+            // Never `Decoded` ([`streamed_size`]); writing encoded bytes cannot fail.
             let _ = item.write_json(&mut piece);
         }
         this.left = this.left.saturating_sub(piece.len() as u64);
