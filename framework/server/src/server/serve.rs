@@ -360,6 +360,9 @@ where
             result = conn.as_mut() => return result,
             _ = signal.cancelled(), if !shutting_down => {
                 shutting_down = true;
+                // The GOAWAY a request drew would be this one again: h2 sends one
+                // graceful GOAWAY per connection and ignores a second request.
+                going_away = true;
                 activity.close_when_idle();
                 graceful_shutdown(conn.as_mut());
             }
