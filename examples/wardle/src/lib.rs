@@ -14,11 +14,8 @@ pub mod v1beta1;
 
 pub use admission::BanFlunder;
 
-/// With the feature `mimalloc`, mimalloc serves the allocations of every binary linking this
-/// crate (the server, its tests) instead of glibc's malloc.
 #[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod allocator;
 
 /// The API group.
 pub const GROUP: &str = "wardle.example.com";

@@ -602,7 +602,8 @@ impl APIServer {
 
     /// How many glibc malloc arenas [`run`](Self::run) allows the process (default
     /// [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)), with glibc's
-    /// fast bins off; `None` leaves the allocator as it is. `MALLOC_ARENA_MAX` and
+    /// fast bins off and the memory a load freed given back once the server is quiet
+    /// (`malloc_trim`); `None` leaves the allocator as it is. `MALLOC_ARENA_MAX` and
     /// `GLIBC_TUNABLES` in the environment always win. See
     /// [`server::malloc`](super::malloc) for why.
     pub fn malloc_arena_max(mut self, max: Option<u32>) -> Self {
@@ -634,9 +635,12 @@ impl APIServer {
             }
             return self.migrate(&options.resources, print).await.map(drop);
         }
-        if let Some(max) = self.malloc_arena_max {
+        // Gives back what a burst of requests freed once the server is quiet (stopped with the
+        // server).
+        let _trim = self.malloc_arena_max.map(|max| {
             super::malloc::limit_arenas(max);
-        }
+            super::malloc::Trimmer::spawn()
+        });
         self.build().await?.run().await
     }
 
