@@ -13,6 +13,8 @@
 //! - [`cost`]: estimated cost of an expression (from the sizes a schema allows) and the
 //!   runtime cost of an evaluation, in kube's units;
 //! - [`convert`]: JSON to CEL values and back.
+//! - [`reads`]: what an expression reads of its variables, so that a caller converts only
+//!   that much of a JSON object for each evaluation.
 
 pub mod authz;
 mod check;

@@ -238,26 +238,20 @@ mod tests {
 
     #[test]
     fn any_other_use_reads_the_whole_value_there() {
-        assert_eq!(
-            reads("self.spec == oldSelf.spec"),
-            fields(&[("spec", Reads::Whole)])
-        );
-        assert_eq!(
-            reads("self.spec.a == 1 && size(self.spec) > 0"),
-            fields(&[("spec", Reads::Whole)])
-        );
-        assert_eq!(reads("self.?spec.orValue(1) == 1"), Reads::Whole);
-        assert_eq!(reads("self['spec'] == 1"), Reads::Whole);
-        assert_eq!(
-            reads("self.items.all(i, i.x > 0)"),
-            fields(&[("items", Reads::Whole)])
-        );
-        assert_eq!(
-            reads("self.a.all(i, i > 0) && self.a.b == 1"),
-            fields(&[("a", Reads::Whole)])
-        );
-        // A comprehension's own `self` is not the variable.
-        assert_eq!(reads("[1].all(self, self > 0)"), Reads::Nothing);
+        let whole = |field: &str| fields(&[(field, Reads::Whole)]);
+        let cases = [
+            ("self.spec == oldSelf.spec", whole("spec")),
+            ("self.spec.a == 1 && size(self.spec) > 0", whole("spec")),
+            ("self.?spec.orValue(1) == 1", Reads::Whole),
+            ("self['spec'] == 1", Reads::Whole),
+            ("self.items.all(i, i.x > 0)", whole("items")),
+            ("self.a.all(i, i > 0) && self.a.b == 1", whole("a")),
+            // A comprehension's own `self` is not the variable.
+            ("[1].all(self, self > 0)", Reads::Nothing),
+        ];
+        for (source, want) in cases {
+            assert_eq!(reads(source), want, "{source}");
+        }
     }
 
     /// Evaluating on what is read gives what evaluating on the whole value gives.
