@@ -113,6 +113,8 @@ async fn create(store: &Store<Gadget>, name: &str) -> Value {
         .create(&ns(), object, &WriteOptions::default())
         .await
         .expect("create")
+        .into_value()
+        .expect("the created object decodes")
 }
 
 fn rv(object: &Value) -> Revision {

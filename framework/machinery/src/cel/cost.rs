@@ -121,6 +121,27 @@ pub fn runtime_bound(expression: &cel::IdedExpr, activation: &Activation) -> u64
     estimate(expression, &sizes).max
 }
 
+/// The cost [`runtime_bound`] gives `expression` whatever the values, when it gives the
+/// same for every size: the bound with every value empty and with every value as large
+/// as can be. Every formula of the walk grows with the sizes it reads (or ignores them),
+/// so equal bounds at both ends are the bound of any values in between, unknown sizes
+/// (a scalar's 1, an unbounded string's) included.
+pub fn constant(expression: &cel::IdedExpr) -> Option<u64> {
+    let least = estimate(expression, &Everywhere(0)).max;
+    let most = estimate(expression, &Everywhere(u64::MAX)).max;
+    let unknown = estimate(expression, &Unbounded).max;
+    (least == most && most == unknown).then_some(most)
+}
+
+/// The same size for every value.
+struct Everywhere(u64);
+
+impl Sizes for Everywhere {
+    fn max_size(&self, _: &[&str]) -> Option<u64> {
+        Some(self.0)
+    }
+}
+
 /// A range of sizes or costs, with cel-go's saturating arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Range {
@@ -733,6 +754,39 @@ mod tests {
         let rows: Vec<_> = vec![row; 1000];
         let large = Activation::new().with_json("self", &json!(rows));
         assert!(runtime_bound(expression_ast(&expression), &large) > crate::cel::PER_CALL_LIMIT);
+    }
+
+    /// A cost no size changes is found once, and is what the bound of any values says.
+    #[test]
+    fn a_cost_independent_of_sizes_is_constant() {
+        let env = Environment::new(&["self"]);
+        let constant = |source: &str| constant(expression_ast(&env.compile(source).unwrap()));
+        for source in [
+            "!has(self.spec.a) || (has(self.spec.b) && self.spec.b != '')",
+            "has(self.spec.a) && '' != self.spec.b",
+        ] {
+            let found = constant(source).expect(source);
+            for value in [
+                json!({}),
+                json!({"spec": {"a": "x".repeat(5000), "b": "", "replicas": 3}}),
+            ] {
+                let activation = Activation::new().with_json("self", &value);
+                let expression = env.compile(source).unwrap();
+                assert_eq!(
+                    runtime_bound(expression_ast(&expression), &activation),
+                    found,
+                    "{source}"
+                );
+            }
+        }
+        for source in [
+            "self.all(x, x > 0)",
+            "self.s.contains('a')",
+            "self.a == self.b",
+            "self.n > 1",
+        ] {
+            assert_eq!(constant(source), None, "{source}");
+        }
     }
 
     /// A string grown by `replace` over and over is priced by the size it may reach, so

@@ -13,6 +13,8 @@
 //! - [`cost`]: estimated cost of an expression (from the sizes a schema allows) and the
 //!   runtime cost of an evaluation, in kube's units;
 //! - [`convert`]: JSON to CEL values and back.
+//! - [`reads`]: what an expression reads of its variables, so that a caller converts only
+//!   that much of a JSON object for each evaluation.
 
 pub mod authz;
 mod check;
@@ -20,6 +22,7 @@ pub mod convert;
 pub mod cost;
 pub mod library;
 pub mod mutation;
+pub mod reads;
 mod stack;
 
 use std::fmt;
@@ -122,11 +125,14 @@ impl Environment {
         // stack grown to fit the nesting this environment accepts, so deep input is an
         // error, never an overflow of the caller's (a tokio worker's 2 MiB) stack.
         let (program, depth) = stack::grow(stack::PARSE, || self.parse(source))?;
+        let constant_cost =
+            stack::grow(stack::walk(depth), || cost::constant(program.expression()));
         Ok(Expression {
             program: Arc::new(program),
             source: source.into(),
             env: self.env.clone(),
             depth,
+            constant_cost,
         })
     }
 
@@ -171,6 +177,9 @@ pub struct Expression {
     env: Arc<cel::Env>,
     /// The depth of its tree, for the stack its evaluation needs.
     depth: usize,
+    /// Its cost when that does not depend on the sizes of the values: found once, when it
+    /// is compiled, rather than bounded again for each evaluation.
+    constant_cost: Option<u64>,
 }
 
 impl fmt::Debug for Expression {
@@ -211,7 +220,11 @@ impl Expression {
         budget: &mut Budget,
     ) -> Result<Value, EvalError> {
         stack::grow(stack::walk(self.depth), || {
-            budget.charge(cost::runtime_bound(self.program.expression(), activation))?;
+            let bound = match self.constant_cost {
+                Some(cost) => cost,
+                None => cost::runtime_bound(self.program.expression(), activation),
+            };
+            budget.charge(bound)?;
             let mut context = cel::Context::with_env(self.env.clone());
             for (name, value) in &activation.variables {
                 context.add_variable_from_value(name.as_str(), value.clone());

@@ -290,10 +290,10 @@ impl<S: Convertible<H> + Strategy, H: Resource> Creater for Verb<dyn Creater, S,
         ctx: &RequestContext,
         object: Value,
         options: &WriteOptions,
-    ) -> Result<Value> {
+    ) -> Result<Object> {
         let hub = self.conv.inward(&object, None, options, ctx)?;
-        let created = self.inner.create(ctx, hub, options).await?;
-        self.conv.outward(&created)
+        let created = self.inner.create(ctx, hub, options).await?.into_value()?;
+        self.conv.outward(&created).map(Object::Decoded)
     }
 }
 

@@ -227,13 +227,15 @@ pub trait Lister: Send + Sync {
 /// `create`.
 #[async_trait]
 pub trait Creater: Send + Sync {
-    /// Creates an object from a decoded body.
+    /// Creates an object from a decoded body. Returns the object as created: the generic
+    /// store answers with the bytes it stored (and the resourceVersion they were stored at),
+    /// not encoded a second time.
     async fn create(
         &self,
         ctx: &RequestContext,
         object: Value,
         options: &WriteOptions,
-    ) -> Result<Value>;
+    ) -> Result<Object>;
 }
 
 /// `update` and `patch`: both are a function of the current object.

@@ -129,6 +129,8 @@ async fn create(store: &Store<Widget>, ctx: &RequestContext, object: Value) -> V
         .create(ctx, object, &WriteOptions::default())
         .await
         .expect("create")
+        .into_value()
+        .expect("the created object decodes")
 }
 
 async fn get(store: &Store<Widget>, name: &str) -> Result<Value, Error> {
@@ -289,6 +291,8 @@ async fn create_dry_run_stores_nothing() {
     let answer = store
         .create(&ns(), widget("b", json!({}), "red"), &dry)
         .await
+        .unwrap()
+        .into_value()
         .unwrap();
     assert_eq!(answer["metadata"]["name"], "b");
     assert_eq!(answer["spec"]["size"], 1);

@@ -16,7 +16,9 @@ use crate::endpoints::negotiation::{
     BodyEncoding, BodyError, Endpoint, Shape, Target, body_encoding, negotiate, off_workers,
     read_object, read_value, summarize_body,
 };
-use crate::endpoints::response::{respond, respond_list, shape_object};
+use crate::endpoints::response::{
+    respond, respond_list, respond_object as respond_encoded, shape_object,
+};
 use crate::error::{Error, Result, deleted_status};
 use crate::metrics::{WriteStage, WriteVerb, write_stage};
 use crate::registry::context::PatchDecoding;
@@ -25,7 +27,7 @@ use crate::registry::fieldmanager::{
 };
 use crate::registry::options::{DeleteOptions, FieldValidation, WriteOptions, delete_dry_run};
 use crate::registry::patch::{self, DecodedPatch, PatchError, PatchType};
-use crate::registry::rest::{DeleteOutcome, UpdateFn, Updater};
+use crate::registry::rest::{DeleteOutcome, Object, UpdateFn, Updater};
 use crate::runtime::ResourceInfo;
 use crate::runtime::jsonpath::go_print;
 use crate::runtime::object;
@@ -211,12 +213,21 @@ fn delete_options_json(options: &DeleteOptions) -> Value {
     json
 }
 
-fn respond_object(call: &Call, code: StatusCode, object: Value) -> Result<Response> {
+fn respond_object(call: &Call, code: StatusCode, object: impl Into<Object>) -> Result<Response> {
     let started = Instant::now();
     let target = negotiate(accept_header(call), Endpoint::Object)?;
     let include = call.query.include_object(target.shape)?;
-    let body = shape_object(target, object, &call.resource.table, include);
-    let response = respond(code, target, &body);
+    let response = match object.into() {
+        // The object as the store encoded it (a create's stored bytes): sent as they are.
+        object @ (Object::Encoded(_) | Object::Cached(_)) if target.shape == Shape::Object => {
+            respond_encoded(code, target, object)
+        }
+        object => {
+            let object = object.into_value()?;
+            let body = shape_object(target, object, &call.resource.table, include);
+            respond(code, target, &body)
+        }
+    };
     call.ctx.stage(WriteStage::Encode, started);
     response
 }

@@ -79,6 +79,7 @@ impl<'a> Compiler<'a> {
                     rules::total_cost_message(self.total_cost),
                 ));
             }
+            node.reads.merge(rule.reads().clone());
             node.rules.push(rule);
         }
         if let Some(properties) = object.get("properties").and_then(Value::as_object) {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::runtime::{FieldError, FieldErrorType, Resource};
+use extension_apiserver_machinery::cel::reads::Reads;
 use limits::Limits;
 use rules::{Budget, Rule};
 
@@ -63,6 +64,8 @@ struct Node {
     type_: &'static str,
     limits: Limits,
     rules: Vec<Rule>,
+    /// What the rules read of the value (and of the old one).
+    reads: Reads,
     properties: Vec<(String, Node)>,
     additional: Option<Box<Node>>,
     items: Option<Box<Node>>,

@@ -5,10 +5,12 @@
 //! `messageExpression` or `failed rule: <rule>`, of its `reason`, at its `fieldPath`; an
 //! error of an unchanged value is ratcheted into a warning, except a transition rule's.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use cel::objects::OptionalValue;
 use extension_apiserver_machinery::cel::cost::{self, Sizes};
+use extension_apiserver_machinery::cel::reads::{Reads, from_json_read};
 use extension_apiserver_machinery::cel::{
     self as kcel, Activation, Environment, EvalError, Expression, Value as CelValue,
 };
@@ -52,6 +54,8 @@ pub(super) struct Rule {
     optional_old_self: bool,
     uses_old_self: bool,
     estimated_cost: u64,
+    /// What the rule and its message read of `self` and `oldSelf`.
+    reads: Reads,
 }
 
 /// `self` and `oldSelf`, with kube's libraries.
@@ -124,7 +128,13 @@ impl Rule {
                 ),
             ));
         }
+        let mut reads = Reads::Nothing;
+        for expression in std::iter::once(&program).chain(&message_expression) {
+            reads.merge(Reads::of(expression, "self"));
+            reads.merge(Reads::of(expression, "oldSelf"));
+        }
         Ok(Self {
+            reads,
             source: source.to_string(),
             program,
             message: text("message").trim().to_string(),
@@ -139,6 +149,11 @@ impl Rule {
 
     pub(super) fn estimated_cost(&self) -> u64 {
         self.estimated_cost
+    }
+
+    /// What the rule reads of `self` and `oldSelf`.
+    pub(super) fn reads(&self) -> &Reads {
+        &self.reads
     }
 
     /// kube's `ruleErrorString`: the message, else the rule.
@@ -200,27 +215,31 @@ fn normalize_field_path(path: &str) -> Result<String, String> {
     Ok(out.join("."))
 }
 
-/// `value` as a rule sees it. At the resource's root kube keeps of `metadata` only `name`
-/// and `generateName` (apiextensions-apiserver's `WithTypeAndObjectMeta`,
+/// `value` as the rules of a node see it: of what they read (`reads`), converted to CEL
+/// once for all of them, and only that. At the resource's root kube keeps of `metadata`
+/// only `name` and `generateName` (apiextensions-apiserver's `WithTypeAndObjectMeta`,
 /// `pkg/apiserver/schema/cel/model/schemas.go`): the rest (labels, managedFields) is no
 /// rule's to read, so it is not converted for one either.
-fn cel_view(value: &Value, root: bool) -> CelValue {
+fn cel_view(value: &Value, reads: &Reads, root: bool) -> CelValue {
     let Some(map) = value.as_object().filter(|_| root) else {
-        return kcel::convert::from_json(value);
+        return from_json_read(value, reads);
     };
-    let kept = |(key, value): (&String, &Value)| {
+    let members = map.iter().filter_map(|(key, value)| {
+        let reads = reads.field(key)?;
         let value = match (key.as_str(), value) {
-            ("metadata", Value::Object(meta)) => Value::Object(
-                meta.iter()
-                    .filter(|(k, _)| *k == "name" || *k == "generateName")
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ),
-            _ => value.clone(),
+            ("metadata", Value::Object(meta)) => {
+                let kept = meta.iter().filter_map(|(key, value)| {
+                    let reads = reads.field(key)?;
+                    let kept = key == "name" || key == "generateName";
+                    kept.then(|| (key.clone(), from_json_read(value, reads)))
+                });
+                kept.collect::<HashMap<String, CelValue>>().into()
+            }
+            _ => from_json_read(value, reads),
         };
-        (key.clone(), value)
-    };
-    kcel::convert::from_json(&Value::Object(map.iter().map(kept).collect()))
+        Some((key.clone(), value))
+    });
+    members.collect::<HashMap<String, CelValue>>().into()
 }
 
 /// Runs the rules of `node` on `value` (and `old`), adding what fails to `walk`.
@@ -233,8 +252,8 @@ pub(super) fn evaluate(
     path: &str,
 ) {
     let root = path.is_empty();
-    let this = cel_view(value, root);
-    let previous = old.map(|old| cel_view(old, root));
+    let this = cel_view(value, &node.reads, root);
+    let previous = old.map(|old| cel_view(old, &node.reads, root));
     for rule in &node.rules {
         if rule.uses_old_self && previous.is_none() && !rule.optional_old_self {
             continue; // a transition rule needs an old value

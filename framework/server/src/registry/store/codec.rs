@@ -47,6 +47,13 @@ pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
     Ok(Bytes::from(encoded))
 }
 
+/// The answer to a write of `stored` (bytes this crate encoded) at `revision`: the bytes
+/// with `metadata.resourceVersion` spliced in, the same JSON encoding the object with its
+/// resourceVersion gives. `None` when they cannot be spliced.
+pub(crate) fn answer_of_stored(stored: &Bytes, revision: i64) -> Option<Bytes> {
+    splice_resource_version(stored, revision).map(Bytes::from)
+}
+
 /// [`encode_stored`] for the watch cache.
 pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, StorageError> {
     encode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))
@@ -473,6 +480,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A create answers with the bytes it stored, the revision spliced in: the same bytes
+    /// as encoding the object it returns.
+    #[test]
+    fn the_answer_of_a_write_is_the_stored_bytes_with_their_version() {
+        let mut object = json!({
+            "apiVersion": "g/v1", "kind": "K",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u", "managedFields": [{"manager": "m"}]},
+            "spec": {"reference": "x"},
+        });
+        let stored = encode_for_storage(&object).unwrap();
+        set_meta(&mut object, "resourceVersion", json!("42"));
+        let answer = answer_of_stored(&stored, 42).unwrap();
+        assert_eq!(answer, Bytes::from(serde_json::to_vec(&object).unwrap()));
     }
 
     #[test]

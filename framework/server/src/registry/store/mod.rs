@@ -377,7 +377,7 @@ impl<T: Strategy> Creater for Store<T> {
         ctx: &RequestContext,
         object: Value,
         options: &WriteOptions,
-    ) -> Result<Value> {
+    ) -> Result<Object> {
         write::create::<T>(&self.inner, ctx, object, options).await
     }
 }

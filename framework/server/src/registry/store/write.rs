@@ -7,14 +7,14 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::admit::{AdmissionView, Admit};
-use super::codec::{decode_typed, encode_for_storage, encode_typed};
+use super::codec::{answer_of_stored, decode_typed, encode_for_storage, encode_typed};
 use super::{Inner, MAX_ATTEMPTS};
 use crate::admission::Operation;
 use crate::error::{Error, Result};
 use crate::metrics::WriteStage;
 use crate::registry::context::RequestContext;
 use crate::registry::options::{FieldValidation, WriteOptions};
-use crate::registry::rest::UpdateFn;
+use crate::registry::rest::{Object, UpdateFn};
 use crate::registry::strategy::{
     Strategy, StrategyContext, UpdateTarget, clear_status_on_create,
     keep_what_target_may_not_change, next_generation, prepare_meta_for_create,
@@ -32,7 +32,7 @@ pub(crate) async fn create<T: Strategy>(
     ctx: &RequestContext,
     object: Value,
     options: &WriteOptions,
-) -> Result<Value> {
+) -> Result<Object> {
     let version_given = object::resource_version(&object)
         .and_then(|rv| rv.parse::<u64>().ok())
         .is_some_and(|rv| rv != 0);
@@ -53,7 +53,8 @@ pub(crate) async fn create<T: Strategy>(
             candidate.metadata_mut().name = Some(generate_name(base));
         }
         match insert::<T>(inner, &strategy, admit, candidate, version_given).await? {
-            Inserted::Created(created) => return Ok(created),
+            Inserted::Created(_, Some(answer)) => return Ok(Object::Encoded(answer)),
+            Inserted::Created(created, None) => return Ok(Object::Decoded(created)),
             // kube's createWithGenerateNameRetry: another name, up to MAX_ATTEMPTS times.
             Inserted::Taken(name) if generate_base.is_some() => last_name = name,
             Inserted::Taken(name) => {
@@ -93,8 +94,9 @@ async fn decode_new<T: Strategy>(
 
 /// What one attempt to store a new object did.
 enum Inserted {
-    /// Stored (or, in a dry run, found storable): the object as stored.
-    Created(Value),
+    /// Stored (or, in a dry run, found storable): the object as stored, and the bytes a
+    /// client receives for it (what was stored, with its resourceVersion) when stored.
+    Created(Value, Option<bytes::Bytes>),
     /// The name is taken.
     Taken(String),
 }
@@ -120,7 +122,7 @@ async fn insert<T: Strategy>(
     if strategy.dry_run() {
         return dry_run_create(inner, &key, &name, stored)
             .await
-            .map(Inserted::Created);
+            .map(|stored| Inserted::Created(stored, None));
     }
     if version_given {
         // kube's storage refuses it with an error that is not a Status: a 500 without a
@@ -133,18 +135,20 @@ async fn insert<T: Strategy>(
     }
     let bytes = encode_for_storage(&stored)?;
     let started = ctx.stage(WriteStage::Encode, started);
-    let created = inner.backend.create(&key, bytes).await;
+    let created = inner.backend.create(&key, bytes.clone()).await;
     ctx.stage(WriteStage::Store, started);
     match created {
-        // What was stored, as decode_stored would read it back.
+        // What was stored, as decode_stored would read it back; the answer is the bytes
+        // stored with the revision spliced in, as a get would answer.
         Ok(kv) => {
+            let answer = answer_of_stored(&bytes, kv.mod_revision);
             let mut created = stored;
             set_meta(
                 &mut created,
                 "resourceVersion",
                 json!(kv.mod_revision.to_string()),
             );
-            Ok(Inserted::Created(created))
+            Ok(Inserted::Created(created, answer))
         }
         Err(StorageError::KeyExists(_)) => Ok(Inserted::Taken(name)),
         Err(e) => Err(inner.storage_error(&name, e)),
@@ -315,7 +319,7 @@ pub(crate) async fn update<T: Strategy>(
             }
             match create_on_update::<T>(inner, &strategy, Admit::new(inner, ctx), name, new).await?
             {
-                Inserted::Created(created) => return Ok((created, true)),
+                Inserted::Created(created, _) => return Ok((created, true)),
                 // Created meanwhile by another request: update that one.
                 Inserted::Taken(_) => continue,
             }
