@@ -15,7 +15,7 @@ pub mod table;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::any;
+use axum::routing::{MethodRouter, any};
 
 pub use handlers::APIState;
 pub use installer::InstalledResources;
@@ -29,4 +29,14 @@ pub fn resource_router(state: Arc<APIState>) -> Router {
     Router::new()
         .route("/apis/{group}/{version}/{*rest}", any(handlers::handle))
         .with_state(state)
+}
+
+/// What serves every path no route matched, as the router's fallback: a resource path
+/// under `/apis/{group}/{version}/` goes to the handlers, anything else is 404 `NotFound`
+/// (the handlers' answer to a path that names no installed resource). The server installs
+/// its resources so rather than with [`resource_router`]: a route with parameters has axum
+/// decode them and store them, and its matched path, in every request, which nothing
+/// here reads (the request info has parsed the path already).
+pub fn resource_fallback(state: Arc<APIState>) -> MethodRouter {
+    any(handlers::handle).with_state(state)
 }
