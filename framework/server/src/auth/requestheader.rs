@@ -85,7 +85,8 @@ impl RequestHeaderAuthenticator {
     fn verify_proxy(&self, peer: &PeerCertificates) -> Result<(), AuthError> {
         let refused = self.verifier.read_peer(peer, |proxy| {
             let cn = proxy.map_or("", |u| u.name.as_str());
-            let allowed = self.allowed_names.is_empty() || self.allowed_names.iter().any(|n| n == cn);
+            let allowed =
+                self.allowed_names.is_empty() || self.allowed_names.iter().any(|n| n == cn);
             (!allowed).then(|| cn.to_string())
         })?;
         match refused {

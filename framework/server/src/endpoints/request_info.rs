@@ -270,7 +270,11 @@ mod tests {
             let i = parse(Method::GET, long, None);
             assert!(!i.is_resource_request, "{long}");
             assert_eq!(
-                (i.api_group.as_str(), i.api_version.as_str(), i.namespace.as_str()),
+                (
+                    i.api_group.as_str(),
+                    i.api_version.as_str(),
+                    i.namespace.as_str()
+                ),
                 ("g", "v", "ns"),
                 "{long}"
             );

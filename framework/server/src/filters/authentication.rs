@@ -5,8 +5,8 @@
 use std::sync::OnceLock;
 
 use axum::extract::Request;
-use prometheus::Histogram;
 use axum::response::{IntoResponse, Response};
+use prometheus::Histogram;
 use tracing::Instrument;
 
 use super::FilterConfig;

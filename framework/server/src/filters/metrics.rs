@@ -112,8 +112,8 @@ fn series_of(labels: [&str; 8]) -> Arc<Series> {
 fn inflight(mutating: bool) -> IntGauge {
     static GAUGES: [OnceLock<IntGauge>; 2] = [OnceLock::new(), OnceLock::new()];
     let kind = if mutating { "mutating" } else { "readOnly" };
-    let gauge = GAUGES[usize::from(mutating)]
-        .get_or_init(|| global().inflight.with_label_values(&[kind]));
+    let gauge =
+        GAUGES[usize::from(mutating)].get_or_init(|| global().inflight.with_label_values(&[kind]));
     gauge.clone()
 }
 

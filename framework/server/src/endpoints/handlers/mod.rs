@@ -79,7 +79,12 @@ fn prepare(state: Arc<APIState>, mut parts: Parts, body: Body, info: RequestInfo
     }
     let resource = state
         .resources
-        .find(&info.api_group, &info.api_version, &info.resource, &info.subresource)
+        .find(
+            &info.api_group,
+            &info.api_version,
+            &info.resource,
+            &info.subresource,
+        )
         .ok_or_else(Error::path_not_found)?;
     check_scope(&resource, &info)?;
     let query = Query::parse(parts.uri.query(), info.verb)?;
