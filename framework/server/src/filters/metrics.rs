@@ -356,24 +356,23 @@ mod tests {
         assert_eq!(dry_run(Some("dryRun=All&dryRun=Nope")), "");
         assert_eq!(dry_run(None), "");
         assert_eq!(dry_run(Some("x=dryRun")), "");
-        let verbs = [
-            Verb::Get,
-            Verb::List,
-            Verb::Watch,
-            Verb::Create,
-            Verb::Update,
-            Verb::Patch,
-            Verb::Delete,
-            Verb::DeleteCollection,
-            Verb::Post,
-            Verb::Put,
-            Verb::Head,
-            Verb::Options,
-            Verb::Unknown,
-            Verb::Impersonate,
+        // Every verb a request can have, from its method, path and query.
+        let methods = [
+            "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE",
         ];
-        for verb in verbs {
-            assert_eq!(upper_case(verb), verb.as_str().to_ascii_uppercase());
+        let paths = [
+            ("/apis/g/v/r/n", None),
+            ("/apis/g/v/r", None),
+            ("/apis/g/v/r", Some("watch=1")),
+            ("/healthz", None),
+        ];
+        for method in methods {
+            let method: http::Method = method.parse().unwrap();
+            for (path, query) in paths {
+                let verb = RequestInfo::parse(&method, path, query).verb;
+                assert_eq!(upper_case(verb), verb.as_str().to_ascii_uppercase());
+            }
         }
+        assert_eq!(upper_case(Verb::Impersonate), "IMPERSONATE");
     }
 }
