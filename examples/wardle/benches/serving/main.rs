@@ -12,7 +12,7 @@
 //! cargo bench -p wardle --bench serving -- --watchers-scale [--backend B]... [--watchers N]
 //!     [--watch-connections N] [--writes N] [--write-rate PER_SECOND]
 //!     # only 10,000 idle watchers over 100 HTTP/2 connections, 30 writes at 1/s
-//! cargo bench -p wardle --bench serving -- --compare FILE [--objects N] [--concurrency N]
+//! cargo bench -p wardle --bench serving -- --compare FILE [--objects N] [--concurrency N] [--gets N]
 //!     # only the same workload against servers already running (wardle, Go, a CRD), side by side
 //! cargo bench -p wardle --features etcd,postgres --bench serving -- --scale N [--backend B]...
 //!     # only a store of N Flunders (SQLite, etcd3, PostgreSQL): start-up, RSS, whole reads
@@ -85,6 +85,7 @@ fn settings() -> Result<Settings, Error> {
     let mut postgres = "postgres://postgres@127.0.0.1:54320/apiserver".to_string();
     let (mut objects, mut large, mut concurrency, mut scale_objects) = (None, None, None, None);
     let mut compare = None;
+    let mut gets = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -102,6 +103,7 @@ fn settings() -> Result<Settings, Error> {
             "--etcd-servers" => etcd = value("--etcd-servers")?,
             "--postgres-url" => postgres = value("--postgres-url")?,
             "--objects" => objects = Some(value("--objects")?.parse()?),
+            "--gets" => gets = Some(value("--gets")?.parse()?),
             "--large" => large = Some(value("--large")?.parse()?),
             "--scale" => scale_objects = Some(value("--scale")?.parse()?),
             "--concurrency" => concurrency = Some(value("--concurrency")?.parse()?),
@@ -148,7 +150,7 @@ fn settings() -> Result<Settings, Error> {
         large: large.unwrap_or(if quick { 0 } else { 100_000 }),
         concurrency: concurrency.unwrap_or(32),
         connections: 4,
-        gets: if quick { 5_000 } else { 20_000 },
+        gets: gets.unwrap_or(if quick { 5_000 } else { 20_000 }),
         lists: if quick { 5 } else { 20 },
         walks: if quick { 3 } else { 10 },
         watchers: 1_000,

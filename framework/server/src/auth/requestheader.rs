@@ -6,7 +6,7 @@
 //! name is allowed; on any other connection they are ignored.
 
 use async_trait::async_trait;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use super::{AuthError, Authenticator, CertificateError, X509Authenticator, user::UserInfo};
 use crate::tls::PeerCertificates;
@@ -34,9 +34,9 @@ pub struct RequestHeaderConfig {
 pub struct RequestHeaderAuthenticator {
     verifier: X509Authenticator,
     allowed_names: Vec<String>,
-    username_headers: Vec<String>,
-    uid_headers: Vec<String>,
-    group_headers: Vec<String>,
+    username_headers: Vec<HeaderName>,
+    uid_headers: Vec<HeaderName>,
+    group_headers: Vec<HeaderName>,
     extra_prefixes: Vec<String>,
 }
 
@@ -58,15 +58,24 @@ fn lower(names: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The header names, made once rather than parsed at each request; a name no header can
+/// have is dropped (it never matched).
+fn header_names(names: &[String]) -> Vec<HeaderName> {
+    lower(names)
+        .iter()
+        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+        .collect()
+}
+
 impl RequestHeaderAuthenticator {
     /// An authenticator for `config`; fails when the CA bundle holds no certificate.
     pub fn new(config: &RequestHeaderConfig) -> Result<Self, TlsError> {
         Ok(Self {
             verifier: X509Authenticator::from_pem(&config.client_ca_pem)?,
             allowed_names: config.allowed_names.clone(),
-            username_headers: lower(&config.username_headers),
-            uid_headers: lower(&config.uid_headers),
-            group_headers: lower(&config.group_headers),
+            username_headers: header_names(&config.username_headers),
+            uid_headers: header_names(&config.uid_headers),
+            group_headers: header_names(&config.group_headers),
             extra_prefixes: lower(&config.extra_headers_prefixes),
         })
     }
@@ -74,26 +83,26 @@ impl RequestHeaderAuthenticator {
     /// `x509.Verifier`: the chain must verify against the request-header CA and the common
     /// name must be allowed.
     fn verify_proxy(&self, peer: &PeerCertificates) -> Result<(), AuthError> {
-        let proxy = self.verifier.authenticate_peer(peer)?;
-        if self.allowed_names.is_empty() {
-            return Ok(());
-        }
-        let cn = proxy.map(|u| u.name).unwrap_or_default();
-        if self.allowed_names.contains(&cn) {
-            Ok(())
-        } else {
-            Err(AuthError::InvalidCertificate(
+        let refused = self.verifier.read_peer(peer, |proxy| {
+            let cn = proxy.map_or("", |u| u.name.as_str());
+            let allowed =
+                self.allowed_names.is_empty() || self.allowed_names.iter().any(|n| n == cn);
+            (!allowed).then(|| cn.to_string())
+        })?;
+        match refused {
+            None => Ok(()),
+            Some(cn) => Err(AuthError::InvalidCertificate(
                 CertificateError::NotAllowed { common_name: cn },
-            ))
+            )),
         }
     }
 
     /// The user the headers name, if any (after the proxy was verified).
     fn user_from_headers(&self, headers: &HeaderMap) -> Option<UserInfo> {
-        let first = |names: &[String]| {
+        let first = |names: &[HeaderName]| {
             names.iter().find_map(|name| {
                 headers
-                    .get(name.as_str())
+                    .get(name)
                     .and_then(|v| v.to_str().ok())
                     .filter(|v| !v.is_empty())
                     .map(str::to_string)
@@ -103,7 +112,7 @@ impl RequestHeaderAuthenticator {
         let mut user = UserInfo::new(name, []);
         user.uid = first(&self.uid_headers).unwrap_or_default();
         for header in &self.group_headers {
-            for value in headers.get_all(header.as_str()) {
+            for value in headers.get_all(header) {
                 if let Some(v) = value.to_str().ok().filter(|v| !v.is_empty()) {
                     user.groups.push(v.to_string());
                 }
@@ -150,7 +159,7 @@ impl Authenticator for RequestHeaderAuthenticator {
             .chain(&self.uid_headers)
             .chain(&self.group_headers)
         {
-            headers.remove(name.as_str());
+            headers.remove(name);
         }
         if !self.extra_prefixes.is_empty() {
             let extra: Vec<http::HeaderName> = headers

@@ -106,25 +106,49 @@ impl X509Authenticator {
         self.authenticate_digested(peer.chain(), *peer.digest())
     }
 
+    /// What `read` makes of the user of a connection's verified chain, without a copy of
+    /// the user when the verdict is cached (a front proxy's certificate is only checked,
+    /// its user is not the request's).
+    pub(crate) fn read_peer<R>(
+        &self,
+        peer: &PeerCertificates,
+        read: impl FnOnce(Option<&UserInfo>) -> R,
+    ) -> Result<R, AuthError> {
+        self.read_digested(peer.chain(), *peer.digest(), read)
+    }
+
     fn authenticate_digested(
         &self,
         chain: &[CertificateDer<'static>],
         key: [u8; 32],
     ) -> Result<Option<UserInfo>, AuthError> {
+        self.read_digested(chain, key, |user| user.cloned())
+    }
+
+    fn read_digested<R>(
+        &self,
+        chain: &[CertificateDer<'static>],
+        key: [u8; 32],
+        read: impl FnOnce(Option<&UserInfo>) -> R,
+    ) -> Result<R, AuthError> {
         let Some((leaf, intermediates)) = chain.split_first() else {
-            return Ok(None);
+            return Ok(read(None));
         };
         let now = jiff::Timestamp::now().as_second();
-        if let Some(hit) = self.cached(&key, now) {
-            return Ok(hit);
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(hit) = cache.get(&key).filter(|c| c.valid_until > now) {
+                return Ok(read(hit.user.as_ref()));
+            }
         }
         let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
             .map_err(|e| AuthError::InvalidCertificate(CertificateError::Parse(e)))?;
         self.verify(leaf, &parsed, intermediates, now)
             .map_err(|e| AuthError::InvalidCertificate(CertificateError::Verify(e)))?;
         let (user, not_after) = user_from_certificate(&parsed);
-        self.remember(key, user.clone(), not_after.min(now + CACHE_TTL_SECS));
-        Ok(user)
+        let read = read(user.as_ref());
+        self.remember(key, user, not_after.min(now + CACHE_TTL_SECS));
+        Ok(read)
     }
 
     /// webpki verifies chains with a v3 leaf; it refuses v1 leaves outright, which Go (and so
@@ -143,14 +167,6 @@ impl X509Authenticator {
             .verify_client_cert(leaf, intermediates, UnixTime::now())
             .map(|_| ())
             .map_err(ChainError::Webpki)
-    }
-
-    fn cached(&self, key: &[u8; 32], now: i64) -> Option<Option<UserInfo>> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache
-            .get(key)
-            .filter(|c| c.valid_until > now)
-            .map(|c| c.user.clone())
     }
 
     fn remember(&self, key: [u8; 32], user: Option<UserInfo>, valid_until: i64) {

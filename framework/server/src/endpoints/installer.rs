@@ -22,28 +22,46 @@ pub struct InstalledResource {
     pub equivalents: Arc<[EquivalentResource]>,
 }
 
-/// Every installed resource path, keyed by `(group, version, "flunders" | "flunders/status")`.
+/// Every installed resource path, by group, version, resource and subresource
+/// (`"flunders"`, `"flunders/status"`). Nested so that a request's parts find their storage
+/// without being copied into a key.
 #[derive(Debug, Default)]
 pub struct InstalledResources {
-    map: HashMap<(String, String, String), Arc<InstalledResource>>,
+    map: HashMap<String, HashMap<String, HashMap<String, Paths>>>,
+}
+
+/// One resource's paths: the resource itself and its subresources.
+#[derive(Debug, Default)]
+struct Paths {
+    main: Option<Arc<InstalledResource>>,
+    subresources: HashMap<String, Arc<InstalledResource>>,
 }
 
 impl InstalledResources {
     /// Installs every group.
     pub fn new(groups: &[APIGroupInfo]) -> Self {
-        let mut map = HashMap::new();
+        let mut map: HashMap<String, HashMap<String, HashMap<String, Paths>>> = HashMap::new();
         for group in groups {
             for (version, resources) in &group.storage {
                 for (path, storage) in resources {
-                    let installed = InstalledResource {
+                    let installed = Arc::new(InstalledResource {
                         table: TableConvertor::new(&storage.info),
                         equivalents: equivalents(group, version, path),
                         storage: storage.clone(),
+                    });
+                    let (resource, subresource) = match path.split_once('/') {
+                        Some((resource, subresource)) => (resource, Some(subresource)),
+                        None => (path.as_str(), None),
                     };
-                    map.insert(
-                        (group.name.clone(), version.clone(), path.clone()),
-                        Arc::new(installed),
-                    );
+                    let versions = map.entry(group.name.clone()).or_default();
+                    let resources = versions.entry(version.clone()).or_default();
+                    let paths = resources.entry(resource.to_string()).or_default();
+                    match subresource {
+                        Some(sub) => {
+                            paths.subresources.insert(sub.to_string(), installed);
+                        }
+                        None => paths.main = Some(installed),
+                    }
                 }
             }
         }
@@ -52,9 +70,25 @@ impl InstalledResources {
 
     /// The storage at `group/version/path`.
     pub fn get(&self, group: &str, version: &str, path: &str) -> Option<Arc<InstalledResource>> {
-        self.map
-            .get(&(group.to_string(), version.to_string(), path.to_string()))
-            .cloned()
+        let (resource, subresource) = path.split_once('/').unwrap_or((path, ""));
+        self.find(group, version, resource, subresource)
+    }
+
+    /// The storage of `resource` (with `subresource`, unless empty) in `group/version`.
+    pub(crate) fn find(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        subresource: &str,
+    ) -> Option<Arc<InstalledResource>> {
+        let paths = self.map.get(group)?.get(version)?.get(resource)?;
+        let found = if subresource.is_empty() {
+            paths.main.as_ref()
+        } else {
+            paths.subresources.get(subresource)
+        };
+        found.cloned()
     }
 }
 

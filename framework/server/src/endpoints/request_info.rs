@@ -125,7 +125,22 @@ impl RequestInfo {
             verb: Verb::of_method(method),
             ..RequestInfo::default()
         };
-        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // A resource path has at most 8 segments (`apis/g/v/namespaces/ns/r/name/sub`): they
+        // are kept on the stack; only a longer path is collected.
+        let mut segments = path.trim_matches('/').split('/');
+        let mut first = [""; 8];
+        let mut n = 0;
+        for segment in segments.by_ref().take(first.len()) {
+            first[n] = segment;
+            n += 1;
+        }
+        let longer: Vec<&str>;
+        let parts: &[&str] = if segments.next().is_none() {
+            &first[..n]
+        } else {
+            longer = path.trim_matches('/').split('/').collect();
+            &longer
+        };
         if parts.len() < 4 || parts[0] != "apis" {
             return info;
         }
@@ -240,5 +255,30 @@ mod tests {
         assert_eq!(parse(Method::GET, "/apis/g/v/flunders", None).verb, "list");
         assert!(!parse(Method::GET, "/healthz", None).is_resource_request);
         assert!(!parse(Method::GET, "/apis/g/v/a/b/c/d", None).is_resource_request);
+    }
+
+    #[test]
+    fn paths_longer_than_a_resource_path_are_read_as_before() {
+        // Eight segments at most are kept on the stack; a longer path reads the same.
+        let eight = parse(Method::GET, "/apis/g/v/namespaces/ns/r/n/s", None);
+        assert!(eight.is_resource_request);
+        assert_eq!(eight.subresource, "s");
+        for long in [
+            "/apis/g/v/namespaces/ns/r/n/s/x",
+            "/apis/g/v/namespaces/ns/r/n/s/x/y/z",
+        ] {
+            let i = parse(Method::GET, long, None);
+            assert!(!i.is_resource_request, "{long}");
+            assert_eq!(
+                (
+                    i.api_group.as_str(),
+                    i.api_version.as_str(),
+                    i.namespace.as_str()
+                ),
+                ("g", "v", "ns"),
+                "{long}"
+            );
+            assert_eq!(i.path, long);
+        }
     }
 }

@@ -2,8 +2,11 @@
 //! always allowed (health) pass without credentials. Credentials the authenticators read
 //! (front-proxy headers, bearer tokens) are removed before later stages see the request.
 
+use std::sync::OnceLock;
+
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use prometheus::Histogram;
 use tracing::Instrument;
 
 use super::FilterConfig;
@@ -21,14 +24,14 @@ pub async fn authenticate(config: &FilterConfig, request: Request) -> Result<Req
         .instrument(crate::spans::child_span!("authentication"))
         .await;
     // kube's `authentication_duration_seconds`: `success`, `failure` (no user), `error`.
-    let result = match &found {
-        Ok(Some(_)) => "success",
-        Ok(None) => "failure",
-        Err(_) => "error",
+    static RESULTS: [OnceLock<Histogram>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let (result, slot) = match &found {
+        Ok(Some(_)) => ("success", 0),
+        Ok(None) => ("failure", 1),
+        Err(_) => ("error", 2),
     };
-    crate::metrics::global()
-        .authentication_duration
-        .with_label_values(&[result])
+    let durations = &crate::metrics::global().authentication_duration;
+    super::metrics::one_label(&RESULTS[slot], durations, result)
         .observe(started.elapsed().as_secs_f64());
     let user = match found {
         Ok(Some(user)) => Some(user),

@@ -2,8 +2,11 @@
 //! As kube-apiserver's filter: `Allow` proceeds, an authorizer error is 500, anything else is
 //! 403 `Forbidden` naming user, verb and resource in kube's wording.
 
+use std::sync::OnceLock;
+
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use prometheus::Histogram;
 use tracing::Instrument;
 
 use super::FilterConfig;
@@ -65,14 +68,14 @@ async fn decide(
         .instrument(crate::spans::child_span!("authorization"))
         .await;
     // kube's `authorization_duration_seconds`: `allowed`, `denied`, `error`.
-    let result = match &decided {
-        Ok(decision) if decision.is_allowed() => "allowed",
-        Ok(_) => "denied",
-        Err(_) => "error",
+    static RESULTS: [OnceLock<Histogram>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let (result, slot) = match &decided {
+        Ok(decision) if decision.is_allowed() => ("allowed", 0),
+        Ok(_) => ("denied", 1),
+        Err(_) => ("error", 2),
     };
-    crate::metrics::global()
-        .authorization_duration
-        .with_label_values(&[result])
+    let durations = &crate::metrics::global().authorization_duration;
+    super::metrics::one_label(&RESULTS[slot], durations, result)
         .observe(started.elapsed().as_secs_f64());
     annotate_decision(&parts.extensions, &decided);
     match decided {

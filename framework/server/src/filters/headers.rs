@@ -30,7 +30,13 @@ pub fn audit_id(request: &Request) -> HeaderValue {
 }
 
 /// Adds `Audit-Id`, `Cache-Control` and `X-Content-Type-Options` where the response has none.
-pub fn finish(response: &mut Response, audit_id: HeaderValue) {
+///
+/// The `Audit-Id` is new with every request, so HTTP/2 sends it as a literal never indexed
+/// (marked sensitive): entered in the connection's HPACK table, each one would only push out
+/// the headers that repeat (`Content-Type`, `Cache-Control`, ...), and the encoder would
+/// compare every later value with it. The client reads the same header either way.
+pub fn finish(response: &mut Response, mut audit_id: HeaderValue) {
+    audit_id.set_sensitive(true);
     let headers = response.headers_mut();
     headers.entry(&AUDIT_ID).or_insert(audit_id);
     headers
@@ -57,5 +63,15 @@ mod tests {
             .headers_mut()
             .insert(&AUDIT_ID, HeaderValue::from_static("from-the-aggregator"));
         assert_eq!(audit_id(&request), "from-the-aggregator");
+    }
+
+    #[test]
+    fn the_audit_id_is_never_indexed_by_hpack() {
+        let mut response = Response::new(axum::body::Body::empty());
+        finish(&mut response, HeaderValue::from_static("an-id"));
+        let id = &response.headers()[&AUDIT_ID];
+        assert_eq!(id, "an-id");
+        assert!(id.is_sensitive(), "sent as a literal never indexed");
+        assert!(!response.headers()[header::CACHE_CONTROL].is_sensitive());
     }
 }

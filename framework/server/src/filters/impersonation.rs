@@ -23,6 +23,8 @@ const USER: &str = "impersonate-user";
 const UID: &str = "impersonate-uid";
 const GROUP: &str = "impersonate-group";
 const EXTRA_PREFIX: &str = "impersonate-extra-";
+/// What every impersonation header starts with (header names are lower-case).
+const IMPERSONATE_PREFIX: &str = "impersonate-";
 const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 
@@ -55,10 +57,22 @@ struct Impersonation {
     user: UserInfo,
 }
 
+/// Whether `request` has an impersonation header. Nearly every request impersonates no one:
+/// one look at the header names, none of them parsed.
+pub fn asked(request: &Request) -> bool {
+    request
+        .headers()
+        .keys()
+        .any(|name| name.as_str().starts_with(IMPERSONATE_PREFIX))
+}
+
 /// The step: no impersonation headers, the request goes on as it is; else every impersonated
 /// thing must be allowed (403 as kube-apiserver writes it), and the request goes on as the
 /// impersonated user, the headers removed.
 pub async fn impersonate(config: &FilterConfig, request: Request) -> Result<Request, Response> {
+    if !asked(&request) {
+        return Ok(request);
+    }
     let (mut parts, body) = request.into_parts();
     let asked = match requested(&parts.headers) {
         Ok(Some(asked)) => asked,

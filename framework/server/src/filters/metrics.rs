@@ -5,7 +5,10 @@
 //! handlers; the duration counts from when the request arrived. A watch is recorded when its
 //! stream ends.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -13,7 +16,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use hyper::body::{Body as _, Frame, SizeHint};
-use prometheus::IntGauge;
+use prometheus::{Histogram, IntCounter, IntGauge};
 
 use crate::endpoints::handlers::connect::HeldUntilClosed;
 use crate::endpoints::{RequestInfo, Verb};
@@ -22,10 +25,106 @@ use crate::metrics::{COMPONENT, global};
 /// One request being recorded.
 pub(crate) struct Recording {
     arrived: Instant,
-    /// verb, dry_run, group, version, resource, subresource, scope, component.
-    labels: [String; 8],
+    /// Its series, resolved once for every request of the same labels.
+    series: Arc<Series>,
     /// The gauge this request holds up while it runs (in flight, or long-running).
     gauge: IntGauge,
+}
+
+/// The series of requests with the same labels (verb, dry_run, group, version, resource,
+/// subresource, scope, component): resolved once, so that a request neither copies its
+/// labels into strings nor looks each metric up by them again.
+struct Series {
+    labels: [String; 8],
+    duration: Histogram,
+    sizes: Histogram,
+    /// `apiserver_request_total` by code, as the codes are met.
+    by_code: RwLock<Vec<(u16, IntCounter)>>,
+}
+
+impl Series {
+    fn new(labels: [String; 8]) -> Self {
+        let metrics = global();
+        let all: Vec<&str> = labels.iter().map(String::as_str).collect();
+        Self {
+            duration: metrics.request_duration.with_label_values(&all),
+            sizes: metrics.response_sizes.with_label_values(&sized(&labels)),
+            by_code: RwLock::default(),
+            labels,
+        }
+    }
+
+    fn is(&self, labels: &[&str; 8]) -> bool {
+        self.labels.iter().zip(labels).all(|(a, b)| a == b)
+    }
+
+    /// The request counter of `code` in this series.
+    fn requests(&self, code: u16) -> IntCounter {
+        let known = self.by_code.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, counter)) = known.iter().find(|(c, _)| *c == code) {
+            return counter.clone();
+        }
+        drop(known);
+        let code_label = code.to_string();
+        let mut labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
+        labels.push(&code_label);
+        let counter = global().requests.with_label_values(&labels);
+        let mut known = self.by_code.write().unwrap_or_else(PoisonError::into_inner);
+        if !known.iter().any(|(c, _)| *c == code) {
+            known.push((code, counter.clone()));
+        }
+        counter
+    }
+}
+
+/// The series met so far, by a hash of their labels. Bounded: past it, a series is resolved
+/// for its request alone (the metrics are the same, only slower to reach).
+const MAX_SERIES: usize = 4096;
+
+fn series_of(labels: [&str; 8]) -> Arc<Series> {
+    static KNOWN: OnceLock<RwLock<HashMap<u64, Arc<Series>>>> = OnceLock::new();
+    let known = KNOWN.get_or_init(RwLock::default);
+    let mut hasher = std::hash::DefaultHasher::new();
+    labels.hash(&mut hasher);
+    let key = hasher.finish();
+    let found = known
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+        .cloned();
+    match found {
+        Some(series) if series.is(&labels) => series,
+        // Another series with the same hash: resolved, not kept.
+        Some(_) => Arc::new(Series::new(labels.map(str::to_string))),
+        None => {
+            let series = Arc::new(Series::new(labels.map(str::to_string)));
+            let mut known = known.write().unwrap_or_else(PoisonError::into_inner);
+            if known.len() < MAX_SERIES {
+                known.entry(key).or_insert_with(|| series.clone());
+            }
+            series
+        }
+    }
+}
+
+/// `apiserver_current_inflight_requests` of `readOnly` or `mutating` requests (each series
+/// made when first met, as before).
+fn inflight(mutating: bool) -> IntGauge {
+    static GAUGES: [OnceLock<IntGauge>; 2] = [OnceLock::new(), OnceLock::new()];
+    let kind = if mutating { "mutating" } else { "readOnly" };
+    let gauge =
+        GAUGES[usize::from(mutating)].get_or_init(|| global().inflight.with_label_values(&[kind]));
+    gauge.clone()
+}
+
+/// The series of a histogram with one label, resolved the first time it is met and kept in
+/// `slot`: what the authentication and authorization filters observe with each request.
+pub(crate) fn one_label(
+    slot: &'static OnceLock<Histogram>,
+    vec: &prometheus::HistogramVec,
+    label: &str,
+) -> &'static Histogram {
+    slot.get_or_init(|| vec.with_label_values(&[label]))
 }
 
 /// Starts recording `request` (arrived at `arrived`), if it is a resource request.
@@ -34,31 +133,27 @@ pub(crate) fn start(request: &Request, arrived: Instant, long_running: bool) -> 
     if !info.is_resource_request {
         return None;
     }
-    let verb = reported_verb(info, request);
-    let labels = [
-        verb,
+    let series = series_of([
+        reported_verb(info, request),
         dry_run(request.uri().query()),
-        info.api_group.clone(),
-        info.api_version.clone(),
-        info.resource.clone(),
-        info.subresource.clone(),
-        scope(info).to_string(),
-        COMPONENT.to_string(),
-    ];
-    let metrics = global();
+        &info.api_group,
+        &info.api_version,
+        &info.resource,
+        &info.subresource,
+        scope(info),
+        COMPONENT,
+    ]);
     let gauge = if long_running {
-        metrics.longrunning.with_label_values(&sized(&labels))
+        global()
+            .longrunning
+            .with_label_values(&sized(&series.labels))
     } else {
-        let kind = match info.verb {
-            Verb::Get | Verb::List | Verb::Watch => "readOnly",
-            _ => "mutating",
-        };
-        metrics.inflight.with_label_values(&[kind])
+        inflight(!matches!(info.verb, Verb::Get | Verb::List | Verb::Watch))
     };
     gauge.inc();
     Some(Recording {
         arrived,
-        labels,
+        series,
         gauge,
     })
 }
@@ -92,22 +187,14 @@ pub(crate) fn finish(recording: Recording, long_running: bool, response: Respons
 
 impl Recording {
     fn record(self, code: u16, size: Option<u64>) {
-        let metrics = global();
-        let labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
-        let code = code.to_string();
-        let mut with_code = labels.clone();
-        with_code.push(&code);
-        metrics.requests.with_label_values(&with_code).inc();
-        metrics
-            .request_duration
-            .with_label_values(&labels)
+        let series = &self.series;
+        series.requests(code).inc();
+        series
+            .duration
             .observe(self.arrived.elapsed().as_secs_f64());
         // As kube: sizes of reads only.
-        if let (Some(size), "GET" | "LIST") = (size, labels[0]) {
-            metrics
-                .response_sizes
-                .with_label_values(&sized(&self.labels))
-                .observe(size as f64);
+        if let (Some(size), "GET" | "LIST") = (size, series.labels[0].as_str()) {
+            series.sizes.observe(size as f64);
         }
     }
 }
@@ -126,7 +213,7 @@ fn sized(labels: &[String; 8]) -> [&str; 7] {
 }
 
 /// kube's reported verb: the request verb upper-cased; `APPLY` for a server-side apply patch.
-fn reported_verb(info: &RequestInfo, request: &Request) -> String {
+fn reported_verb(info: &RequestInfo, request: &Request) -> &'static str {
     let apply = info.verb == Verb::Patch
         && request
             .headers()
@@ -134,9 +221,29 @@ fn reported_verb(info: &RequestInfo, request: &Request) -> String {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/apply-patch"));
     if apply {
-        return "APPLY".into();
+        return "APPLY";
     }
-    info.verb.as_str().to_ascii_uppercase()
+    upper_case(info.verb)
+}
+
+/// A verb upper-cased, as kube's metrics write it.
+fn upper_case(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Get => "GET",
+        Verb::List => "LIST",
+        Verb::Watch => "WATCH",
+        Verb::Create => "CREATE",
+        Verb::Update => "UPDATE",
+        Verb::Patch => "PATCH",
+        Verb::Delete => "DELETE",
+        Verb::DeleteCollection => "DELETECOLLECTION",
+        Verb::Post => "POST",
+        Verb::Put => "PUT",
+        Verb::Head => "HEAD",
+        Verb::Options => "OPTIONS",
+        Verb::Impersonate => "IMPERSONATE",
+        _ => "UNKNOWN",
+    }
 }
 
 /// kube's `CleanScope`: `resource` for one object (or a create), `namespace`, `cluster`.
@@ -151,15 +258,18 @@ fn scope(info: &RequestInfo) -> &'static str {
 }
 
 /// kube's `cleanDryRun`: the `dryRun` values when every one is `All`, else empty.
-fn dry_run(query: Option<&str>) -> String {
-    let values: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+fn dry_run(query: Option<&str>) -> &'static str {
+    let Some(query) = query.filter(|q| q.contains("dryRun")) else {
+        return "";
+    };
+    let mut values = form_urlencoded::parse(query.as_bytes())
         .filter(|(k, _)| k == "dryRun")
-        .map(|(_, v)| v.into_owned())
-        .collect();
-    if !values.is_empty() && values.iter().all(|v| v == "All") {
-        "All".into()
+        .map(|(_, v)| v)
+        .peekable();
+    if values.peek().is_some() && values.all(|v| v == "All") {
+        "All"
     } else {
-        String::new()
+        ""
     }
 }
 
@@ -202,7 +312,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scope_and_dry_run_as_kube_cleans_them() {
+    fn a_series_is_resolved_once_and_counts_each_code() {
+        let labels = [
+            "GET",
+            "",
+            "series.example.com",
+            "v1",
+            "gadgets",
+            "",
+            "resource",
+            COMPONENT,
+        ];
+        let series = series_of(labels);
+        assert!(Arc::ptr_eq(&series, &series_of(labels)), "kept");
+        let mut other = labels;
+        other[4] = "widgets";
+        assert!(!Arc::ptr_eq(&series, &series_of(other)));
+        series.requests(200).inc();
+        series.requests(200).inc();
+        series.requests(404).inc();
+        let count = |code: &str| {
+            let mut with_code = labels.to_vec();
+            with_code.push(code);
+            global().requests.with_label_values(&with_code).get()
+        };
+        assert_eq!((count("200"), count("404")), (2, 1));
+    }
+
+    #[test]
+    fn verb_scope_and_dry_run_as_kube_cleans_them() {
         let info = |verb, ns: &str, name: &str| RequestInfo {
             is_resource_request: true,
             verb,
@@ -217,5 +355,24 @@ mod tests {
         assert_eq!(dry_run(Some("dryRun=All&x=1")), "All");
         assert_eq!(dry_run(Some("dryRun=All&dryRun=Nope")), "");
         assert_eq!(dry_run(None), "");
+        assert_eq!(dry_run(Some("x=dryRun")), "");
+        // Every verb a request can have, from its method, path and query.
+        let methods = [
+            "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE",
+        ];
+        let paths = [
+            ("/apis/g/v/r/n", None),
+            ("/apis/g/v/r", None),
+            ("/apis/g/v/r", Some("watch=1")),
+            ("/healthz", None),
+        ];
+        for method in methods {
+            let method: http::Method = method.parse().unwrap();
+            for (path, query) in paths {
+                let verb = RequestInfo::parse(&method, path, query).verb;
+                assert_eq!(upper_case(verb), verb.as_str().to_ascii_uppercase());
+            }
+        }
+        assert_eq!(upper_case(Verb::Impersonate), "IMPERSONATE");
     }
 }

@@ -186,7 +186,13 @@ async fn chain(
     let audit = audit::record(&config, &mut request, &audit_id);
     let long_running = timeout::is_long_running(&request, &config.long_running);
     let goaway = goaway::draw(config.goaway_chance, &request, long_running);
-    let served = async move {
+    let audited = audit.is_some();
+    // The rest of the request's path is one future on the heap, made once: it is large (every
+    // step's state), and moved by value through the span, the panic guard and the timeout it
+    // would be copied whole each time. The steps most requests skip (the audit's reading of
+    // bodies, impersonation, YAML errors, indentation) are boxed only when they run, so that
+    // their state does not make every request's future larger.
+    let served = Box::pin(async move {
         let limit = config.request_timeout;
         let admitted = async move {
             let request = match authentication::authenticate(&config, request).await {
@@ -194,8 +200,17 @@ async fn chain(
                 Err(refused) => return refused,
             };
             trace::record_user(&request);
-            let request = audit::begin(request).await;
-            let mut request = match impersonation::impersonate(&config, request).await {
+            let request = if audited {
+                Box::pin(audit::begin(request)).await
+            } else {
+                request
+            };
+            let request = if impersonation::asked(&request) {
+                Box::pin(impersonation::impersonate(&config, request)).await
+            } else {
+                Ok(request)
+            };
+            let mut request = match request {
                 Ok(request) => request,
                 Err(refused) => return refused,
             };
@@ -229,19 +244,21 @@ async fn chain(
         } else {
             timeout::bound(limit, admitted).await
         }
-    };
+    });
     let mut response = panic_recovery::recover(uri, served.instrument(span.clone())).await;
-    response = audit::finish(audit, response).await;
+    if audit.is_some() {
+        response = Box::pin(audit::finish(audit, response)).await;
+    }
     let code = response.status().as_u16();
     span.record("code", code);
     // kube-apiserver's httplog line, at debug (`RUST_LOG=extension_apiserver::filters=debug`).
     let latency_ms = arrived.elapsed().as_secs_f64() * 1000.0;
     tracing::debug!(parent: &span, code, latency_ms, "served");
     if yaml_errors {
-        response = error_encoding::as_yaml(response).await;
+        response = Box::pin(error_encoding::as_yaml(response)).await;
     }
     if pretty {
-        response = pretty::indent_response(response).await;
+        response = Box::pin(pretty::indent_response(response)).await;
     }
     headers::finish(&mut response, audit_id);
     if let Some(goaway) = goaway {

@@ -85,11 +85,12 @@ pub(crate) fn classify(
         }),
     };
     let classification = engine.classify(&digest);
-    let header = |v: &str| HeaderValue::from_str(v).unwrap_or(HeaderValue::from_static(""));
-    let headers = Some([
-        header(classification.flow_schema_uid()),
-        header(classification.priority_level_uid()),
-    ]);
+    // The UIDs are shared bytes of the configuration: no copy per request.
+    let header = |v: &bytes::Bytes| {
+        HeaderValue::from_maybe_shared(v.clone()).unwrap_or(HeaderValue::from_static(""))
+    };
+    let [schema_uid, level_uid] = classification.shared_uids();
+    let headers = Some([header(schema_uid), header(level_uid)]);
     let width = if classification.exempt() {
         1
     } else {

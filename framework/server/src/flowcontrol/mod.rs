@@ -98,6 +98,12 @@ impl Classification {
         &self.schema.level.uid
     }
 
+    /// The schema's and the level's UIDs, shared: what each response's
+    /// `X-Kubernetes-PF-*` headers are made of without a copy.
+    pub(crate) fn shared_uids(&self) -> &[bytes::Bytes; 2] {
+        &self.schema.shared_uids
+    }
+
     /// The seconds a client refused at this level should wait before it tries again (kube's
     /// dropped-requests tracker: 1, growing to at most 32 while the level keeps refusing).
     pub fn retry_after(&self) -> u32 {
@@ -129,6 +135,8 @@ struct Schema {
     rules: Vec<fc::PolicyRulesWithSubjects>,
     level: Arc<Level>,
     labels: Labels,
+    /// `uid` and the level's, made once a configuration rather than once a request.
+    shared_uids: [bytes::Bytes; 2],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -496,9 +504,14 @@ fn build(
                 Some("ByNamespace") => Distinguisher::ByNamespace,
                 _ => Distinguisher::None,
             };
+            let uid = s.metadata.uid.unwrap_or_default();
             Some(Arc::new(Schema {
                 labels: Labels::new(&name, &level.name),
-                uid: s.metadata.uid.unwrap_or_default(),
+                shared_uids: [
+                    bytes::Bytes::from(uid.clone()),
+                    bytes::Bytes::from(level.uid.clone()),
+                ],
+                uid,
                 precedence: spec.matching_precedence.unwrap_or(1000),
                 distinguisher,
                 rules: spec.rules.unwrap_or_default(),

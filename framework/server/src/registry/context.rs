@@ -159,6 +159,15 @@ impl RequestContext {
         }
     }
 
+    /// What the endpoint reads of the context once the handler has answered: the warnings
+    /// and the watch's initialization, without a copy of the rest (the user, the namespace).
+    pub(crate) fn answered(&self) -> Answered {
+        Answered {
+            warnings: self.warnings.clone(),
+            watch_initialization: self.watch_initialization.clone(),
+        }
+    }
+
     /// The same context, for a PATCH whose strict decoding errors are `patch`'s.
     pub(crate) fn for_patch(mut self, patch: PatchDecoding) -> Self {
         self.patch = Some(Arc::new(patch));
@@ -194,5 +203,26 @@ impl RequestContext {
     /// What a PATCH's handler said of its body; `None` for other requests.
     pub(crate) fn patch(&self) -> Option<&PatchDecoding> {
         self.patch.as_deref()
+    }
+}
+
+/// The part of a [`RequestContext`] the endpoint reads after the handler
+/// ([`RequestContext::answered`]).
+pub(crate) struct Answered {
+    warnings: Arc<WarningRecorder>,
+    watch_initialization: Option<WatchInitialization>,
+}
+
+impl Answered {
+    /// As [`RequestContext::watch_initialized`].
+    pub(crate) fn watch_initialized(&self) {
+        if let Some(signal) = &self.watch_initialization {
+            signal.signal();
+        }
+    }
+
+    /// As [`RequestContext::warnings`].
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        self.warnings.warnings()
     }
 }

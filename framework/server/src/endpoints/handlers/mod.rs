@@ -63,7 +63,7 @@ pub async fn handle(State(state): State<Arc<APIState>>, request: Request) -> Res
         Ok(call) => call,
         Err(e) => return e.into_response(),
     };
-    let ctx = call.ctx.clone();
+    let ctx = call.ctx.answered();
     let mut response = dispatch(call)
         .await
         .unwrap_or_else(IntoResponse::into_response);
@@ -77,14 +77,14 @@ fn prepare(state: Arc<APIState>, mut parts: Parts, body: Body, info: RequestInfo
     if !info.is_resource_request {
         return Err(Error::path_not_found());
     }
-    let path = if info.subresource.is_empty() {
-        info.resource.clone()
-    } else {
-        format!("{}/{}", info.resource, info.subresource)
-    };
     let resource = state
         .resources
-        .get(&info.api_group, &info.api_version, &path)
+        .find(
+            &info.api_group,
+            &info.api_version,
+            &info.resource,
+            &info.subresource,
+        )
         .ok_or_else(Error::path_not_found)?;
     check_scope(&resource, &info)?;
     let query = Query::parse(parts.uri.query(), info.verb)?;
@@ -92,7 +92,8 @@ fn prepare(state: Arc<APIState>, mut parts: Parts, body: Body, info: RequestInfo
         "" => RequestContext::cluster(),
         ns => RequestContext::namespaced(ns),
     };
-    ctx.user = parts.extensions.get::<UserInfo>().cloned();
+    // Taken, not cloned, as the request info: nothing after the handler reads it.
+    ctx.user = parts.extensions.remove::<UserInfo>();
     if let Some(signal) = parts.extensions.remove::<WatchInitialization>() {
         ctx = ctx.with_watch_initialization(signal);
     }

@@ -12,7 +12,6 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
-use axum::response::IntoResponse;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::net::TcpListener;
 
@@ -25,7 +24,6 @@ use crate::aggregator::{
 use crate::auth::delegating::{self, AuthSetup, Mode};
 use crate::discovery::DiscoveryDocuments;
 use crate::endpoints::{self, APIState, InstalledResources};
-use crate::error::Error;
 use crate::filters::inflight::InflightLimits;
 use crate::filters::{self, FilterConfig};
 use crate::flowcontrol::FlowControl;
@@ -1012,12 +1010,13 @@ impl APIServer {
                 OpenAPIDocuments::build_with(&served, self.metrics.openapi_paths(), &self.openapi)
                     .router(),
             )
-            .merge(self.metrics.router())
-            .merge(endpoints::resource_router(state));
+            .merge(self.metrics.router());
+        // Resource paths, and 404 for anything else, are the fallback: no route parameters
+        // to decode for every request.
         let router = self
             .extensions
             .routes(router)
-            .fallback(|| async { Error::path_not_found().into_response() });
+            .fallback_service(endpoints::resource_fallback(state));
         let router = self.extensions.layers(router);
         let config = FilterConfig {
             authenticator: auth.authenticator,
