@@ -62,6 +62,26 @@ impl Verb {
         }
     }
 
+    /// The verb upper-cased, as kube's request metrics write it (`DELETECOLLECTION`, ...).
+    pub(crate) const fn as_upper_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::List => "LIST",
+            Self::Watch => "WATCH",
+            Self::Create => "CREATE",
+            Self::Update => "UPDATE",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
+            Self::DeleteCollection => "DELETECOLLECTION",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Head => "HEAD",
+            Self::Options => "OPTIONS",
+            Self::Unknown => "UNKNOWN",
+            Self::Impersonate => "IMPERSONATE",
+        }
+    }
+
     /// The verb of a non-resource request: its method, lower-cased.
     fn of_method(method: &Method) -> Self {
         match *method {

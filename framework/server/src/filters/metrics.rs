@@ -223,27 +223,7 @@ fn reported_verb(info: &RequestInfo, request: &Request) -> &'static str {
     if apply {
         return "APPLY";
     }
-    upper_case(info.verb)
-}
-
-/// A verb upper-cased, as kube's metrics write it.
-fn upper_case(verb: Verb) -> &'static str {
-    match verb {
-        Verb::Get => "GET",
-        Verb::List => "LIST",
-        Verb::Watch => "WATCH",
-        Verb::Create => "CREATE",
-        Verb::Update => "UPDATE",
-        Verb::Patch => "PATCH",
-        Verb::Delete => "DELETE",
-        Verb::DeleteCollection => "DELETECOLLECTION",
-        Verb::Post => "POST",
-        Verb::Put => "PUT",
-        Verb::Head => "HEAD",
-        Verb::Options => "OPTIONS",
-        Verb::Impersonate => "IMPERSONATE",
-        _ => "UNKNOWN",
-    }
+    info.verb.as_upper_str()
 }
 
 /// kube's `CleanScope`: `resource` for one object (or a create), `namespace`, `cluster`.
@@ -370,9 +350,9 @@ mod tests {
             let method: http::Method = method.parse().unwrap();
             for (path, query) in paths {
                 let verb = RequestInfo::parse(&method, path, query).verb;
-                assert_eq!(upper_case(verb), verb.as_str().to_ascii_uppercase());
+                assert_eq!(verb.as_upper_str(), verb.as_str().to_ascii_uppercase());
             }
         }
-        assert_eq!(upper_case(Verb::Impersonate), "IMPERSONATE");
+        assert_eq!(Verb::Impersonate.as_upper_str(), "IMPERSONATE");
     }
 }
