@@ -14,7 +14,6 @@ pub mod table;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::routing::{MethodRouter, any};
 
 pub use handlers::APIState;
@@ -24,24 +23,17 @@ pub use request_info::{RequestInfo, Verb};
 /// The largest request body kube-apiserver accepts: 3 MiB.
 pub const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Routes every resource path under `/apis/{group}/{version}/` to the handlers.
-pub fn resource_router(state: Arc<APIState>) -> Router {
-    Router::new()
-        .route("/apis/{group}/{version}/{*rest}", any(handlers::handle))
-        .with_state(state)
-}
-
 /// What serves every path no route matched, as the router's fallback: a resource path
 /// under `/apis/{group}/{version}/` goes to the handlers, anything else is 404 `NotFound`
-/// (the handlers' answer to a path that names no installed resource). The server installs
-/// its resources so rather than with [`resource_router`]: a route with parameters has axum
-/// decode them and store them, and its matched path, in every request, which nothing
-/// here reads (the request info has parsed the path already).
+/// (the handlers' answer to a path that names no installed resource). A fallback rather
+/// than a route `/apis/{group}/{version}/{*rest}`: a route with parameters has axum decode
+/// them and store them, and its matched path, in every request, which nothing here reads
+/// (the request info has parsed the path already).
 pub fn resource_fallback(state: Arc<APIState>) -> MethodRouter {
     any(resource_or_not_found).with_state(state)
 }
 
-/// The resource handlers for the paths [`resource_router`]'s route matches, 404 otherwise.
+/// The resource handlers for the paths `/apis/{group}/{version}/{*rest}` matches, 404 otherwise.
 async fn resource_or_not_found(
     state: axum::extract::State<Arc<APIState>>,
     request: axum::extract::Request,
