@@ -1,7 +1,7 @@
 //! Encoding responses in the negotiated target: objects, lists, tables, metadata-only forms,
 //! and the `Warning` headers collected while serving.
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
@@ -107,10 +107,7 @@ pub fn respond_list(
                     wrote_item: false,
                     left: size,
                 };
-                return Ok(with_content_type(
-                    (code, axum::body::Body::new(body)).into_response(),
-                    target,
-                ));
+                return Ok(sized_response(code, target, axum::body::Body::new(body)));
             }
             let mut out = head;
             out.reserve(list_size_hint(&list));
@@ -185,14 +182,6 @@ fn list_size_hint(list: &ObjectList) -> usize {
 /// A response of JSON or YAML bytes already encoded in the target's encoding.
 fn respond_bytes(code: StatusCode, target: Target, bytes: Vec<u8>) -> Result<Response> {
     Ok(sized_response(code, target, axum::body::Body::from(bytes)))
-}
-
-fn with_content_type(mut response: Response, target: Target) -> Response {
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(target.content_type()),
-    );
-    response
 }
 
 /// A JSON list larger than this is written piece by piece as it is sent ([`ListBody`]); a
