@@ -12,8 +12,9 @@
 //!
 //! The default cap is set as the process starts, before `main` (an ELF constructor): glibc
 //! gives every thread that allocates before a cap an arena of its own for good, and the
-//! runtime's threads (started by `#[tokio::main]` before [`APIServer::run`] is reached) made
-//! one or two arenas beyond it, a different number from run to run.
+//! runtime's threads (started by `#[tokio::main]` before
+//! [`APIServer::run`](super::APIServer::run) is reached) made one or two arenas beyond it, a
+//! different number from run to run.
 //!
 //! Fast bins are off as well: with few arenas shared by every thread, each allocation past
 //! the small sizes (a write's object encoded, a response) first merged every fast-bin chunk
@@ -264,7 +265,8 @@ mod tests {
                 let barrier = barrier.clone();
                 std::thread::spawn(move || {
                     barrier.wait();
-                    (0..1000).map(|i| vec![0u8; 2000 + i]).count()
+                    let held: Vec<Vec<u8>> = (0..1000).map(|i| vec![1; 2000 + i]).collect();
+                    std::hint::black_box(&held).len()
                 })
             })
             .collect();
