@@ -5,8 +5,17 @@
 //! the long-lived strings end up interleaved with every request's short-lived buffers, which
 //! leaves holes the allocator cannot give back: measured with glibc, about 100 B per cached
 //! object beyond its own bytes. An [`Arena`] instead appends the strings to large shared
-//! buffers ([`CHUNK`] bytes each): a string is a [`Bytes`] view into one, and a buffer is freed
-//! when the last view into it is dropped.
+//! buffers: a string is a [`Bytes`] view into one, and a buffer is freed when the last view
+//! into it is dropped.
+//!
+//! The first buffer is small ([`FIRST_CHUNK`]), so that a cache of a few objects holds
+//! little; every later one is [`CHUNK`], large enough that glibc always maps it on its own
+//! (its dynamic mmap threshold never rises past 32 MiB on 64-bit targets), outside the heaps
+//! where requests allocate. Buffers of 64 KiB inside the heaps left holes between them that
+//! `malloc_trim` could not give back whole; mapped apart, the cache's memory is the pages its
+//! strings were written to (an unwritten tail is never touched, so never resident). The
+//! price is address space: 32 MiB reserved per cache past its first buffer, and with
+//! transparent huge pages set to `always` up to 2 MiB of a tail made resident at once.
 //!
 //! What the arena cannot do is reuse the space of a string that is no longer current while
 //! its neighbours are: updates leave dead strings behind in old buffers. The owner counts the
@@ -15,20 +24,27 @@
 
 use bytes::{Bytes, BytesMut};
 
-/// The size of one shared buffer.
-pub(crate) const CHUNK: usize = 64 * 1024;
+/// The size of an arena's first shared buffer, allocated by malloc as usual.
+pub(crate) const FIRST_CHUNK: usize = 64 * 1024;
+
+/// The size of every later shared buffer: 32 MiB, at which glibc always maps an allocation
+/// of its own (see the module documentation).
+pub(crate) const CHUNK: usize = 32 << 20;
 
 /// Strings at least this long get a buffer of their own: a large one would waste much of a
 /// chunk's tail, and would keep a whole chunk alive by itself.
-const OWN_BUFFER: usize = CHUNK / 8;
+const OWN_BUFFER: usize = FIRST_CHUNK / 8;
 
 /// Appends byte strings to shared buffers. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Arena {
     /// The buffer being filled: what follows the strings handed out so far.
     current: BytesMut,
-    /// Bytes of every buffer this arena allocated (a bound on what it keeps alive).
+    /// Bytes of every string this arena handed out (with the small first buffer's tail: a
+    /// bound on what it keeps resident).
     allocated: usize,
+    /// Whether the first shared buffer was made (every later one is a [`CHUNK`]).
+    chunked: bool,
 }
 
 impl Arena {
@@ -48,16 +64,22 @@ impl Arena {
         }
         // After `split`, `capacity` is what is left after the strings handed out.
         if self.current.capacity() < len {
-            self.current = BytesMut::with_capacity(CHUNK);
-            self.allocated += CHUNK;
+            // The first buffer's tail stays unused, and counted; a mapped one's is never
+            // touched.
+            self.allocated += self.current.capacity();
+            let size = if self.chunked { CHUNK } else { FIRST_CHUNK };
+            self.current = BytesMut::with_capacity(size);
+            self.chunked = true;
         }
+        self.allocated += len;
         parts.iter().for_each(|p| self.current.extend_from_slice(p));
         // The front of the buffer becomes the string; `current` keeps the rest of the same
         // allocation (no copy, no new buffer while it has room).
         self.current.split().freeze()
     }
 
-    /// Bytes of the buffers this arena allocated since it was made.
+    /// Bytes this arena handed out since it was made (with the first buffer's unused tail),
+    /// which its buffers keep resident while any string in them lives.
     pub fn allocated(&self) -> usize {
         self.allocated
     }
@@ -82,14 +104,30 @@ mod tests {
         assert_eq!(&b[..], b"second");
         // Adjacent in one buffer.
         assert_eq!(a.as_ptr() as usize + a.len(), b.as_ptr() as usize);
-        assert_eq!(arena.allocated(), CHUNK);
+        assert_eq!(arena.allocated(), 17);
 
+        // The small first buffer fills, then strings go to a large one.
         let filler = vec![b'x'; OWN_BUFFER - 1];
         let mut strings = Vec::new();
-        while arena.allocated() == CHUNK {
+        while arena.allocated() + filler.len() <= FIRST_CHUNK {
             strings.push(arena.pack(&[&filler]));
         }
-        assert_eq!(arena.allocated(), 2 * CHUNK);
+        let first = strings[0].as_ptr() as usize;
+        assert!(
+            (first..first + FIRST_CHUNK).contains(&(strings.last().unwrap().as_ptr() as usize))
+        );
+        let tail = FIRST_CHUNK - arena.allocated();
+        let next = arena.pack(&[&filler]);
+        assert!(!(first..first + FIRST_CHUNK).contains(&(next.as_ptr() as usize)));
+        assert_eq!(
+            arena.allocated(),
+            FIRST_CHUNK + filler.len(),
+            "the tail ({tail} B) counted"
+        );
+        // The large buffer takes many strings, end to end, and only counts what they hold.
+        let after = arena.pack(&[&filler]);
+        assert_eq!(next.as_ptr() as usize + next.len(), after.as_ptr() as usize);
+        assert_eq!(arena.allocated(), FIRST_CHUNK + 2 * filler.len());
         assert!(strings.iter().all(|s| s[..] == filler[..]));
         assert_eq!(&a[..], b"hello world", "earlier strings are not moved");
     }
@@ -101,7 +139,7 @@ mod tests {
         let large = vec![b'y'; OWN_BUFFER];
         let packed = arena.pack(&[&large[..10], &large[10..]]);
         assert_eq!(&packed[..], &large[..]);
-        assert_eq!(arena.allocated(), CHUNK + OWN_BUFFER);
+        assert_eq!(arena.allocated(), small.len() + OWN_BUFFER);
         // The chunk goes on being filled after it.
         let next = arena.pack(&[b"next"]);
         assert_eq!(

@@ -1258,7 +1258,7 @@ mod tests {
             assert!(state.compactions >= 2, "{} compactions", state.compactions);
             let allocated = state.arena.allocated();
             assert!(
-                allocated < held + held / 2 + (1 << 20) + super::super::arena::CHUNK,
+                allocated < held + held / 2 + (1 << 20) + super::super::arena::FIRST_CHUNK,
                 "{allocated} for {held}"
             );
         }

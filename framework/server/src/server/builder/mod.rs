@@ -455,7 +455,7 @@ impl APIServer {
             groups: Vec::new(),
             backend: None,
             openapi: OpenAPIInfo::default(),
-            malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
+            malloc_arena_max: Some(super::malloc::default_arena_max()),
             version: VersionInfo::default(),
             admission_plugins: Vec::new(),
             logging: true,
@@ -599,10 +599,13 @@ impl APIServer {
     }
 
     /// How many glibc malloc arenas [`run`](Self::run) allows the process (default
-    /// [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)), with glibc's
+    /// [`default_arena_max`](super::malloc::default_arena_max): one on two cores or fewer,
+    /// else [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)), with glibc's
     /// fast bins off and the memory a load freed given back once the server is quiet
-    /// (`malloc_trim`); `None` leaves the allocator as it is. `MALLOC_ARENA_MAX` and
-    /// `GLIBC_TUNABLES` in the environment always win. See
+    /// (`malloc_trim`); `None` leaves the allocator as it is. The default cap itself is set as
+    /// the process starts, before any thread (glibc applies a cap only to arenas made after
+    /// it), so another number here caps only the arenas made after `run`. `MALLOC_ARENA_MAX`
+    /// and `GLIBC_TUNABLES` in the environment always win. See
     /// [`server::malloc`](super::malloc) for why.
     pub fn malloc_arena_max(mut self, max: Option<u32>) -> Self {
         self.malloc_arena_max = max;
