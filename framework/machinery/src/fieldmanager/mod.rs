@@ -251,7 +251,8 @@ impl FieldManager {
         let seen = pruned.as_ref().unwrap_or(new);
         let mut changes = Changes::new(live, seen, root, self.converter.as_ref(), reset, version);
         changes.take_from(&mut managed, None);
-        let mine = changes.own().changed.difference(strip_set());
+        let mut mine = changes.into_own_changed();
+        mine.remove_all(strip_set());
         if !mine.is_empty() {
             let id = owner.id(Operation::Update);
             let set = match managed.remove(&id) {

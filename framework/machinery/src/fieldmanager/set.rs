@@ -81,6 +81,19 @@ impl FieldSet {
         self.members.contains(element)
     }
 
+    /// Adds `element` as a member, with `below` (the paths through it, relative to it):
+    /// how a walk builds a set node by node instead of path by path from the root.
+    pub(super) fn insert_member(&mut self, element: PathElement, below: FieldSet) {
+        if !below.is_empty() {
+            let merged = match self.children.remove(&element) {
+                Some(mine) => mine.union(&below),
+                None => below,
+            };
+            self.children.insert(element.clone(), merged);
+        }
+        self.members.insert(element);
+    }
+
     /// Paths in either set.
     pub fn union(&self, other: &FieldSet) -> FieldSet {
         let mut out = self.clone();
@@ -124,6 +137,43 @@ impl FieldSet {
             })
             .collect();
         FieldSet { members, children }
+    }
+
+    /// Takes the paths of `other` out of this set, in place ([`difference`](Self::difference)
+    /// without a copy).
+    pub(super) fn remove_all(&mut self, other: &FieldSet) {
+        if other.is_empty() {
+            return;
+        }
+        self.members.retain(|e| !other.members.contains(e));
+        self.children.retain(|e, mine| match other.children.get(e) {
+            Some(theirs) => {
+                mine.remove_all(theirs);
+                !mine.is_empty()
+            }
+            None => true,
+        });
+    }
+
+    /// Takes the paths in or below those of `other` out of this set, in place
+    /// ([`recursive_difference`](Self::recursive_difference) without a copy).
+    pub(super) fn remove_recursive(&mut self, other: &FieldSet) {
+        if other.is_empty() {
+            return;
+        }
+        self.members.retain(|e| !other.members.contains(e));
+        self.children.retain(|e, mine| {
+            if other.members.contains(e) {
+                return false;
+            }
+            match other.children.get(e) {
+                Some(theirs) => {
+                    mine.remove_recursive(theirs);
+                    !mine.is_empty()
+                }
+                None => true,
+            }
+        });
     }
 
     /// Paths in this set that neither are in `other` nor lie below one of its paths (SMD's
@@ -201,9 +251,28 @@ impl FieldSet {
     }
 
     /// The `FieldsV1` object (members in `serde_json`'s key order; use
-    /// [`to_fields_v1_string`](Self::to_fields_v1_string) for kube's exact bytes).
+    /// [`to_fields_v1_string`](Self::to_fields_v1_string) for kube's exact bytes): the
+    /// value [`to_fields_v1_string`](Self::to_fields_v1_string)'s text parses to, built
+    /// without the text.
     pub fn to_fields_v1(&self) -> Value {
-        serde_json::from_str(&self.to_fields_v1_string()).unwrap_or(Value::Null)
+        Value::Object(self.fields_v1_map(false))
+    }
+
+    fn fields_v1_map(&self, include_self: bool) -> Map<String, Value> {
+        let mut out = Map::new();
+        if include_self {
+            out.insert(".".into(), Value::Object(Map::new()));
+        }
+        let mut elements: BTreeSet<&PathElement> = self.members.iter().collect();
+        elements.extend(self.children.keys());
+        for e in elements {
+            let inner = match self.children.get(e) {
+                Some(child) => child.fields_v1_map(self.members.contains(e)),
+                None => Map::new(),
+            };
+            out.insert(e.to_fields_v1_key(), Value::Object(inner));
+        }
+        out
     }
 
     /// Reads a `FieldsV1` object; an error names the first key that is not a path element.
@@ -317,6 +386,18 @@ mod tests {
             r#"{"f:a":{}}"#
         );
         assert_eq!(a.len(), 3);
+        // The in-place forms give what the copying ones give.
+        let sets = [&a, &b, &b_only, &a.union(&b), &FieldSet::new()];
+        for x in sets {
+            for y in sets {
+                let mut left = x.clone();
+                left.remove_all(y);
+                assert_eq!(left, x.difference(y));
+                let mut left = x.clone();
+                left.remove_recursive(y);
+                assert_eq!(left, x.recursive_difference(y));
+            }
+        }
     }
 
     #[test]

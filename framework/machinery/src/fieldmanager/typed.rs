@@ -157,21 +157,27 @@ pub(crate) struct Comparison {
 
 impl Comparison {
     /// The comparison without the fields in or below `ignored` (SMD's `FilterFields`).
-    pub(crate) fn without(self, ignored: &FieldSet) -> Comparison {
-        if ignored.is_empty() {
-            return self;
-        }
-        Comparison {
-            added: self.added.recursive_difference(ignored),
-            modified: self.modified.recursive_difference(ignored),
-            removed: self.removed.recursive_difference(ignored),
-        }
+    pub(crate) fn without(mut self, ignored: &FieldSet) -> Comparison {
+        self.added.remove_recursive(ignored);
+        self.modified.remove_recursive(ignored);
+        self.removed.remove_recursive(ignored);
+        self
     }
 }
 
 /// Compares `old` with `new` under the schema at `at`.
 pub(crate) fn compare(old: Option<&Value>, new: Option<&Value>, at: At<'_>) -> Comparison {
     let mut out = Comparison::default();
+    // Nothing (or an empty object, a create's live object) to compare with: everything is
+    // added, and the set is built node by node (what the walk below finds, path by path).
+    let nothing = old.is_none_or(|o| o.as_object().is_some_and(Map::is_empty));
+    if let Some(Value::Object(new)) = new
+        && nothing
+        && !at.map_is_atomic()
+    {
+        out.added = added_paths(new, at);
+        return out;
+    }
     walk_compare(old, new, at, &mut Vec::new(), &mut out);
     out
 }
@@ -206,6 +212,47 @@ fn walk_compare(
         out.added.insert(path);
     } else if new.is_none() {
         out.removed.insert(path);
+    }
+}
+
+/// The paths `walk_compare` finds in an object compared with nothing: every member, with
+/// the paths below it, but `metadata.managedFields`.
+fn added_paths(object: &Map<String, Value>, at: At<'_>) -> FieldSet {
+    let mut set = FieldSet::new();
+    for (key, child) in object {
+        let in_metadata = key == "metadata";
+        let below = added_below(child, at.field(key), in_metadata);
+        set.insert_member(PathElement::Field(key.clone()), below);
+    }
+    set
+}
+
+/// The paths below a new value that `walk_compare(None, Some(value))` finds (the value
+/// itself is added by its parent): those of a granular map's members and list's items.
+fn added_below(value: &Value, at: At<'_>, in_metadata: bool) -> FieldSet {
+    match value {
+        Value::Object(map) if !at.map_is_atomic() => {
+            let mut set = FieldSet::new();
+            for (key, child) in map {
+                if in_metadata && key == "managedFields" {
+                    continue;
+                }
+                let below = added_below(child, at.field(key), false);
+                set.insert_member(PathElement::Field(key.clone()), below);
+            }
+            set
+        }
+        Value::Array(items) => match granular_list(at) {
+            Some(list_type) => {
+                let mut set = FieldSet::new();
+                for (element, item) in index_items(&list_type, at.items(), items) {
+                    set.insert_member(element, added_below(item, at.items(), false));
+                }
+                set
+            }
+            None => FieldSet::new(),
+        },
+        _ => FieldSet::new(),
     }
 }
 
@@ -567,6 +614,59 @@ mod tests {
             merged,
             json!({"spec": {"data": {"k": "v"}, "tags": ["a"], "replicas": null}})
         );
+    }
+
+    /// A comparison with nothing (a create) builds its set node by node: it must find what
+    /// the walk path by path finds, `metadata.managedFields` passed by, duplicates of list
+    /// items once, atomic maps and lists whole, free-form and unknown members included.
+    #[test]
+    fn compare_with_nothing_finds_what_the_walk_finds() {
+        let schema = schema();
+        let objects = [
+            json!({}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a",
+                   "labels": {"x": "1"}, "managedFields": [{"manager": "m"}],
+                   "ownerReferences": [{"uid": "u", "name": "o"}, {"uid": "u", "name": "p"}]},
+                   "spec": {"replicas": 1, "tags": ["b", "a", "b"], "args": ["-v", "-v"],
+                            "ports": [{"port": 80, "protocol": "TCP", "name": "http"},
+                                      {"port": 80, "protocol": "TCP", "name": "dup"},
+                                      {"name": "nokeys"}],
+                            "containers": [{"name": "a", "image": "x", "env": [{"n": 1}]}],
+                            "selector": {"app": "x"}, "data": {"k": "v", "e": {}},
+                            "unknown": {"deep": [1, {"x": null}]}, "null": null},
+                   "status": {"managedFields": [1], "list": [[], {}]}}),
+            json!({"metadata": "not an object", "spec": [1, 2]}),
+        ];
+        for new in &objects {
+            for old in [None, Some(json!({}))] {
+                let mut walked = Comparison::default();
+                walk_compare(
+                    old.as_ref(),
+                    Some(new),
+                    schema.root(),
+                    &mut Vec::new(),
+                    &mut walked,
+                );
+                let built = compare(old.as_ref(), Some(new), schema.root());
+                assert_eq!(built, walked, "{new}");
+                let text = built.added.to_fields_v1_string();
+                assert_eq!(
+                    built.added.to_fields_v1(),
+                    serde_json::from_str::<Value>(&text).unwrap()
+                );
+            }
+        }
+        let atomic = PatchSchema::from_json_schema(&json!({"x-kubernetes-map-type": "atomic"}));
+        let new = json!({"spec": {"a": 1}});
+        let mut walked = Comparison::default();
+        walk_compare(
+            Some(&json!({})),
+            Some(&new),
+            atomic.root(),
+            &mut Vec::new(),
+            &mut walked,
+        );
+        assert_eq!(compare(Some(&json!({})), Some(&new), atomic.root()), walked);
     }
 
     #[test]

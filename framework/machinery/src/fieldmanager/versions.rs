@@ -45,17 +45,25 @@ pub(crate) struct Changes<'a> {
 /// A comparison with what it added or modified, made once for every manager of its version.
 pub(crate) struct Compared {
     pub(crate) comparison: Comparison,
-    /// `added` ∪ `modified`: what the write sets anew.
-    pub(crate) changed: FieldSet,
+    /// `added` ∪ `modified` when the write modified anything (else `added` is all of it).
+    union: Option<FieldSet>,
 }
 
 impl Compared {
     fn new(comparison: Comparison) -> Self {
-        let changed = comparison.added.union(&comparison.modified);
-        Self {
-            comparison,
-            changed,
-        }
+        let union =
+            (!comparison.modified.is_empty()).then(|| comparison.added.union(&comparison.modified));
+        Self { comparison, union }
+    }
+
+    /// `added` ∪ `modified`: what the write sets anew.
+    pub(crate) fn changed(&self) -> &FieldSet {
+        self.union.as_ref().unwrap_or(&self.comparison.added)
+    }
+
+    /// [`changed`](Self::changed), moved out.
+    fn into_changed(self) -> FieldSet {
+        self.union.unwrap_or(self.comparison.added)
     }
 }
 
@@ -86,6 +94,16 @@ impl<'a> Changes<'a> {
         self.by_version[self.own_version]
             .as_ref()
             .expect("own version compared")
+    }
+
+    /// What the write sets anew in its own version, moved out (the comparisons are done
+    /// with).
+    pub(crate) fn into_own_changed(mut self) -> FieldSet {
+        self.by_version
+            .remove(self.own_version)
+            .flatten()
+            .expect("own version compared")
+            .into_changed()
     }
 
     /// The changes in `version`; `None` when it cannot be converted to.
@@ -122,7 +140,7 @@ impl<'a> Changes<'a> {
                 gone.push(id.clone());
                 continue;
             };
-            let contested = entry.set.intersection(&changes.changed);
+            let contested = entry.set.intersection(changes.changed());
             let removed = entry.set.intersection(&changes.comparison.removed);
             if contested.is_empty() && removed.is_empty() {
                 // Untouched by this write: the entry stays as it was read.
