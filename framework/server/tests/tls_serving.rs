@@ -74,7 +74,7 @@ impl TestServer {
 
 /// `/whoami` echoes the user the X509 authenticator finds and the HTTP version;
 /// `/wait` answers only once shutdown starts, as a watch would end, and `/hang` never
-/// answers; `/version` is there
+/// answers; `/big` is [`big_body`]; `/version` is there
 /// because the installed kubectl (a version dispatcher) asks for it before some commands.
 fn router(certs: &SelfSignedCerts) -> Router {
     let authenticator = Arc::new(X509Authenticator::new(&certs.client_ca()).unwrap());
@@ -83,6 +83,7 @@ fn router(certs: &SelfSignedCerts) -> Router {
         .route("/wait", get(wait_for_shutdown))
         .route("/hang", get(hang))
         .route("/version", get(version))
+        .route("/big", get(|| async { big_body() }))
         .with_state(authenticator)
 }
 
@@ -94,6 +95,11 @@ async fn whoami(State(auth): State<Arc<X509Authenticator>>, req: Request) -> Jso
         Ok(user) => json!({ "user": user, "proto": proto }),
         Err(e) => json!({ "error": e.to_string(), "proto": proto }),
     })
+}
+
+/// A body of many TLS records and not a whole number of them, no two records alike.
+fn big_body() -> Vec<u8> {
+    (0..(3 << 20) + 7).map(|i: u32| (i % 251) as u8).collect()
 }
 
 /// A handler that ignores shutdown, which only the grace period can end.
@@ -271,6 +277,61 @@ async fn alpn_prefers_h2_and_falls_back_to_http11() {
     assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let h1 = connect(&server, None, &[b"http/1.1"]).await.unwrap();
     assert_eq!(h1.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    server.stop().await;
+}
+
+/// An HTTP/2 connection's large bodies are sealed into TLS records as they come and its small
+/// frames batched (`write_batch.rs`): interleaved on one connection, every body arrives
+/// whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_small_http2_responses_share_a_connection_intact() {
+    let server = TestServer::start().await;
+    let tls = connect(&server, None, &[b"h2"]).await.unwrap();
+    let (sender, connection) = h2::client::Builder::new()
+        .initial_window_size(8 << 20)
+        .initial_connection_window_size(32 << 20)
+        .handshake::<_, bytes::Bytes>(tls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut responses = Vec::new();
+    for i in 0..6 {
+        let path = if i % 2 == 0 { "/big" } else { "/version" };
+        let request = http::Request::get(format!("https://127.0.0.1{path}"))
+            .body(())
+            .unwrap();
+        let (response, _) = sender
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(request, true)
+            .unwrap();
+        responses.push((path, response));
+    }
+    let big = big_body();
+    for (path, response) in responses {
+        let mut body = timeout(WAIT, response).await.unwrap().unwrap().into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        if path == "/big" {
+            assert!(
+                got == big,
+                "a large body of {} bytes, not {}",
+                got.len(),
+                big.len()
+            );
+        } else {
+            let version: Value = serde_json::from_slice(&got).unwrap();
+            assert_eq!(version["major"], "1");
+        }
+    }
+    drop(sender);
+    connection.abort();
     server.stop().await;
 }
 

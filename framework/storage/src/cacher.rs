@@ -151,6 +151,25 @@ impl CachedObject {
         &self.0[HEADER + self.key_len()..]
     }
 
+    /// At least [`CachedObject::json`]'s length (its key's is counted in), known without
+    /// reading the object's bytes: sizing a list of many objects by their exact lengths
+    /// would load each one's header from memory once more.
+    pub fn json_len_bound(&self) -> usize {
+        self.0.len() - HEADER
+    }
+
+    /// Starts loading the object's bytes into the CPU's cache without waiting for them: a
+    /// walk that copies many objects (a list) asks for the next few while it copies one,
+    /// instead of stalling on each object's first byte.
+    pub fn prefetch(&self) {
+        #[cfg(target_arch = "x86_64")]
+        for line in self.0.chunks(64) {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            // SAFETY: a prefetch only hints the cache; it reads nothing and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        }
+    }
+
     /// [`CachedObject::json`] as `Bytes` sharing the cache's buffer (no copy), for a response
     /// body.
     pub fn encoded(&self) -> Bytes {
@@ -1081,6 +1100,19 @@ mod tests {
             cache.wait_for(current, WAIT).await,
             "cache never reached {current}"
         );
+    }
+
+    /// A list sizes its buffer by the bound: never under the JSON it copies; over it by the
+    /// key alone.
+    #[test]
+    fn the_json_length_bound_covers_the_json_and_the_key_only() {
+        let mut arena = Arena::default();
+        for (key, json) in [("/k", &b"{}"[..]), ("/ns/a-longer-name", &[b'x'; 700][..])] {
+            let object = CachedObject::new(&mut arena, key, json, 3);
+            object.prefetch();
+            assert_eq!(object.json(), json);
+            assert_eq!(object.json_len_bound(), json.len() + key.len());
+        }
     }
 
     #[test]

@@ -76,6 +76,17 @@ impl CachedJson {
         self.object.json()
     }
 
+    /// At least [`json`](Self::json)'s length, known without reading the object's bytes.
+    pub fn json_len_bound(&self) -> usize {
+        self.object.json_len_bound()
+    }
+
+    /// Starts loading the object's bytes into the CPU's cache (see
+    /// [`CachedObject::prefetch`]).
+    pub fn prefetch(&self) {
+        self.object.prefetch();
+    }
+
     /// [`json`](Self::json) as `Bytes` sharing the cache's buffer (no copy).
     pub fn encoded(&self) -> Bytes {
         self.object.encoded()

@@ -263,6 +263,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
     }
 }
 
+impl<T: super::write_batch::Seal> super::write_batch::Seal for TrackedIo<T> {
+    fn seal(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.inner.seal(bufs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -260,7 +260,7 @@ fn is_connection_error(e: &io::Error) -> bool {
 async fn serve_connection(ctx: Arc<ConnContext>, stream: TcpStream, addr: SocketAddr) {
     let _ = stream.set_nodelay(true);
     keep_alive(&stream);
-    let tls = match tokio::time::timeout(ctx.handshake_timeout, handshake(&ctx, stream)).await {
+    let mut tls = match tokio::time::timeout(ctx.handshake_timeout, handshake(&ctx, stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => return tracing::debug!(%addr, error = %e, "TLS handshake failed"),
         Err(_) => return tracing::debug!(%addr, "TLS handshake timed out"),
@@ -278,6 +278,10 @@ async fn serve_connection(ctx: Arc<ConnContext>, stream: TcpStream, addr: Socket
         goaway: goaway.clone(),
     };
     let service = request_service(ctx.clone(), facts);
+    if h2 {
+        // The write batch bounds what the session holds ([`write_batch::Seal`]).
+        tls.get_mut().1.set_buffer_limit(None);
+    }
     let io = TrackedIo::new(tls, activity.clone());
     let ends = Ends {
         signal: &ctx.signal,

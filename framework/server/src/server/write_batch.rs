@@ -4,6 +4,11 @@
 //! event; written as they come, each frame would cost its own TLS record and system call.
 //! kube-apiserver's Go server batches too: x/net/http2's `serverConn.scheduleFrameWrite`
 //! writes frames into a buffered writer and flushes only when no frame is left to write.
+//!
+//! A write of a full TLS record or more (a large body's DATA frames) is not copied into the
+//! buffer: it is encrypted at once into records the TLS stream keeps ([`Seal`]), which go to
+//! the socket with the rest of the batch, in one system call. Only what does not fill a
+//! whole record is buffered, so small frames still share records.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -13,52 +18,124 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Bytes buffered before a write waits for the socket: a few TLS records' worth, enough for
-/// one event to a hundred watches of a connection.
+/// Bytes buffered or sealed before a write waits for the socket: a few TLS records' worth,
+/// enough for one event to a hundred watches of a connection.
 const LIMIT: usize = 256 * 1024;
 
 /// Buffer capacity an idle connection keeps: a burst of events for its watches.
 const KEEP: usize = 64 * 1024;
 
+/// The plaintext of a full TLS record (`max_fragment_size`'s default): a write that fills
+/// one is sealed rather than buffered, in whole records.
+const RECORD: usize = 16 * 1024;
+
+/// An IO that encrypts what it is given into records it keeps until its next flush: a TLS
+/// stream whose session buffers its records without a limit (see [`split`]).
+pub(crate) trait Seal {
+    /// Encrypts `bufs`, or as much of them as the session takes, into records sent by the
+    /// next flush; how many bytes it took.
+    fn seal(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+}
+
+impl<IO> Seal for tokio_rustls::server::TlsStream<IO> {
+    fn seal(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        io::Write::write_vectored(&mut self.get_mut().1.writer(), bufs)
+    }
+}
+
+/// Seals all of `bufs` (`seal` may take them in parts).
+fn seal_all<T: Seal>(io: &mut T, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    let mut bufs = bufs;
+    while !bufs.is_empty() {
+        let n = io.seal(bufs)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}
+
 /// The IO under one connection and the bytes written to it but not yet sent.
 struct Shared<T> {
     io: T,
+    /// Bytes not yet given to the IO: less than a [`RECORD`] since the last seal.
     pending: Vec<u8>,
-    /// Bytes of `pending` already sent.
-    sent: usize,
+    /// Bytes sealed since the IO's last flush.
+    sealed: usize,
 }
 
-impl<T: AsyncWrite + Unpin> Shared<T> {
+impl<T: AsyncWrite + Seal + Unpin> Shared<T> {
     fn unsent(&self) -> usize {
-        self.pending.len() - self.sent
+        self.pending.len() + self.sealed
     }
 
-    /// Sends the pending bytes, then flushes the IO.
+    /// Seals the pending bytes, then flushes the IO, which sends every sealed record.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.sent < self.pending.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.pending[self.sent..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        if !self.pending.is_empty() {
+            seal_all(&mut self.io, &mut [IoSlice::new(&self.pending)])?;
+            self.sealed += self.pending.len();
+            self.pending.clear();
+            // A large response's buffer is not kept for the connection's life.
+            if self.pending.capacity() > KEEP {
+                self.pending = Vec::new();
             }
-            self.sent += n;
         }
+        ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+        self.sealed = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Takes `bufs`: copied into the buffer while it stays under a record; else the buffer
+    /// and the whole records that follow it in `bufs` are sealed as they are, and the rest
+    /// is buffered.
+    fn write(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let total: usize = bufs.iter().map(|buf| buf.len()).sum();
+        let whole = (self.pending.len() + total) / RECORD * RECORD;
+        if whole == 0 {
+            for buf in bufs {
+                self.pending.extend_from_slice(buf);
+            }
+            return Ok(total);
+        }
+        // The first `whole - pending` bytes of `bufs`, after the buffer.
+        let mut left = whole - self.pending.len();
+        let mut slices = Vec::with_capacity(bufs.len() + 1);
+        if !self.pending.is_empty() {
+            slices.push(IoSlice::new(&self.pending));
+        }
+        let mut rest: &[IoSlice<'_>] = bufs;
+        let mut tail: &[u8] = &[];
+        while left > 0 {
+            let (buf, more) = rest
+                .split_first()
+                .expect("`whole` is within the bytes given");
+            let taken = buf.len().min(left);
+            slices.push(IoSlice::new(&buf[..taken]));
+            tail = &buf[taken..];
+            left -= taken;
+            rest = more;
+        }
+        seal_all(&mut self.io, &mut slices)?;
+        self.sealed += whole;
         self.pending.clear();
-        self.sent = 0;
-        // A large response's buffer is not kept for the connection's life.
-        if self.pending.capacity() > KEEP {
-            self.pending = Vec::new();
+        self.pending.extend_from_slice(tail);
+        for buf in rest {
+            self.pending.extend_from_slice(buf);
         }
-        Pin::new(&mut self.io).poll_flush(cx)
+        Ok(total)
     }
 }
 
 /// Splits `io` into the IO hyper serves the connection on, whose flushes only mark the
-/// batch, and the handle [`Batched`] sends the batch with.
+/// batch, and the handle [`Batched`] sends the batch with. A TLS `io`'s session should hold
+/// its records without a limit (`set_buffer_limit(None)`): the batch flushes it once
+/// [`LIMIT`] bytes are sealed or buffered.
 pub(crate) fn split<T>(io: T) -> (BatchedIo<T>, WriteBatch<T>) {
     let shared = Arc::new(Mutex::new(Shared {
         io,
         pending: Vec::new(),
-        sent: 0,
+        sealed: 0,
     }));
     let batch = WriteBatch {
         shared: shared.clone(),
@@ -92,7 +169,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for BatchedIo<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> BatchedIo<T> {
+impl<T: AsyncWrite + Seal + Unpin> BatchedIo<T> {
     /// Room for more bytes: the buffer is under [`LIMIT`], or is sent until it is.
     fn poll_room(&self, cx: &mut Context<'_>) -> Poll<io::Result<MutexGuard<'_, Shared<T>>>> {
         let mut shared = lock(&self.shared);
@@ -103,15 +180,14 @@ impl<T: AsyncWrite + Unpin> BatchedIo<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for BatchedIo<T> {
+impl<T: AsyncWrite + Seal + Unpin> AsyncWrite for BatchedIo<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let mut shared = ready!(self.poll_room(cx))?;
-        shared.pending.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        Poll::Ready(shared.write(&[IoSlice::new(buf)]))
     }
 
     fn poll_write_vectored(
@@ -120,16 +196,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for BatchedIo<T> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let mut shared = ready!(self.poll_room(cx))?;
-        let mut n = 0;
-        for buf in bufs {
-            shared.pending.extend_from_slice(buf);
-            n += buf.len();
-        }
-        Poll::Ready(Ok(n))
+        Poll::Ready(shared.write(bufs))
     }
 
-    /// Copying slices into the buffer is what a vectored write is for here: h2 then hands
-    /// a frame's header and payload in one call.
+    /// A frame's header and payload in one call: they share a record.
     fn is_write_vectored(&self) -> bool {
         true
     }
@@ -153,7 +223,7 @@ pub(crate) struct WriteBatch<T> {
     yielded: bool,
 }
 
-impl<T: AsyncWrite + Unpin> WriteBatch<T> {
+impl<T: AsyncWrite + Seal + Unpin> WriteBatch<T> {
     /// After the connection was polled: with bytes buffered, first yield once, so that the
     /// tasks woken with this one (other streams' bodies) hand over their frames too; then
     /// send them all in one write. An IO error is left for hyper's next read or write to
@@ -179,7 +249,7 @@ impl<T: AsyncWrite + Unpin> WriteBatch<T> {
             Poll::Ready(Err(e)) => {
                 tracing::debug!(error = %e, "connection write failed");
                 shared.pending.clear();
-                shared.sent = 0;
+                shared.sealed = 0;
                 self.yielded = false;
             }
         }
@@ -206,7 +276,7 @@ impl<C, T> Batched<C, T> {
     }
 }
 
-impl<C: Future, T: AsyncWrite + Unpin> Future for Batched<C, T> {
+impl<C: Future, T: AsyncWrite + Seal + Unpin> Future for Batched<C, T> {
     type Output = C::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
@@ -225,12 +295,20 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt as _;
 
-    /// An IO that records the size of each write it is given.
+    /// What an IO was asked to do.
+    #[derive(Debug, PartialEq)]
+    enum Call {
+        /// Bytes sealed, in one call.
+        Seal(usize),
+        Flush,
+        Shutdown,
+    }
+
+    /// An IO that records what it is asked to do, and the bytes sealed.
     #[derive(Default)]
     struct Recording {
-        writes: Vec<usize>,
-        flushes: usize,
-        shut: bool,
+        calls: Vec<Call>,
+        bytes: Vec<u8>,
     }
 
     impl AsyncRead for Recording {
@@ -247,20 +325,31 @@ mod tests {
         fn poll_write(
             self: Pin<&mut Self>,
             _: &mut Context<'_>,
-            buf: &[u8],
+            _: &[u8],
         ) -> Poll<io::Result<usize>> {
-            self.get_mut().writes.push(buf.len());
-            Poll::Ready(Ok(buf.len()))
+            unreachable!("the batch seals what it writes")
         }
 
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            self.get_mut().flushes += 1;
+            self.get_mut().calls.push(Call::Flush);
             Poll::Ready(Ok(()))
         }
 
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            self.get_mut().shut = true;
+            self.get_mut().calls.push(Call::Shutdown);
             Poll::Ready(Ok(()))
+        }
+    }
+
+    impl Seal for Recording {
+        fn seal(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            let before = self.bytes.len();
+            for buf in bufs {
+                self.bytes.extend_from_slice(buf);
+            }
+            let n = self.bytes.len() - before;
+            self.calls.push(Call::Seal(n));
+            Ok(n)
         }
     }
 
@@ -282,13 +371,9 @@ mod tests {
         };
         let mut batched = Batched::new(Box::pin(conn), batch);
         assert!(poll(&mut batched).is_pending());
-        assert!(lock(&shared).io.writes.is_empty(), "sent before the yield");
+        assert!(lock(&shared).io.calls.is_empty(), "sent before the yield");
         assert!(poll(&mut batched).is_pending());
-        let written = &lock(&shared).io;
-        assert_eq!(
-            (written.writes.as_slice(), written.flushes),
-            (&[500][..], 1)
-        );
+        assert_eq!(lock(&shared).io.calls, [Call::Seal(500), Call::Flush]);
     }
 
     #[test]
@@ -301,12 +386,14 @@ mod tests {
         };
         let mut batched = Batched::new(Box::pin(conn), batch);
         assert!(matches!(poll(&mut batched), Poll::Ready(Ok(()))));
-        let written = &lock(&shared).io;
-        assert_eq!((written.writes.as_slice(), written.shut), (&[10][..], true));
+        assert_eq!(
+            lock(&shared).io.calls,
+            [Call::Seal(10), Call::Flush, Call::Shutdown]
+        );
     }
 
     #[test]
-    fn a_full_buffer_is_sent_before_more_is_taken() {
+    fn a_full_batch_is_sent_before_more_is_taken() {
         let (mut io, batch) = split(Recording::default());
         let shared = batch.shared.clone();
         let frame = vec![0u8; LIMIT / 2];
@@ -318,6 +405,53 @@ mod tests {
         };
         let mut batched = Batched::new(Box::pin(conn), batch);
         assert!(poll(&mut batched).is_pending());
-        assert_eq!(lock(&shared).io.writes, [LIMIT]);
+        let half = Call::Seal(LIMIT / 2);
+        assert_eq!(
+            lock(&shared).io.calls,
+            [
+                Call::Seal(LIMIT / 2),
+                Call::Seal(LIMIT / 2),
+                Call::Flush,
+                half
+            ]
+        );
+    }
+
+    /// A body's DATA frames (a header and a payload of a full record) are sealed as they
+    /// come, in whole records, across the frames' bounds; only the rest is copied, and the
+    /// bytes go out in the order written.
+    #[test]
+    fn large_frames_are_sealed_in_whole_records_small_ones_buffered() {
+        let (mut io, batch) = split(Recording::default());
+        let shared = batch.shared.clone();
+        let frames: Vec<(Vec<u8>, Vec<u8>)> = (0..3u8)
+            .map(|i| (vec![i; 9], vec![i + 100; RECORD]))
+            .collect();
+        let mut expected = b"headers".to_vec();
+        for (head, payload) in &frames {
+            expected.extend_from_slice(head);
+            expected.extend_from_slice(payload);
+        }
+        let conn = async move {
+            io.write_all(b"headers").await?;
+            for (head, payload) in &frames {
+                let bufs = [IoSlice::new(head), IoSlice::new(payload)];
+                let n = io.write_vectored(&bufs).await?;
+                assert_eq!(n, head.len() + payload.len(), "a frame taken whole");
+                io.flush().await?;
+            }
+            std::future::pending::<io::Result<()>>().await
+        };
+        let mut batched = Batched::new(Box::pin(conn), batch);
+        assert!(poll(&mut batched).is_pending());
+        assert_eq!(
+            lock(&shared).io.calls,
+            [Call::Seal(RECORD), Call::Seal(RECORD), Call::Seal(RECORD)],
+            "nothing sent before the yield but whole records"
+        );
+        assert!(poll(&mut batched).is_pending());
+        let written = &lock(&shared).io;
+        assert_eq!(written.calls[3..], [Call::Seal(7 + 3 * 9), Call::Flush]);
+        assert!(written.bytes == expected, "bytes out of order");
     }
 }
