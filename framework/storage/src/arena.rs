@@ -15,7 +15,9 @@
 //! `malloc_trim` could not give back whole; mapped apart, the cache's memory is the pages its
 //! strings were written to (an unwritten tail is never touched, so never resident). The
 //! price is address space: 32 MiB reserved per cache past its first buffer, and with
-//! transparent huge pages set to `always` up to 2 MiB of a tail made resident at once.
+//! transparent huge pages set to `always` up to 2 MiB of a tail made resident at once. Under
+//! strict overcommit (`vm.overcommit_memory=2`; the kubelet sets `1` on its nodes) each such
+//! buffer counts in full against the commit limit although it is not resident.
 //!
 //! What the arena cannot do is reuse the space of a string that is no longer current while
 //! its neighbours are: updates leave dead strings behind in old buffers. The owner counts the

@@ -4,11 +4,10 @@
 //! core), and memory freed in one arena is not reused by another: a server whose requests hop
 //! between tokio's worker threads keeps growing. A couple of arenas cost no measurable speed
 //! here and keep the resident size per stored object near the object's own size
-//! (`book/src/benchmarks.md`). On a machine of two cores or fewer (tokio's two worker
-//! threads) one arena is the default: each arena keeps its own free holes between what it
-//! holds for good, and one arena instead of two took 15–75 B off the resident size per
-//! cached object at 10,000 objects on etcd3, with the same CPU per request; with more
-//! threads the arena's lock would be contended, so bigger machines keep two.
+//! (`book/src/benchmarks.md`). One arena would hold less still (15–75 B per cached object
+//! at 10,000 on etcd3), but every thread then takes the one arena's lock for each allocation:
+//! on two cores it doubled the CPU of a create, a patch and an apply on the memory backend,
+//! so the default stays two.
 //!
 //! The default cap is set as the process starts, before `main` (an ELF constructor): glibc
 //! gives every thread that allocates before a cap an arena of its own for good, and the
@@ -35,25 +34,8 @@
 
 use std::time::Duration;
 
-/// Arenas [`APIServer::run`](super::APIServer::run) allows unless told otherwise, on a
-/// machine of more than two cores ([`default_arena_max`]).
+/// Arenas [`APIServer::run`](super::APIServer::run) allows unless told otherwise.
 pub const DEFAULT_MALLOC_ARENA_MAX: u32 = 2;
-
-/// Arenas [`APIServer::run`](super::APIServer::run) allows unless told otherwise: one where
-/// the process may use two cores or fewer (`std::thread::available_parallelism`, which
-/// counts a container's CPU quota; tokio starts a worker thread per core), else
-/// [`DEFAULT_MALLOC_ARENA_MAX`].
-pub fn default_arena_max() -> u32 {
-    arenas_for(std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
-}
-
-fn arenas_for(cores: usize) -> u32 {
-    if cores <= 2 {
-        1
-    } else {
-        DEFAULT_MALLOC_ARENA_MAX
-    }
-}
 
 /// Runs before `main` and before any thread is started: an ELF constructor, as C's
 /// `__attribute__((constructor))`.
@@ -62,11 +44,11 @@ fn arenas_for(cores: usize) -> u32 {
 #[unsafe(link_section = ".init_array")]
 static LIMIT_ARENAS_AT_START: extern "C" fn() = limit_arenas_at_start;
 
-/// The default arena cap ([`default_arena_max`]), unless `MALLOC_ARENA_MAX` is set.
+/// The default arena cap ([`DEFAULT_MALLOC_ARENA_MAX`]), unless `MALLOC_ARENA_MAX` is set.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 extern "C" fn limit_arenas_at_start() {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        set_arena_max(default_arena_max());
+        set_arena_max(DEFAULT_MALLOC_ARENA_MAX);
     }
 }
 
@@ -274,7 +256,7 @@ mod tests {
             .into_iter()
             .for_each(|t| assert_eq!(t.join().unwrap(), 1000));
         assert!(
-            arenas() <= default_arena_max() as usize,
+            arenas() <= DEFAULT_MALLOC_ARENA_MAX as usize,
             "{} arenas",
             arenas()
         );
@@ -304,15 +286,6 @@ mod tests {
             xml
         };
         xml.matches("<heap nr=").count()
-    }
-
-    #[test]
-    fn one_arena_on_two_cores_two_beyond() {
-        assert_eq!(arenas_for(1), 1);
-        assert_eq!(arenas_for(2), 1);
-        assert_eq!(arenas_for(3), DEFAULT_MALLOC_ARENA_MAX);
-        assert_eq!(arenas_for(64), DEFAULT_MALLOC_ARENA_MAX);
-        assert!((1..=DEFAULT_MALLOC_ARENA_MAX).contains(&default_arena_max()));
     }
 
     #[test]

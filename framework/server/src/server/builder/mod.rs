@@ -455,7 +455,7 @@ impl APIServer {
             groups: Vec::new(),
             backend: None,
             openapi: OpenAPIInfo::default(),
-            malloc_arena_max: Some(super::malloc::default_arena_max()),
+            malloc_arena_max: Some(super::malloc::DEFAULT_MALLOC_ARENA_MAX),
             version: VersionInfo::default(),
             admission_plugins: Vec::new(),
             logging: true,
@@ -599,8 +599,7 @@ impl APIServer {
     }
 
     /// How many glibc malloc arenas [`run`](Self::run) allows the process (default
-    /// [`default_arena_max`](super::malloc::default_arena_max): one on two cores or fewer,
-    /// else [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)), with glibc's
+    /// [`DEFAULT_MALLOC_ARENA_MAX`](super::malloc::DEFAULT_MALLOC_ARENA_MAX)), with glibc's
     /// fast bins off and the memory a load freed given back once the server is quiet
     /// (`malloc_trim`); `None` leaves the allocator as it is. The default cap itself is set as
     /// the process starts, before any thread (glibc applies a cap only to arenas made after
