@@ -317,7 +317,7 @@ fn custom_strategy_is_the_users() {
     const { assert!(Note::CANONICALIZES) };
 }
 
-/// The derive writes no `canonicalize`, and says so: a write stores the JSON its schema
+/// The derive writes no `canonicalize`, and says so: a create stores the JSON its schema
 /// checks read rather than encoding the object twice.
 #[test]
 fn derived_strategy_does_not_canonicalize() {

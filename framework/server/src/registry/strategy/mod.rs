@@ -126,9 +126,9 @@ pub trait Strategy: Resource {
 
     /// Whether [`canonicalize`](Self::canonicalize) may change the object. `true` unless
     /// said otherwise; `#[derive(Resource)]`, which never writes `canonicalize`, says
-    /// `false`. When `false`, a write stores the JSON its schema checks read instead of
-    /// encoding the object a second time (one JSON tree per create or update fewer). Leave
-    /// it `true` in any impl that writes `canonicalize`: a `false` there stores the object
+    /// `false`. When `false`, a create stores the JSON its schema checks read instead of
+    /// encoding the object a second time (one JSON tree per create fewer). Leave
+    /// it `true` in any impl that writes `canonicalize`: a `false` there creates the object
     /// as it was before `canonicalize`.
     const CANONICALIZES: bool = true;
 
