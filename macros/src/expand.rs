@@ -131,6 +131,8 @@ fn impl_strategy(cont: &Container, krate: &Path) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::Strategy for #ident #ty_generics #where_clause {
+            // No attribute writes `canonicalize`: the object validated is the one stored.
+            const CANONICALIZES: bool = false;
             #hooks
         }
     }

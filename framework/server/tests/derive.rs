@@ -313,6 +313,16 @@ fn custom_strategy_is_the_users() {
     );
     note.canonicalize();
     assert_eq!(note.text, "a");
+    // A hand-written strategy may canonicalize: its writes encode the object again after.
+    const { assert!(Note::CANONICALIZES) };
+}
+
+/// The derive writes no `canonicalize`, and says so: a create stores the JSON its schema
+/// checks read rather than encoding the object twice.
+#[test]
+fn derived_strategy_does_not_canonicalize() {
+    const { assert!(!Flunder::CANONICALIZES) };
+    const { assert!(!Policy::CANONICALIZES) };
 }
 
 #[test]

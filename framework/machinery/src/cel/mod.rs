@@ -26,7 +26,10 @@ pub mod reads;
 mod stack;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 
 pub use cel::Value;
 
@@ -226,9 +229,7 @@ impl Expression {
             };
             budget.charge(bound)?;
             let mut context = cel::Context::with_env(self.env.clone());
-            for (name, value) in &activation.variables {
-                context.add_variable_from_value(name.as_str(), value.clone());
-            }
+            context.set_variable_resolver(activation);
             self.program
                 .execute(&context)
                 .map_err(|e| EvalError::Runtime(cel_go_message(&e)))
@@ -251,10 +252,47 @@ fn cel_go_message(error: &cel::ExecutionError) -> String {
     }
 }
 
-/// The values of an evaluation's variables.
+/// The values of an evaluation's variables. Each is converted to cel-rust's evaluated form
+/// when an evaluation first reads it and kept for the next evaluations with the same
+/// activation (the rules of one schema node share their `self`), instead of once per
+/// evaluation.
 #[derive(Debug, Clone, Default)]
 pub struct Activation {
-    variables: Vec<(String, Value)>,
+    variables: Vec<Binding>,
+}
+
+/// A variable: its name, its value, and the value in the form cel-rust evaluates, once read.
+#[derive(Debug)]
+struct Binding {
+    name: String,
+    value: Value,
+    evaluated: OnceLock<Box<dyn Val>>,
+}
+
+impl Clone for Binding {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            value: self.value.clone(),
+            evaluated: OnceLock::new(),
+        }
+    }
+}
+
+impl VariableResolver for Activation {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let binding = self.variables.iter().find(|b| b.name == variable)?;
+        let evaluated = binding.evaluated.get_or_init(|| {
+            // What `Context::add_variable_from_value` did with it: every `Value` a binding
+            // holds converts (only a function value does not, and none is bound).
+            binding
+                .value
+                .clone()
+                .try_into()
+                .expect("a variable's value converts")
+        });
+        Some(CowVal::Borrowed(evaluated.as_ref()))
+    }
 }
 
 impl Activation {
@@ -271,10 +309,14 @@ impl Activation {
 
     /// Binds `name` to `value`, replacing an earlier binding.
     pub fn set(&mut self, name: &str, value: Value) {
-        if let Some(slot) = self.variables.iter_mut().find(|(n, _)| n == name) {
-            slot.1 = value;
-        } else {
-            self.variables.push((name.to_string(), value));
+        let binding = Binding {
+            name: name.to_string(),
+            value,
+            evaluated: OnceLock::new(),
+        };
+        match self.variables.iter_mut().find(|b| b.name == name) {
+            Some(slot) => *slot = binding,
+            None => self.variables.push(binding),
         }
     }
 
@@ -287,8 +329,8 @@ impl Activation {
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.variables
             .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
+            .find(|b| b.name == name)
+            .map(|b| &b.value)
     }
 }
 
@@ -427,5 +469,29 @@ mod tests {
             );
         }
         assert!(deepest.is_ok(), "{deepest:?}");
+    }
+
+    /// One activation serves several evaluations (its values converted once), and a value
+    /// bound again is the one the next evaluation sees, not the one converted before.
+    #[test]
+    fn an_activation_is_shared_and_rebound() {
+        let evaluate = |source: &str, activation: &Activation| {
+            compile(source)
+                .unwrap()
+                .evaluate(activation, &mut Budget::admission())
+        };
+        let object = convert::from_json(&serde_json::json!({"a": {"b": "x"}, "n": 1}));
+        let mut activation = Activation::new().with("self", object);
+        assert_eq!(
+            evaluate("self.a.b == 'x'", &activation),
+            Ok(Value::Bool(true))
+        );
+        assert_eq!(evaluate("self.n + 1", &activation), Ok(Value::Int(2)));
+        assert_eq!(evaluate("has(self.c)", &activation), Ok(Value::Bool(false)));
+        activation.set("self", convert::from_json(&serde_json::json!({"n": 5})));
+        assert_eq!(evaluate("self.n + 1", &activation), Ok(Value::Int(6)));
+        let copy = activation.clone();
+        assert_eq!(evaluate("self.n", &copy), Ok(Value::Int(5)));
+        assert!(evaluate("oldSelf == 1", &activation).is_err());
     }
 }

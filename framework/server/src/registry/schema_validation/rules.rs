@@ -254,22 +254,29 @@ pub(super) fn evaluate(
     let root = path.is_empty();
     let this = cel_view(value, &node.reads, root);
     let previous = old.map(|old| cel_view(old, &node.reads, root));
+    // One activation for the node's rules, so that each value is converted for cel-rust
+    // once (a rule with an optional `oldSelf` gets its own).
+    let mut activation = Activation::new().with("self", this);
+    if let Some(previous) = &previous {
+        activation.set("oldSelf", previous.clone());
+    }
     for rule in &node.rules {
         if rule.uses_old_self && previous.is_none() && !rule.optional_old_self {
             continue; // a transition rule needs an old value
         }
-        let mut activation = Activation::new().with("self", this.clone());
-        if let Some(previous) = &previous {
-            activation.set("oldSelf", previous.clone());
-        }
-        let mut rule_activation = activation.clone();
-        if rule.optional_old_self {
+        let optional_activation;
+        let rule_activation = if rule.optional_old_self {
             let optional = match &previous {
                 Some(p) => OptionalValue::of(p.clone()),
                 None => OptionalValue::none(),
             };
-            rule_activation.set("oldSelf", CelValue::Opaque(Arc::new(optional)));
-        }
+            let mut with_optional = activation.clone();
+            with_optional.set("oldSelf", CelValue::Opaque(Arc::new(optional)));
+            optional_activation = with_optional;
+            &optional_activation
+        } else {
+            &activation
+        };
         let type_ = node.type_;
         let invalid = |detail: String| FieldError {
             type_: FieldErrorType::Invalid,
@@ -277,7 +284,7 @@ pub(super) fn evaluate(
             value: Some(format!("{type_:?}")),
             detail,
         };
-        match rule.program.evaluate(&rule_activation, &mut walk.budget.0) {
+        match rule.program.evaluate(rule_activation, &mut walk.budget.0) {
             Ok(CelValue::Bool(true)) => continue,
             Ok(CelValue::Bool(false)) => {}
             Ok(other) => {

@@ -320,11 +320,11 @@ pub(crate) fn decode_typed<T: Resource>(
     let mut unknown = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let typed: T = serde_ignored::deserialize(object, |path| {
-        if unknown.len() >= MAX_UNKNOWN_FIELDS {
+        if unknown.len() >= MAX_UNKNOWN_FIELDS || is_type_meta(&path) {
             return;
         }
         let path = path.to_string().replace(".?", "");
-        if path != "apiVersion" && path != "kind" && seen.insert(path.clone()) {
+        if seen.insert(path.clone()) {
             unknown.push(format!("unknown field {path:?}"));
         }
     })
@@ -340,6 +340,17 @@ pub(crate) fn decode_typed<T: Resource>(
         ctx.warn(m);
     }
     Ok(typed)
+}
+
+/// Whether an ignored field is the object's `apiVersion` or `kind` (a type that does not
+/// keep them is not told of them), found without formatting the path: every decode of a
+/// body meets both.
+fn is_type_meta(path: &serde_ignored::Path<'_>) -> bool {
+    matches!(
+        path,
+        serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key }
+            if key == "apiVersion" || key == "kind"
+    )
 }
 
 /// kube-apiserver's answer to strict decoding errors: for a create or update body the

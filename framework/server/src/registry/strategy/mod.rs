@@ -124,6 +124,14 @@ pub trait Strategy: Resource {
     /// `Canonicalize`): sorting a list whose order does not matter, say.
     fn canonicalize(&mut self) {}
 
+    /// Whether [`canonicalize`](Self::canonicalize) may change the object. `true` unless
+    /// said otherwise; `#[derive(Resource)]`, which never writes `canonicalize`, says
+    /// `false`. When `false`, a create stores the JSON its schema checks read instead of
+    /// encoding the object a second time (one JSON tree per create fewer). Leave
+    /// it `true` in any impl that writes `canonicalize`: a `false` there creates the object
+    /// as it was before `canonicalize`.
+    const CANONICALIZES: bool = true;
+
     /// Whether a PUT to a name that does not exist creates the object (kube's
     /// `AllowCreateOnUpdate`), answering 201. The body must then carry no `resourceVersion`
     /// (404 otherwise, as kube answers). `false`, as for custom resources.
