@@ -29,6 +29,7 @@ use crate::tls::TlsError;
 use crate::tls::certs::{CertKey, parse_certs_pem};
 use members::{Members, Probe, Retry};
 
+mod channel;
 mod members;
 
 /// The request side of an open watch, through which progress is asked for.
@@ -342,10 +343,12 @@ impl Etcd3Backend {
         }
     }
 
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, StorageError> {
+    /// Sends the transaction `make` builds; built again for another member only if a
+    /// first one provably never left, so a write's value is not copied for nothing.
+    async fn txn(&self, make: impl Fn() -> Txn) -> Result<TxnResponse, StorageError> {
         let write = self.members.call(Retry::IfNotSent, |client| {
-            let txn = txn.clone();
-            async move { client.kv_client().txn(txn).await }
+            let (mut kv, txn) = (client.kv_client(), make());
+            async move { kv.txn(txn).await }
         });
         self.within(write).await?.map_err(map_error)
     }
@@ -563,10 +566,13 @@ impl Backend for Etcd3Backend {
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StorageError> {
         let full = self.full(key);
-        let txn = Txn::new()
-            .when([Compare::create_revision(full.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(full, value.to_vec(), None)]);
-        let response = self.txn(txn).await?;
+        let response = self
+            .txn(|| {
+                Txn::new()
+                    .when([Compare::create_revision(&*full, CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(&*full, value.to_vec(), None)])
+            })
+            .await?;
         if !response.succeeded() {
             return Err(StorageError::KeyExists(key.to_owned()));
         }
@@ -587,17 +593,19 @@ impl Backend for Etcd3Backend {
     ) -> Result<KeyValue, StorageError> {
         let full = self.full(key);
         // The create_revision compare keeps `expected = 0` from creating a missing key.
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(full.clone(), CompareOp::Greater, 0),
-                Compare::mod_revision(full.clone(), CompareOp::Equal, expected),
-            ])
-            .and_then([TxnOp::put(
-                full.clone(),
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(full, None)]);
+        let txn = || {
+            Txn::new()
+                .when([
+                    Compare::create_revision(&*full, CompareOp::Greater, 0),
+                    Compare::mod_revision(&*full, CompareOp::Equal, expected),
+                ])
+                .and_then([TxnOp::put(
+                    &*full,
+                    value.to_vec(),
+                    Some(PutOptions::new().with_prev_key()),
+                )])
+                .or_else([TxnOp::get(&*full, None)])
+        };
         let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(write_failure(key, expected, self.else_kv(&response)));
@@ -633,13 +641,15 @@ impl Backend for Etcd3Backend {
                 expected,
             ));
         }
-        let txn = Txn::new()
-            .when(compares)
-            .and_then([TxnOp::delete(
-                full.clone(),
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(full, None)]);
+        let txn = || {
+            Txn::new()
+                .when(compares.clone())
+                .and_then([TxnOp::delete(
+                    &*full,
+                    Some(DeleteOptions::new().with_prev_key()),
+                )])
+                .or_else([TxnOp::get(&*full, None)])
+        };
         let response = self.txn(txn).await?;
         if !response.succeeded() {
             let current = self.else_kv(&response);
@@ -703,8 +713,9 @@ impl Backend for Etcd3Backend {
             });
         }
         // Compacting twice is harmless: the second is an `OutOfRange` no-op.
-        let compact = self.members.call(Retry::Idempotent, |client| async move {
-            client.kv_client().compact(revision, None).await
+        let compact = self.members.call(Retry::Idempotent, |client| {
+            let mut kv = client.kv_client();
+            async move { kv.compact(revision, None).await }
         });
         match self.within(compact).await? {
             Ok(_) => Ok(()),

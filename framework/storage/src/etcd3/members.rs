@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, Error as EtcdError, GetOptions};
 
+use super::channel::KnownEndChannel;
+
 /// Whether a call may be sent again to another member after it failed on one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Retry {
@@ -58,7 +60,12 @@ impl Members {
     ) -> Result<Arc<Members>, EtcdError> {
         let mut members = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
-            let client = Client::connect([endpoint], Some(options.clone())).await?;
+            let client = Client::connect_with_balanced_channel(
+                [endpoint],
+                Some(options.clone()),
+                KnownEndChannel,
+            )
+            .await?;
             members.push(Member {
                 endpoint: endpoint.clone(),
                 client,
@@ -80,16 +87,17 @@ impl Members {
 
     /// Runs `call` on a member, and on the next ones while `retry` allows: members that are
     /// up first, in rotation, then those that are down (all may be marked down while one is
-    /// already back). The error is the last member's.
+    /// already back). The error is the last member's. `call` gets the member's client to
+    /// take the one service it needs from (not a copy of every service's channel).
     pub(super) async fn call<T, F, Fut>(&self, retry: Retry, mut call: F) -> Result<T, EtcdError>
     where
-        F: FnMut(Client) -> Fut,
+        F: FnMut(&Client) -> Fut,
         Fut: Future<Output = Result<T, EtcdError>>,
     {
         let order = self.order();
         let last = order.len() - 1;
         for (attempt, member) in order.into_iter().enumerate() {
-            let error = match call(member.client.clone()).await {
+            let error = match call(&member.client).await {
                 Ok(answer) => {
                     member.up();
                     return Ok(answer);
@@ -209,8 +217,9 @@ mod tests {
             .await
             .unwrap();
         let read = members
-            .call(Retry::IfNotSent, |client| async move {
-                client.kv_client().get("a", None).await
+            .call(Retry::IfNotSent, |client| {
+                let mut kv = client.kv_client();
+                async move { kv.get("a", None).await }
             })
             .await;
         let Err(error) = read else {
@@ -235,7 +244,8 @@ mod tests {
         let write = members
             .call(Retry::IfNotSent, |client| {
                 tried.fetch_add(1, Ordering::Relaxed);
-                async move { client.kv_client().put("a", "b", None).await }
+                let mut kv = client.kv_client();
+                async move { kv.put("a", "b", None).await }
             })
             .await;
         assert!(not_sent(&write.err().unwrap()));
