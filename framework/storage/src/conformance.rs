@@ -123,6 +123,7 @@ macro_rules! backend_conformance_tests {
             concurrent_writers_lose_no_update,
             unread_watcher_does_not_block_writers,
             watch_reports_progress_past_other_writes,
+            concurrent_progress_requests_report_past_other_writes,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -755,6 +756,51 @@ pub async fn unread_watcher_does_not_block_writers(backend: Arc<dyn Backend>) {
         assert_eq!(event.kv.value, Bytes::from(i.to_string()));
     }
     assert_quiet(&mut unread).await;
+}
+
+/// As [`watch_reports_progress_past_other_writes`], with many callers of `request_progress`
+/// at once (the consistent gets of one revision read, when the cache is behind): every caller
+/// returns, and the progress reported passes each write made before they asked, round after
+/// round (a backend that shares one request among concurrent callers sends it after they all
+/// asked).
+pub async fn concurrent_progress_requests_report_past_other_writes(backend: Arc<dyn Backend>) {
+    let start = revision(&*backend).await;
+    let mut stream = backend
+        .watch_with_progress("/progress-many-quiet/", start)
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let elsewhere = backend
+            .create(&format!("/progress-many-noise/{round}"), bytes("n"))
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+        loop {
+            let mut callers = tokio::task::JoinSet::new();
+            for _ in 0..16 {
+                let backend = backend.clone();
+                callers.spawn(async move { backend.request_progress().await });
+            }
+            tokio::time::timeout(EVENT_TIMEOUT, callers.join_all())
+                .await
+                .expect("every request_progress caller returns");
+            match tokio::time::timeout(Duration::from_millis(200), stream.next()).await {
+                Ok(Some(Ok(WatchItem::Progress(at)))) if at >= elsewhere.mod_revision => break,
+                Ok(Some(Ok(WatchItem::Progress(at)))) => assert!(at >= start, "progress went back"),
+                Ok(Some(Ok(WatchItem::Event(event)))) => {
+                    panic!("event of another prefix: {event:?}")
+                }
+                Ok(Some(Err(error))) => panic!("watch failed: {error}"),
+                Ok(None) => panic!("watch ended"),
+                Err(_) => {}
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no progress past {} within {EVENT_TIMEOUT:?}",
+                elsewhere.mod_revision
+            );
+        }
+    }
 }
 
 /// A progress-reporting watch of a quiet prefix says, on its own or when asked with
