@@ -15,8 +15,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::backend::{
-    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, Revision,
-    StorageError, WatchItem,
+    Backend, Event, EventStream, EventType, KeyValue, ListRequest, ListResult, ProgressStream,
+    Revision, StorageError, WatchItem,
 };
 
 /// How long one case may run before it fails.
@@ -123,6 +123,7 @@ macro_rules! backend_conformance_tests {
             concurrent_writers_lose_no_update,
             unread_watcher_does_not_block_writers,
             watch_reports_progress_past_other_writes,
+            concurrent_progress_requests_report_past_other_writes,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -757,24 +758,68 @@ pub async fn unread_watcher_does_not_block_writers(backend: Arc<dyn Backend>) {
     assert_quiet(&mut unread).await;
 }
 
+/// As [`watch_reports_progress_past_other_writes`], with many callers of `request_progress`
+/// at once (the consistent gets of one revision read, when the cache is behind): every caller
+/// returns, and the progress reported passes each write made before they asked, round after
+/// round (a backend that shares one request among concurrent callers sends it after they all
+/// asked).
+pub async fn concurrent_progress_requests_report_past_other_writes(backend: Arc<dyn Backend>) {
+    let (start, mut stream) = quiet_watch(&*backend, "/progress-many-quiet/").await;
+    for round in 0..3 {
+        let elsewhere = backend
+            .create(&format!("/progress-many-noise/{round}"), bytes("n"))
+            .await
+            .unwrap();
+        let ask = || async {
+            let mut callers = tokio::task::JoinSet::new();
+            for _ in 0..16 {
+                let backend = backend.clone();
+                callers.spawn(async move { backend.request_progress().await });
+            }
+            tokio::time::timeout(EVENT_TIMEOUT, callers.join_all())
+                .await
+                .expect("every request_progress caller returns");
+        };
+        progress_past(&mut stream, start, elsewhere.mod_revision, ask).await;
+    }
+}
+
 /// A progress-reporting watch of a quiet prefix says, on its own or when asked with
 /// `request_progress`, that it is current at least up to a write made under another prefix;
 /// and it never shows that write as an event.
 pub async fn watch_reports_progress_past_other_writes(backend: Arc<dyn Backend>) {
-    let start = revision(&*backend).await;
-    let mut stream = backend
-        .watch_with_progress("/progress-quiet/", start)
-        .await
-        .unwrap();
+    let (start, mut stream) = quiet_watch(&*backend, "/progress-quiet/").await;
     let elsewhere = backend
         .create("/progress-noise/a", bytes("n"))
         .await
         .unwrap();
+    let ask = || backend.request_progress();
+    progress_past(&mut stream, start, elsewhere.mod_revision, ask).await;
+}
+
+/// The current revision, and a progress-reporting watch of `prefix` from there.
+async fn quiet_watch(backend: &dyn Backend, prefix: &str) -> (Revision, ProgressStream) {
+    let start = revision(backend).await;
+    let stream = backend.watch_with_progress(prefix, start).await.unwrap();
+    (start, stream)
+}
+
+/// Asks for progress with `ask` and reads `stream` (a watch from `start` of a quiet prefix)
+/// until it reports progress at or past `target`, within [`EVENT_TIMEOUT`].
+async fn progress_past<F, Fut>(
+    stream: &mut ProgressStream,
+    start: Revision,
+    target: Revision,
+    ask: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
     let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
     loop {
-        backend.request_progress().await;
+        ask().await;
         match tokio::time::timeout(Duration::from_millis(200), stream.next()).await {
-            Ok(Some(Ok(WatchItem::Progress(at)))) if at >= elsewhere.mod_revision => break,
+            Ok(Some(Ok(WatchItem::Progress(at)))) if at >= target => return,
             Ok(Some(Ok(WatchItem::Progress(at)))) => assert!(at >= start, "progress went back"),
             Ok(Some(Ok(WatchItem::Event(event)))) => panic!("event of another prefix: {event:?}"),
             Ok(Some(Err(error))) => panic!("watch failed: {error}"),
@@ -783,8 +828,7 @@ pub async fn watch_reports_progress_past_other_writes(backend: Arc<dyn Backend>)
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no progress past {} within {EVENT_TIMEOUT:?}",
-            elsewhere.mod_revision
+            "no progress past {target} within {EVENT_TIMEOUT:?}"
         );
     }
 }

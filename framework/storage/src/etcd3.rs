@@ -179,6 +179,8 @@ pub struct Etcd3Backend {
     watches: Arc<Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>>,
     /// Reads of the current revision, shared by concurrent callers.
     reads: Arc<SharedReads>,
+    /// Progress requests to every open watch, shared by concurrent callers.
+    progress: Arc<SharedReads>,
 }
 
 impl std::fmt::Debug for Etcd3Backend {
@@ -256,6 +258,7 @@ impl Etcd3Backend {
             ready_timeout: options.ready_timeout,
             watches: Arc::default(),
             reads: Arc::default(),
+            progress: Arc::default(),
         })
     }
 
@@ -306,6 +309,22 @@ impl Etcd3Backend {
         let key = self.full("\0").into_bytes();
         let response = self.range(self.request_timeout, key, Some(options)).await?;
         Ok(header_revision(response.map_err(map_error)?.header()))
+    }
+
+    /// Asks every open watch for a progress report (see [`Backend::request_progress`]).
+    async fn send_progress_requests(&self) {
+        let open: Vec<ProgressRequester> = match self.watches.lock() {
+            Ok(mut watches) => {
+                watches.retain(|w| w.strong_count() > 0);
+                watches.iter().filter_map(Weak::upgrade).collect()
+            }
+            Err(_) => return,
+        };
+        for requests in open {
+            // A watch whose stream broke reports that on its own stream.
+            let mut requests = requests.lock().await;
+            let _ = self.within(requests.request_progress()).await;
+        }
     }
 
     /// Opens an etcd watch of the keys under `prefix` after revision `after`, registered for
@@ -679,19 +698,22 @@ impl Backend for Etcd3Backend {
         ))
     }
 
+    /// One round of progress requests serves every caller that asked before it began: a
+    /// consistent get that finds the watch cache behind etcd's revision (writes under other
+    /// prefixes move it) asks for progress, and under load the gets of one revision read all
+    /// ask at once; one request per watch answers them all, as etcd reports a revision at
+    /// least as new as any it had when the request arrived.
     async fn request_progress(&self) {
-        let open: Vec<ProgressRequester> = match self.watches.lock() {
-            Ok(mut watches) => {
-                watches.retain(|w| w.strong_count() > 0);
-                watches.iter().filter_map(Weak::upgrade).collect()
+        let me = self.clone();
+        let send = move || {
+            let me = me.clone();
+            async move {
+                me.send_progress_requests().await;
+                Ok(0)
             }
-            Err(_) => return,
         };
-        for requests in open {
-            // A watch whose stream broke reports that on its own stream.
-            let mut requests = requests.lock().await;
-            let _ = self.within(requests.request_progress()).await;
-        }
+        // The sends report no error: a watch whose stream broke says so on its own stream.
+        let _ = self.progress.read(send).await;
     }
 
     /// One read of etcd's revision serves every caller that asked before it began.

@@ -3,7 +3,9 @@
 //! A consistent read needs a revision read *after* it started (so that it sees every write
 //! that finished before). Callers that arrive while a read is on its way wait for the next
 //! one, which starts as soon as the current one ends and serves all of them: under load a
-//! remote backend (etcd) answers one request per round instead of one per caller.
+//! remote backend (etcd) answers one request per round instead of one per caller. The etcd3
+//! backend shares its progress requests the same way: a round of sends that began after a
+//! caller asked serves it as a read that began after it would.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
