@@ -124,75 +124,64 @@ impl FieldSet {
 
     /// Paths in this set and not in `other`.
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
-        let members = self.members.difference(&other.members).cloned().collect();
-        let children = self
-            .children
-            .iter()
-            .filter_map(|(e, mine)| {
-                let left = match other.children.get(e) {
-                    Some(theirs) => mine.difference(theirs),
-                    None => mine.clone(),
-                };
-                (!left.is_empty()).then(|| (e.clone(), left))
-            })
-            .collect();
-        FieldSet { members, children }
-    }
-
-    /// Takes the paths of `other` out of this set, in place ([`difference`](Self::difference)
-    /// without a copy).
-    pub(super) fn remove_all(&mut self, other: &FieldSet) {
-        if other.is_empty() {
-            return;
-        }
-        self.members.retain(|e| !other.members.contains(e));
-        self.children.retain(|e, mine| match other.children.get(e) {
-            Some(theirs) => {
-                mine.remove_all(theirs);
-                !mine.is_empty()
-            }
-            None => true,
-        });
-    }
-
-    /// Takes the paths in or below those of `other` out of this set, in place
-    /// ([`recursive_difference`](Self::recursive_difference) without a copy).
-    pub(super) fn remove_recursive(&mut self, other: &FieldSet) {
-        if other.is_empty() {
-            return;
-        }
-        self.members.retain(|e| !other.members.contains(e));
-        self.children.retain(|e, mine| {
-            if other.members.contains(e) {
-                return false;
-            }
-            match other.children.get(e) {
-                Some(theirs) => {
-                    mine.remove_recursive(theirs);
-                    !mine.is_empty()
-                }
-                None => true,
-            }
-        });
+        self.without(other, Below::Kept)
     }
 
     /// Paths in this set that neither are in `other` nor lie below one of its paths (SMD's
     /// `RecursiveDifference`): how fields a strategy resets are kept out of every entry.
     pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
+        self.without(other, Below::Removed)
+    }
+
+    /// Takes the paths of `other` out of this set, in place ([`difference`](Self::difference)
+    /// without a copy).
+    pub(super) fn remove_all(&mut self, other: &FieldSet) {
+        self.take_out(other, Below::Kept);
+    }
+
+    /// Takes the paths in or below those of `other` out of this set, in place
+    /// ([`recursive_difference`](Self::recursive_difference) without a copy).
+    pub(super) fn remove_recursive(&mut self, other: &FieldSet) {
+        self.take_out(other, Below::Removed);
+    }
+
+    /// This set without the paths of `other` (and, by `below`, those under them), copying
+    /// only what is kept.
+    fn without(&self, other: &FieldSet, below: Below) -> FieldSet {
         let members = self.members.difference(&other.members).cloned().collect();
         let children = self
             .children
             .iter()
-            .filter(|(e, _)| !other.members.contains(e))
+            .filter(|(e, _)| below == Below::Kept || !other.members.contains(e))
             .filter_map(|(e, mine)| {
                 let left = match other.children.get(e) {
-                    Some(theirs) => mine.recursive_difference(theirs),
+                    Some(theirs) => mine.without(theirs, below),
                     None => mine.clone(),
                 };
                 (!left.is_empty()).then(|| (e.clone(), left))
             })
             .collect();
         FieldSet { members, children }
+    }
+
+    /// [`without`](Self::without) in place.
+    fn take_out(&mut self, other: &FieldSet, below: Below) {
+        if other.is_empty() {
+            return;
+        }
+        self.members.retain(|e| !other.members.contains(e));
+        self.children.retain(|e, mine| {
+            if below == Below::Removed && other.members.contains(e) {
+                return false;
+            }
+            match other.children.get(e) {
+                Some(theirs) => {
+                    mine.take_out(theirs, below);
+                    !mine.is_empty()
+                }
+                None => true,
+            }
+        });
     }
 
     /// Every path, in SMD's order (`Set.Iterate`): a node's members, then the paths
@@ -318,6 +307,14 @@ impl FieldSet {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct FieldsV1Error(String);
+
+/// What a difference does with the paths below a member of the set taken away: kept
+/// ([`FieldSet::difference`]) or removed with it ([`FieldSet::recursive_difference`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Below {
+    Kept,
+    Removed,
+}
 
 #[cfg(test)]
 mod tests {
