@@ -24,7 +24,7 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError, WatchItem,
 };
-use super::shared_read::SharedReads;
+use super::shared_read::SharedRounds;
 use crate::tls::TlsError;
 use crate::tls::certs::{CertKey, parse_certs_pem};
 use members::{Members, Probe, Retry};
@@ -178,9 +178,9 @@ pub struct Etcd3Backend {
     /// pointer, swept on the next request.
     watches: Arc<Mutex<Vec<Weak<tokio::sync::Mutex<WatchRequestSender>>>>>,
     /// Reads of the current revision, shared by concurrent callers.
-    reads: Arc<SharedReads>,
+    reads: Arc<SharedRounds<Revision>>,
     /// Progress requests to every open watch, shared by concurrent callers.
-    progress: Arc<SharedReads>,
+    progress: Arc<SharedRounds<()>>,
 }
 
 impl std::fmt::Debug for Etcd3Backend {
@@ -709,7 +709,7 @@ impl Backend for Etcd3Backend {
             let me = me.clone();
             async move {
                 me.send_progress_requests().await;
-                Ok(0)
+                Ok(())
             }
         };
         // The sends report no error: a watch whose stream broke says so on its own stream.

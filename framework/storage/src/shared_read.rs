@@ -1,4 +1,5 @@
-//! One backend read of the current revision shared by every caller waiting for it.
+//! One backend call shared by every caller waiting for its result: a read of the current
+//! revision, or a round of progress requests.
 //!
 //! A consistent read needs a revision read *after* it started (so that it sees every write
 //! that finished before). Callers that arrive while a read is on its way wait for the next
@@ -12,20 +13,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-use super::backend::{Revision, StorageError};
+use super::backend::StorageError;
 
 /// The last result and the callers it serves: every ticket up to `covers`.
-type Done = (u64, Option<Result<Revision, StorageError>>);
+type Done<T> = (u64, Option<Result<T, StorageError>>);
 
-/// Shared reads of the current revision (see the module's doc).
+/// Calls of one kind shared by the callers waiting (see the module's doc): each gets the
+/// result of a call that began after it asked. `T` is what a call yields: a revision for
+/// the reads of it, `()` for rounds of progress requests.
 #[derive(Debug)]
-pub(crate) struct SharedReads {
+pub(crate) struct SharedRounds<T> {
     /// Tickets given out, and whether a read task is running.
     state: Mutex<(u64, bool)>,
-    done: watch::Sender<Done>,
+    done: watch::Sender<Done<T>>,
 }
 
-impl Default for SharedReads {
+impl<T> Default for SharedRounds<T> {
     fn default() -> Self {
         Self {
             state: Mutex::new((0, false)),
@@ -34,13 +37,14 @@ impl Default for SharedReads {
     }
 }
 
-impl SharedReads {
-    /// A revision that `fetch` read after this call began, shared with concurrent callers.
+impl<T: Clone + Send + Sync + 'static> SharedRounds<T> {
+    /// What `fetch` yielded in a call that began after this one, shared with concurrent
+    /// callers.
     /// `fetch` runs in a task of its own, so a caller that goes away stops no one else.
-    pub(crate) async fn read<F, Fut>(self: &Arc<Self>, fetch: F) -> Result<Revision, StorageError>
+    pub(crate) async fn read<F, Fut>(self: &Arc<Self>, fetch: F) -> Result<T, StorageError>
     where
         F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Revision, StorageError>> + Send + 'static,
+        Fut: Future<Output = Result<T, StorageError>> + Send + 'static,
     {
         let mut done = self.done.subscribe();
         let (ticket, start) = {
@@ -56,18 +60,18 @@ impl SharedReads {
         let result = done
             .wait_for(|(covers, _)| *covers >= ticket)
             .await
-            .map_err(|_| StorageError::Internal("revision reads ended".into()))?;
+            .map_err(|_| StorageError::Internal("shared calls ended".into()))?;
         result
             .1
             .clone()
-            .unwrap_or_else(|| Err(StorageError::Internal("no revision read".into())))
+            .unwrap_or_else(|| Err(StorageError::Internal("no shared call".into())))
     }
 
     /// Reads until every ticket given out has a result.
     async fn run<F, Fut>(self: Arc<Self>, fetch: F)
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<Revision, StorageError>>,
+        Fut: Future<Output = Result<T, StorageError>>,
     {
         // Should `fetch` panic, the waiters get an error and the next caller a new task.
         let guard = Running(&self);
@@ -83,20 +87,22 @@ impl SharedReads {
             }
         }
     }
+}
 
+impl<T> SharedRounds<T> {
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, bool)> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Ends a read task that did not finish normally: every ticket given out gets an error.
-struct Running<'a>(&'a SharedReads);
+/// Ends a task of calls that did not finish normally: every ticket given out gets an error.
+struct Running<'a, T>(&'a SharedRounds<T>);
 
-impl Drop for Running<'_> {
+impl<T> Drop for Running<'_, T> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
         state.1 = false;
-        let failed = Err(StorageError::Internal("the revision read failed".into()));
+        let failed = Err(StorageError::Internal("the shared call failed".into()));
         self.0.done.send_replace((state.0, Some(failed)));
     }
 }
@@ -110,7 +116,7 @@ mod tests {
     /// Each caller gets a value read after it called; concurrent callers share reads.
     #[tokio::test]
     async fn callers_share_reads_that_began_after_them() {
-        let reads = Arc::new(SharedReads::default());
+        let reads = Arc::new(SharedRounds::default());
         let revision = Arc::new(AtomicI64::new(0));
         let fetches = Arc::new(AtomicI64::new(0));
         let fetch = {
@@ -142,7 +148,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_that_panics_fails_its_callers_and_the_next_read_works() {
-        let reads = Arc::new(SharedReads::default());
+        let reads = Arc::new(SharedRounds::default());
         let panicking = || async { panic!("fetch panicked") };
         assert!(reads.read(panicking).await.is_err());
         assert_eq!(reads.read(|| async { Ok(3) }).await, Ok(3));
@@ -150,7 +156,7 @@ mod tests {
 
     #[tokio::test]
     async fn errors_reach_the_callers_they_cover() {
-        let reads = Arc::new(SharedReads::default());
+        let reads = Arc::new(SharedRounds::default());
         let failing = || async { Err(StorageError::Unavailable("down".into())) };
         assert!(reads.read(failing).await.is_err());
         assert_eq!(reads.read(|| async { Ok(7) }).await, Ok(7));
