@@ -196,10 +196,11 @@ fn admit_new<T: Strategy>(
     let started = Instant::now();
     let name = typed.metadata().name.clone().unwrap_or_default();
     // The object as JSON once, for the metadata's checks and the schema's.
-    let json = checked_json(inner, &typed)?;
+    let checked = checked_json(inner, &typed)?;
+    let json = checked.value();
     let mut errors = validate_meta_json(inner, &json["metadata"]);
     errors.extend(typed.validate(strategy));
-    errors.extend(check_schema(inner, strategy, &json, None)?);
+    errors.extend(check_schema(inner, strategy, json, None)?);
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, &name, &errors));
     }
@@ -207,7 +208,7 @@ fn admit_new<T: Strategy>(
         strategy.warn(warning);
     }
     let started = strategy.request().stage(WriteStage::Strategy, started);
-    let mut stored = canonical_json(inner, json, &mut typed)?;
+    let mut stored = canonical_json(checked, &mut typed)?;
     let meta = metadata_mut(&mut stored);
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(object::now_timestamp()));
@@ -215,27 +216,43 @@ fn admit_new<T: Strategy>(
     Ok(stored)
 }
 
-/// What the checks of a new object read as JSON: the whole object when the type has a
-/// schema to check, else its metadata alone (as `{"metadata": …}`).
-fn checked_json<T: Strategy>(inner: &Inner, typed: &T) -> Result<Value> {
-    match &inner.schema {
-        Ok(Some(_)) => encode_typed(typed),
-        _ => {
-            let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
-            Ok(json!({ "metadata": meta }))
+/// What the checks of a new object read as JSON ([`checked_json`]).
+enum Checked {
+    /// The whole object, for a type with a schema to check.
+    Object(Value),
+    /// Its metadata alone, as `{"metadata": …}`.
+    Metadata(Value),
+}
+
+impl Checked {
+    fn value(&self) -> &Value {
+        match self {
+            Checked::Object(value) | Checked::Metadata(value) => value,
         }
     }
 }
 
-/// A new object canonicalized (kube's `Canonicalize`, after validation) as JSON: `checked`,
-/// the JSON of [`checked_json`], when it is the whole object and the type's `canonicalize`
-/// changes nothing ([`Strategy::CANONICALIZES`]), else `typed` encoded anew.
-fn canonical_json<T: Strategy>(inner: &Inner, checked: Value, typed: &mut T) -> Result<Value> {
-    typed.canonicalize();
-    if !T::CANONICALIZES && matches!(inner.schema, Ok(Some(_))) {
-        return Ok(checked);
+/// What the checks of a new object read as JSON: the whole object when the type has a
+/// schema to check, else its metadata alone.
+fn checked_json<T: Strategy>(inner: &Inner, typed: &T) -> Result<Checked> {
+    match &inner.schema {
+        Ok(Some(_)) => encode_typed(typed).map(Checked::Object),
+        _ => {
+            let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
+            Ok(Checked::Metadata(json!({ "metadata": meta })))
+        }
     }
-    encode_typed(typed)
+}
+
+/// A new object canonicalized (kube's `Canonicalize`, after validation) as JSON: the
+/// checks' JSON when it is the whole object and the type's `canonicalize` changes nothing
+/// ([`Strategy::CANONICALIZES`]), else `typed` encoded anew.
+fn canonical_json<T: Strategy>(checked: Checked, typed: &mut T) -> Result<Value> {
+    typed.canonicalize();
+    match checked {
+        Checked::Object(json) if !T::CANONICALIZES => Ok(json),
+        _ => encode_typed(typed),
+    }
 }
 
 /// The type's schema limits and rules on the new object (`json`, from [`checked_json`];
@@ -540,14 +557,15 @@ async fn prepare_update<T: Strategy>(
     prepare_meta_for_update(typed.metadata_mut(), old_typed.metadata());
     typed.prepare_for_update(&old_typed, strategy);
     // The object as JSON once, for the metadata's checks and the schema's.
-    let json = checked_json(inner, &typed)?;
+    let checked = checked_json(inner, &typed)?;
+    let json = checked.value();
     let mut errors = validate_meta_json(inner, &json["metadata"]);
     errors.extend(validate_object_meta_update(
         &json["metadata"],
         &old["metadata"],
     ));
     errors.extend(typed.validate_update(&old_typed, strategy));
-    errors.extend(check_schema(inner, strategy, &json, Some(old))?);
+    errors.extend(check_schema(inner, strategy, json, Some(old))?);
     if !errors.is_empty() {
         return Err(Error::invalid(&inner.info, name, &errors));
     }
@@ -559,7 +577,7 @@ async fn prepare_update<T: Strategy>(
     // create stores it: kept alive through the rest of an update, it left glibc's free
     // chunks to merge elsewhere, and server-side applies took 10–30% more CPU (book:
     // Benchmarks, writes stage by stage).
-    drop(json);
+    drop(checked);
     typed.canonicalize();
     let mut stored = encode_typed(&typed)?;
     let started = ctx.stage(WriteStage::Encode, started);
