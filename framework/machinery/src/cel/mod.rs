@@ -262,21 +262,13 @@ pub struct Activation {
 }
 
 /// A variable: its name, its value, and the value in the form cel-rust evaluates, once read.
-#[derive(Debug)]
+/// A clone of an activation shares its bindings' converted values: a copy that binds one more
+/// variable (a rule's optional `oldSelf`) does not convert `self` again.
+#[derive(Debug, Clone)]
 struct Binding {
     name: String,
     value: Value,
-    evaluated: OnceLock<Box<dyn Val>>,
-}
-
-impl Clone for Binding {
-    fn clone(&self) -> Self {
-        Self {
-            name: self.name.clone(),
-            value: self.value.clone(),
-            evaluated: OnceLock::new(),
-        }
-    }
+    evaluated: Arc<OnceLock<Box<dyn Val>>>,
 }
 
 impl VariableResolver for Activation {
@@ -312,7 +304,7 @@ impl Activation {
         let binding = Binding {
             name: name.to_string(),
             value,
-            evaluated: OnceLock::new(),
+            evaluated: Arc::default(),
         };
         match self.variables.iter_mut().find(|b| b.name == name) {
             Some(slot) => *slot = binding,
@@ -490,8 +482,19 @@ mod tests {
         assert_eq!(evaluate("has(self.c)", &activation), Ok(Value::Bool(false)));
         activation.set("self", convert::from_json(&serde_json::json!({"n": 5})));
         assert_eq!(evaluate("self.n + 1", &activation), Ok(Value::Int(6)));
-        let copy = activation.clone();
+        let mut copy = activation.clone();
         assert_eq!(evaluate("self.n", &copy), Ok(Value::Int(5)));
+        // The copy lends the original's converted `self` (converted above, not again).
+        assert!(Arc::ptr_eq(
+            &copy.variables[0].evaluated,
+            &activation.variables[0].evaluated
+        ));
+        // A variable bound in the copy only is not the original's.
+        copy.set("oldSelf", Value::Int(1));
+        assert_eq!(evaluate("oldSelf == 1", &copy), Ok(Value::Bool(true)));
         assert!(evaluate("oldSelf == 1", &activation).is_err());
+        copy.set("self", Value::Int(7));
+        assert_eq!(evaluate("self", &copy), Ok(Value::Int(7)));
+        assert_eq!(evaluate("self.n", &activation), Ok(Value::Int(5)));
     }
 }

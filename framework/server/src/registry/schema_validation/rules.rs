@@ -255,7 +255,8 @@ pub(super) fn evaluate(
     let this = cel_view(value, &node.reads, root);
     let previous = old.map(|old| cel_view(old, &node.reads, root));
     // One activation for the node's rules, so that each value is converted for cel-rust
-    // once (a rule with an optional `oldSelf` gets its own).
+    // once (a rule with an optional `oldSelf` gets a copy binding it as an optional, which
+    // shares the converted `self`).
     let mut activation = Activation::new().with("self", this);
     if let Some(previous) = &previous {
         activation.set("oldSelf", previous.clone());
