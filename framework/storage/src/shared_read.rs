@@ -2,13 +2,14 @@
 //! revision, or a round of progress requests.
 //!
 //! A consistent read needs a revision read *after* it started (so that it sees every write
-//! that finished before). A caller that arrives while a read is on its way starts a new one
-//! at once, up to a bound of reads in flight; past the bound it waits for the next read to
-//! start as one ends, which serves every caller that arrived meanwhile: under load a remote
-//! backend (etcd) answers one request per round instead of one per caller, and a caller waits
-//! about one round trip, not the rest of a round already on its way and then a whole one.
-//! The etcd3 backend shares its progress requests the same way: a round of sends that began
-//! after a caller asked serves it as a read that began after it would.
+//! that finished before). A caller that arrives while fewer calls than the bound are on their
+//! way begins one at once; past the bound it waits for the next call, begun as one ends, which
+//! serves every caller that arrived meanwhile: under load a remote backend (etcd) answers one
+//! request per round instead of one per caller. With a bound of one, a caller that arrives
+//! while a call is on its way waits for the rest of it and then a whole one; a higher bound
+//! shortens that wait for more calls. The etcd3 backend shares its progress requests the same
+//! way: a round of sends that began after a caller asked serves it as a read that began after
+//! it would.
 
 use std::collections::VecDeque;
 use std::future::Future;
