@@ -798,28 +798,17 @@ fn conversions_to_the_objects_own_version_are_none() {
     };
     let converting = fm().with_converter(Arc::new(record));
     let plain = fm();
-    let live = flunder(json!({"reference": "x", "replicas": 1}));
+    let apply = |fm: &FieldManager, live: &Value, spec: Value, second: u32| {
+        let force = second == 2; // the first apply takes the creator's fields
+        fm.apply(Some(live), &flunder(spec), &owner("a", second), force)
+    };
     let mut results = Vec::new();
     for fm in [&converting, &plain] {
-        let mut live = live.clone();
+        let mut live = flunder(json!({"reference": "x", "replicas": 1}));
         fm.update(None, &mut live, &owner("creator", 1));
-        let applied = fm
-            .apply(
-                Some(&live),
-                &flunder(json!({"reference": "y", "replicas": 2})),
-                &owner("a", 2),
-                true,
-            )
-            .unwrap();
+        let applied = apply(fm, &live, json!({"reference": "y", "replicas": 2}), 2).unwrap();
         // The applier stops applying replicas: pruned (the creator's fields were taken).
-        let pruned = fm
-            .apply(
-                Some(&applied),
-                &flunder(json!({"reference": "y"})),
-                &owner("a", 3),
-                false,
-            )
-            .unwrap();
+        let pruned = apply(fm, &applied, json!({"reference": "y"}), 3).unwrap();
         assert_eq!(pruned["spec"], json!({"reference": "y"}));
         results.push(pruned);
     }
