@@ -484,9 +484,19 @@ impl FieldManager {
         versions.push(own);
         versions.sort_unstable();
         versions.dedup();
-        for version in versions {
-            let back = in_version(converter, &merged, own, version).and_then(|all| {
-                let mut all = all.into_owned();
+        // The merged object is read once per version: the last reading takes it.
+        let (mut merged, readings) = (Some(merged), versions.len());
+        for (reading, version) in versions.into_iter().enumerate() {
+            let all = match reading + 1 == readings {
+                true => merged
+                    .take()
+                    .and_then(|m| into_version(converter, m, own, version)),
+                false => merged
+                    .as_ref()
+                    .and_then(|m| in_version(converter, m, own, version))
+                    .map(Cow::into_owned),
+            };
+            let back = all.and_then(|mut all| {
                 let still = to_field_set(&*in_version(converter, &pruned, own, version)?, root);
                 let removed = to_field_set(&all, root).difference(&still);
                 remove_unkept(&mut all, &removed, &keep_at(version).union(&still), root);
