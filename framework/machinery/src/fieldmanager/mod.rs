@@ -47,6 +47,7 @@ mod set;
 mod typed;
 mod versions;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -323,8 +324,10 @@ impl FieldManager {
         let empty = Value::Object(Map::new());
         let live = live.unwrap_or(&empty);
         let id = owner.id(Operation::Apply);
-        // Kept for a retry after conflicts, without the stored JSON of the entries.
-        let kept = managed::without_encoded(&managed);
+        // Kept, without the stored JSON of the entries, for the one retry after conflicts
+        // (by `kubectl`, unforced): no copy for the applies that cannot retry.
+        let retries = !force && owner.manager == KUBECTL;
+        let kept = retries.then(|| managed::without_encoded(&managed));
         let (mut object, mut managed) =
             match self.merge_apply(live, config, managed, &id, owner, force) {
                 Ok(done) => done,
@@ -347,20 +350,21 @@ impl FieldManager {
     }
 
     /// kube's `lastAppliedManager`: conflicts of `kubectl` on fields its client-side
-    /// apply set are no conflicts; the apply is then forced.
+    /// apply set are no conflicts; the apply is then forced, from the entries `kept` before
+    /// the first attempt (`None` for an applier other than `kubectl`).
     fn after_conflicts(
         &self,
         live: &Value,
         config: &Value,
-        managed: Managed,
+        kept: Option<Managed>,
         owner: &FieldOwner,
         conflicts: Vec<(ManagerId, Path)>,
     ) -> Result<(Value, Managed)> {
-        let allowed = match owner.manager == KUBECTL {
-            true => self.client_side_applied(live, &owner.api_version),
-            false => None,
-        };
-        let Some(allowed) = allowed else {
+        let retry = kept.and_then(|managed| {
+            let allowed = self.client_side_applied(live, &owner.api_version)?;
+            Some((allowed, managed))
+        });
+        let Some((allowed, managed)) = retry else {
             return Err(into_conflicts(conflicts).into());
         };
         let left: Vec<_> = conflicts
@@ -466,12 +470,13 @@ impl FieldManager {
             remove_unkept(&mut object, &last.set, &keep_at(own), root);
             return object;
         };
-        let pruned = converter
-            .convert(&merged, &last.api_version)
-            .and_then(|mut in_last| {
-                remove_unkept(&mut in_last, &last.set, &keep_at(&last.api_version), root);
-                converter.convert(&in_last, own)
-            });
+        let converter = converter.as_ref();
+        let last_version = last.api_version.as_str();
+        let pruned = in_version(converter, &merged, own, last_version).and_then(|in_last| {
+            let mut in_last = in_last.into_owned();
+            remove_unkept(&mut in_last, &last.set, &keep_at(last_version), root);
+            into_version(converter, in_last, last_version, own)
+        });
         let Some(mut pruned) = pruned else {
             return merged;
         };
@@ -479,18 +484,57 @@ impl FieldManager {
         versions.push(own);
         versions.sort_unstable();
         versions.dedup();
-        for version in versions {
-            let back = converter.convert(&merged, version).and_then(|mut all| {
-                let still = to_field_set(&converter.convert(&pruned, version)?, root);
+        // The merged object is read once per version: the last reading takes it.
+        let (mut merged, readings) = (Some(merged), versions.len());
+        for (reading, version) in versions.into_iter().enumerate() {
+            let all = match reading + 1 == readings {
+                true => merged
+                    .take()
+                    .and_then(|m| into_version(converter, m, own, version)),
+                false => merged
+                    .as_ref()
+                    .and_then(|m| in_version(converter, m, own, version))
+                    .map(Cow::into_owned),
+            };
+            let back = all.and_then(|mut all| {
+                let still = to_field_set(&*in_version(converter, &pruned, own, version)?, root);
                 let removed = to_field_set(&all, root).difference(&still);
                 remove_unkept(&mut all, &removed, &keep_at(version).union(&still), root);
-                converter.convert(&all, own)
+                into_version(converter, all, version, own)
             });
             if let Some(back) = back {
                 pruned = back;
             }
         }
         pruned
+    }
+}
+
+/// `object`, which is in version `from`, as version `to`: as it is when they are the same,
+/// as kube's converter returns it (a conversion to the object's own version would be a
+/// copy of it, or a round trip through the storage version).
+fn in_version<'v>(
+    converter: &dyn VersionConverter,
+    object: &'v Value,
+    from: &str,
+    to: &str,
+) -> Option<Cow<'v, Value>> {
+    match from == to {
+        true => Some(Cow::Borrowed(object)),
+        false => converter.convert(object, to).map(Cow::Owned),
+    }
+}
+
+/// [`in_version`] of an object moved in.
+fn into_version(
+    converter: &dyn VersionConverter,
+    object: Value,
+    from: &str,
+    to: &str,
+) -> Option<Value> {
+    match from == to {
+        true => Some(object),
+        false => converter.convert(&object, to),
     }
 }
 

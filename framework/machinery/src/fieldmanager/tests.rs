@@ -784,6 +784,38 @@ fn managers_of_other_versions_are_compared_in_theirs() {
     assert_eq!(done["spec"], json!({"reference": "y"}));
 }
 
+/// As kube's converter, an object already in the version asked for is taken as it is: an
+/// apply whose managers all wrote through its own version never calls the converter (which
+/// would copy the object, or round-trip it through the storage version) and prunes as
+/// without one.
+#[test]
+fn conversions_to_the_objects_own_version_are_none() {
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    let record = move |object: &Value, to: &str| -> Option<Value> {
+        seen.lock().unwrap().push(to.to_owned());
+        Some(object.clone())
+    };
+    let converting = fm().with_converter(Arc::new(record));
+    let plain = fm();
+    let apply = |fm: &FieldManager, live: &Value, spec: Value, second: u32| {
+        let force = second == 2; // the first apply takes the creator's fields
+        fm.apply(Some(live), &flunder(spec), &owner("a", second), force)
+    };
+    let mut results = Vec::new();
+    for fm in [&converting, &plain] {
+        let mut live = flunder(json!({"reference": "x", "replicas": 1}));
+        fm.update(None, &mut live, &owner("creator", 1));
+        let applied = apply(fm, &live, json!({"reference": "y", "replicas": 2}), 2).unwrap();
+        // The applier stops applying replicas: pruned (the creator's fields were taken).
+        let pruned = apply(fm, &applied, json!({"reference": "y"}), 3).unwrap();
+        assert_eq!(pruned["spec"], json!({"reference": "y"}));
+        results.push(pruned);
+    }
+    assert_eq!(results[0], results[1]);
+    assert_eq!(*asked.lock().unwrap(), Vec::<String>::new());
+}
+
 #[test]
 fn update_skips_reset_fields() {
     let fm = fm();

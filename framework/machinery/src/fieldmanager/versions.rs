@@ -15,7 +15,9 @@ use crate::patch::schema::At;
 /// Converts an object to another version of its type, so that a manager's fields are
 /// compared in the version it wrote them in (kube's `Converter` for structured-merge-diff).
 ///
-/// Without one, every version is taken to have the same field paths.
+/// Without one, every version is taken to have the same field paths. It is never asked for
+/// the version an object is already in: that object is taken as it is, as kube's converter
+/// returns it.
 pub trait VersionConverter: Send + Sync {
     /// `object` as `api_version` (`group/version`); `None` when that version is not served
     /// any more, and then the entries in it are dropped, as kube drops them.

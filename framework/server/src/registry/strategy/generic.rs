@@ -6,7 +6,7 @@
 //! before the object is decoded, so that a part a write ignores cannot fail it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::runtime::ResourceInfo;
 use crate::runtime::object::{metadata, metadata_mut};
@@ -140,18 +140,24 @@ fn copy_field(new: &mut Value, old: &Value, field: &str) {
 }
 
 /// Whether anything but `apiVersion`, `kind`, `metadata` and `status` differs.
+///
+/// Compared member by member in place: every update and patch asks, and a copy of both
+/// objects without those members would copy their `managedFields` too.
 pub fn spec_changed(new: &Value, old: &Value) -> bool {
     const IGNORED: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
-    let strip = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(map) = v.as_object_mut() {
-            for k in IGNORED {
-                map.remove(k);
-            }
-        }
-        v
+    let (Some(new), Some(old)) = (new.as_object(), old.as_object()) else {
+        return new != old;
     };
-    strip(new) != strip(old)
+    let compared = |map: &'_ Map<String, Value>| {
+        map.iter()
+            .filter(|(k, _)| !IGNORED.contains(&k.as_str()))
+            .count()
+    };
+    compared(new) != compared(old)
+        || new
+            .iter()
+            .filter(|(k, _)| !IGNORED.contains(&k.as_str()))
+            .any(|(k, v)| old.get(k) != Some(v))
 }
 
 #[cfg(test)]
@@ -227,5 +233,25 @@ mod tests {
         assert_eq!(new["status"], json!({"ok": true}));
         assert!(new["metadata"].get("labels").is_none());
         assert_eq!(next_generation(&new, &old), 2);
+    }
+
+    #[test]
+    fn spec_changed_looks_past_type_metadata_and_status_only() {
+        let old = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"},
+            "spec": {"x": 1}, "data": [1]});
+        let same = json!({"data": [1], "kind": "K2", "metadata": {"name": "b",
+            "managedFields": [{"manager": "m"}]}, "spec": {"x": 1}, "status": {"ok": true}});
+        assert!(!spec_changed(&same, &old));
+        for changed in [
+            json!({"spec": {"x": 1}}),
+            json!({"spec": {"x": 1}, "data": [1], "extra": null}),
+            json!({"spec": {"x": 2}, "data": [1]}),
+            json!({"spec": {"x": 1}, "other": [1]}),
+            json!("not an object"),
+        ] {
+            assert!(spec_changed(&changed, &old), "{changed}");
+            assert!(spec_changed(&old, &changed), "{changed}");
+        }
+        assert!(!spec_changed(&json!(1), &json!(1)));
     }
 }
