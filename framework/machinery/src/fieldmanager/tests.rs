@@ -648,7 +648,7 @@ fn object_meta_lists_and_maps_are_built_in() {
     let live = fm.apply(None, &a, &owner("a", 1), false).unwrap();
     assert_eq!(
         entries(&live)[0].2,
-        r#"{"f:metadata":{"f:finalizers":{"v:\"a.example.com/f\"":{}},"f:labels":{"f:x":{}},"f:ownerReferences":{"k:{\"uid\":\"1\"}":{".":{},"f:apiVersion":{},"f:kind":{},"f:name":{},"f:uid":{}}}}}"#
+        r#"{"f:metadata":{"f:finalizers":{"v:\"a.example.com/f\"":{}},"f:labels":{"f:x":{}},"f:ownerReferences":{"k:{\"uid\":\"1\"}":{".":{},"f:apiVersion":{},"f:kind":{},"f:name":{},"f:uid":{}}}},"f:spec":{}}"#
     );
     let mut b = flunder(json!({}));
     b["metadata"]["finalizers"] = json!(["b.example.com/f"]);

@@ -81,7 +81,10 @@ fn walk_set(value: &Value, at: At<'_>, path: &mut Vec<PathElement>, out: &mut Fi
                 }
                 path.push(PathElement::Field(key.clone()));
                 walk_set(child, at.field(key), path, out);
-                if !at.declares(key) {
+                // SMD's `visitMapItems`: an empty map is a leaf of its own (a null one is,
+                // as every scalar, below), and so is a member the schema does not declare.
+                let empty_map = child.as_object().is_some_and(Map::is_empty);
+                if empty_map || !at.declares(key) {
                     out.insert(path);
                 }
                 path.pop();
@@ -522,6 +525,22 @@ mod tests {
             set_of(value),
             r#"{"f:metadata":{},"f:spec":{"f:args":{},"f:containers":{"k:{\"name\":\"a\"}":{".":{},"f:image":{},"f:name":{}}},"f:data":{"f:k":{}},"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:port":{},"f:protocol":{}}},"f:replicas":{},"f:selector":{},"f:tags":{"v:\"a\"":{},"v:\"b\"":{}}}}"#
                 .replace(r#""f:metadata":{},"#, "")
+        );
+    }
+
+    /// An empty map is a field of its own, as SMD's walk records it (kube's managedFields
+    /// of an apply of `spec: {}` hold `"f:spec":{}`); an empty granular list is not.
+    #[test]
+    fn empty_maps_are_leaves() {
+        assert_eq!(set_of(json!({"spec": {}})), r#"{"f:spec":{}}"#);
+        assert_eq!(
+            set_of(json!({"spec": {"data": {}, "tags": [], "replicas": null}})),
+            r#"{"f:spec":{"f:data":{},"f:replicas":{}}}"#
+        );
+        // Not empty: only what is below it.
+        assert_eq!(
+            set_of(json!({"spec": {"data": {"k": "v"}}})),
+            r#"{"f:spec":{"f:data":{"f:k":{}}}}"#
         );
     }
 
