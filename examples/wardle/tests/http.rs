@@ -17,6 +17,7 @@ backend_tests! {
         discovery_and_openapi,
         unknown_fields_warn,
         deletes_and_updates_answer_as_kube,
+        applies_through_two_versions_answer_as_kube,
         bodies_that_do_not_fit_are_invalid,
     ],
 }
@@ -944,6 +945,100 @@ async fn unknown_fields_warn(backend: Backend) {
 /// The answers kube-apiserver gives a custom resource of the same shape (and sample-apiserver
 /// its Flunder) for deletes with finalizers and propagation policies, preconditions, and
 /// updates without a resourceVersion or with another uid.
+/// Server-side applies by two managers through the two served versions, where v1beta1's
+/// `fischerReference` is v1alpha1's `reference`: the answers and managedFields the Go
+/// sample-apiserver gives for the same requests (checked side by side in a real cluster).
+async fn applies_through_two_versions_answer_as_kube(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(backend, dir.path()).await;
+    let client = client(&server).await;
+    let beta = "/apis/wardle.example.com/v1beta1/namespaces/default/flunders/m";
+    let alpha = format!("{FLUNDERS}/m");
+    let apply = [("content-type", "application/apply-patch+yaml")];
+    let config = |version: &str, spec: Value, label: &str| {
+        let body = json!({"apiVersion": format!("wardle.example.com/{version}"), "kind": "Flunder",
+            "metadata": {"name": "m", "namespace": "default", "labels": {label: "1"}},
+            "spec": spec});
+        serde_json::to_vec(&body).unwrap()
+    };
+    let fields = |object: &Value, manager: &str| {
+        let entries = object["metadata"]["managedFields"].as_array().unwrap();
+        let entry = entries.iter().find(|e| e["manager"] == manager).unwrap();
+        entry["fieldsV1"].clone()
+    };
+    let beta_spec = json!({"referenceType": "Fischer", "fischerReference": "f"});
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{beta}?fieldManager=beta"),
+        &apply,
+        config("v1beta1", beta_spec, "x"),
+    )
+    .await;
+    assert_eq!(reply.code, 201, "{}", reply.text());
+
+    // An empty map applied is owned as a field of its own.
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{alpha}?fieldManager=alpha"),
+        &apply,
+        config("v1alpha1", json!({}), "y"),
+    )
+    .await;
+    assert_eq!(reply.code, 200, "{}", reply.text());
+    let object = reply.json();
+    assert_eq!(
+        fields(&object, "alpha"),
+        json!({"f:metadata": {"f:labels": {"f:y": {}}}, "f:spec": {}})
+    );
+    assert_eq!(
+        object["spec"],
+        json!({"reference": "f", "referenceType": "Fischer"})
+    );
+
+    // v1alpha1's `reference` is v1beta1's `fischerReference`, which `beta` owns: a conflict
+    // named in beta's version, then forced.
+    let with_reference = || config("v1alpha1", json!({"reference": "r"}), "y");
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{alpha}?fieldManager=alpha"),
+        &apply,
+        with_reference(),
+    )
+    .await;
+    assert_status(&reply, 409, "Conflict");
+    let body = reply.json();
+    assert_eq!(
+        body["message"],
+        "Apply failed with 1 conflict: conflict with \"beta\": .spec.fischerReference"
+    );
+    let reply = send(
+        &client,
+        "PATCH",
+        &format!("{alpha}?fieldManager=alpha&force=true"),
+        &apply,
+        with_reference(),
+    )
+    .await;
+    assert_eq!(reply.code, 200, "{}", reply.text());
+    let object = reply.json();
+    assert_eq!(object["apiVersion"], "wardle.example.com/v1alpha1");
+    assert_eq!(
+        object["spec"],
+        json!({"reference": "r", "referenceType": "Fischer"})
+    );
+    assert_eq!(
+        fields(&object, "alpha"),
+        json!({"f:metadata": {"f:labels": {"f:y": {}}}, "f:spec": {"f:reference": {}}})
+    );
+    assert_eq!(
+        fields(&object, "beta"),
+        json!({"f:metadata": {"f:labels": {"f:x": {}}}, "f:spec": {"f:referenceType": {}}})
+    );
+}
+
 async fn deletes_and_updates_answer_as_kube(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let server = start(backend, dir.path()).await;

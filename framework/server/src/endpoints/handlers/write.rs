@@ -437,26 +437,31 @@ fn field_manager(call: &Call, options: &WriteOptions) -> (FieldManager, FieldOwn
     (fields, owner)
 }
 
-/// How the field manager sees an object of this request's version as another version the
-/// resource is served in (through the storage version), to compare the fields of managers
-/// who wrote through other versions: `None` when there is one version.
+/// How the field manager sees an object of one version the resource is served in as
+/// another (through the storage version), to compare the fields of managers who wrote
+/// through other versions: `None` when there is one version. An object is taken to be in the
+/// version its `apiVersion` names (the request's when it names none): the field manager
+/// also converts back to the request's version what it read in a manager's.
 fn version_converter(call: &Call) -> Option<Arc<dyn VersionConverter>> {
     let equivalents = call.resource.equivalents.clone();
     if equivalents.len() < 2 {
         return None;
     }
-    let own = equivalents
-        .iter()
-        .find(|e| e.resource.version == call.info.api_version)?
-        .convertor
-        .clone();
+    let own = call.info.api_version.clone();
     let convert = move |object: &Value, api_version: &str| -> Option<Value> {
-        let target = equivalents.iter().find(|e| {
-            let kind = &e.kind;
-            api_version.split_once('/') == Some((kind.group.as_str(), kind.version.as_str()))
-                || (kind.group.is_empty() && api_version == kind.version)
-        })?;
-        let stored = match &own {
+        let served_as = |api_version: &str| {
+            equivalents.iter().find(|e| {
+                let kind = &e.kind;
+                api_version.split_once('/') == Some((kind.group.as_str(), kind.version.as_str()))
+                    || (kind.group.is_empty() && api_version == kind.version)
+            })
+        };
+        let target = served_as(api_version)?;
+        let source = match object.get("apiVersion").and_then(Value::as_str) {
+            Some(from) => served_as(from)?,
+            None => equivalents.iter().find(|e| e.resource.version == own)?,
+        };
+        let stored = match &source.convertor {
             Some(convertor) => convertor.to_storage(object).ok()?,
             None => object.clone(),
         };
