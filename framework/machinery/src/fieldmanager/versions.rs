@@ -20,7 +20,9 @@ use crate::patch::schema::At;
 /// returns it.
 pub trait VersionConverter: Send + Sync {
     /// `object` as `api_version` (`group/version`); `None` when that version is not served
-    /// any more, and then the entries in it are dropped, as kube drops them.
+    /// any more, and then the entries in it are dropped, as kube drops them. `object` is in
+    /// the version its own `apiVersion` names, which is not always the write's: the field
+    /// manager also converts back to the write's version what it read in a manager's.
     fn convert(&self, object: &Value, api_version: &str) -> Option<Value>;
 }
 
