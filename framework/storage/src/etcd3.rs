@@ -167,7 +167,9 @@ impl Etcd3Tls {
 /// arrives while a read is on its way waits for it and then for a whole new one; with two it
 /// begins one at once, at the price of more reads (0.12–0.15 a get instead of 0.07–0.08):
 /// where the cores are busy, as on the machine the book's "consistent gets on etcd3" were
-/// measured on, two were no faster at p50 and cost etcd more, and three were slower still.
+/// measured on, two were no faster at p50 and cost etcd more, and three were slower still;
+/// in the lab beside the Go sample-apiserver (the book's side by side, a seventh time) two
+/// were slower too.
 const READ_OVERLAP: usize = 1;
 
 /// A storage backend on etcd v3.
