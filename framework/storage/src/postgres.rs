@@ -11,12 +11,18 @@
 //! below it: a watcher reading `revision > last` can never miss a later-committed lower
 //! revision (what a sequence would allow).
 //!
+//! Writes: one task per server commits them (`write_loop`), every write waiting at that
+//! moment in one transaction (group commit), each checked in turn against what the writes
+//! before it left and given the next revision. A lock held through each commit's flush of the
+//! WAL would otherwise bound a server to one write per flush.
+//!
 //! Watches: every watcher reads the log after its last revision (the loop the SQLite backend
 //! uses too); it is woken by this server's own writes, by a `NOTIFY` that
 //! every write sends on commit (other servers' writes), and by a poll of `MAX(revision)`
 //! every [`PostgresOptions::poll_interval`], so a notification lost while the listening
 //! connection reconnects delays an event but never loses it.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +32,7 @@ use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use rustls::pki_types::CertificateDer;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
@@ -88,27 +95,32 @@ const LIST_AT: &str = concat!(
     " ORDER BY l.key LIMIT $4"
 );
 const COUNT_AT: &str = concat!("SELECT COUNT(*) FROM log l WHERE ", visible_at!());
-/// What a write reads under the lock, in one round trip: the store's revision and the key's
-/// latest row (NULLs when it has none). A statement of its own after the lock, so that its
-/// snapshot sees the previous writer's commit.
-const READ_FOR_WRITE: &str = "SELECT (SELECT COALESCE(MAX(revision), 0)::BIGINT FROM log),
-        c.key, l.value, l.create_revision, l.revision
-    FROM (SELECT 1) one LEFT JOIN live c ON c.key = $1
+/// What a batch of writes reads under the lock, in one round trip: the store's revision and
+/// the latest row of each of the keys `$1` (NULLs for a key that has none), a row per key. A
+/// statement of its own after the lock, so that its snapshot sees the previous writer's
+/// commit.
+const READ_FOR_WRITES: &str = "SELECT (SELECT COALESCE(MAX(revision), 0)::BIGINT FROM log),
+        k.key, l.value, l.create_revision, l.revision
+    FROM UNNEST($1::BYTEA[]) AS k (key) LEFT JOIN live c ON c.key = k.key
     LEFT JOIN log l ON l.revision = c.revision";
-/// A put, in one round trip: the log row, the key's live row, and the notification that the
-/// listeners get when the write commits (`$7` channel, `$8` revision).
+/// A put, in one statement: the log row and the key's live row.
 const WRITE_PUT: &str = "WITH logged AS (INSERT INTO log
         (revision, key, value, create_revision, prev_revision, deleted)
-        VALUES ($1, $2, $3, $4, $5, $6)),
-    live_row AS (INSERT INTO live (key, revision) VALUES ($2, $1)
-        ON CONFLICT (key) DO UPDATE SET revision = excluded.revision)
-    SELECT pg_notify($7, $8)";
+        VALUES ($1, $2, $3, $4, $5, $6))
+    INSERT INTO live (key, revision) VALUES ($2, $1)
+        ON CONFLICT (key) DO UPDATE SET revision = excluded.revision";
 /// A delete, as [`WRITE_PUT`] but removing the live row.
 const WRITE_DELETE: &str = "WITH logged AS (INSERT INTO log
         (revision, key, value, create_revision, prev_revision, deleted)
-        VALUES ($1, $2, $3, $4, $5, $6)),
-    live_row AS (DELETE FROM live WHERE key = $2)
-    SELECT pg_notify($7, $8)";
+        VALUES ($1, $2, $3, $4, $5, $6))
+    DELETE FROM live WHERE key = $2";
+/// The notification the listeners get when a batch commits (`$1` channel, `$2` its last
+/// revision).
+const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+/// At most this many writes share one transaction (and one flush of the WAL)...
+const BATCH_WRITES: usize = 128;
+/// ...and at most about this many bytes of values (a batch takes at least one write).
+const BATCH_BYTES: usize = 4 << 20;
 const EVENTS: &str = "SELECT l.revision, l.key, l.value, l.create_revision, l.deleted,
         p.value, p.create_revision, p.revision
     FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
@@ -265,7 +277,9 @@ pub struct PostgresBackend {
     db: Arc<Db>,
     notifier: Notifier,
     ready_timeout: Duration,
-    /// The listener and the poller, stopped when the backend is dropped.
+    /// The writer's queue ([`write_loop`]).
+    writes: mpsc::UnboundedSender<Pending>,
+    /// The listener, the poller and the writer, stopped when the backend is dropped.
     _tasks: Vec<AbortOnDrop>,
 }
 
@@ -369,7 +383,13 @@ impl PostgresBackend {
             Err(error) => return Err(error),
         };
         let notifier = Notifier::new(revision);
+        let (writes, queue) = mpsc::unbounded_channel();
         let tasks = vec![
+            AbortOnDrop(tokio::spawn(write_loop(
+                Arc::clone(&db),
+                notifier.clone(),
+                queue,
+            ))),
             AbortOnDrop(tokio::spawn(listen(
                 config,
                 tls,
@@ -388,14 +408,30 @@ impl PostgresBackend {
             db,
             notifier,
             ready_timeout: options.ready_timeout,
+            writes,
             _tasks: tasks,
         })
     }
 
+    /// Hands the write to the writer ([`write_loop`]) and waits for its commit, within the
+    /// deadline of a call: one that passes while the write still waits is never made.
     async fn write(&self, key: &str, write: Write) -> Result<KeyValue, StorageError> {
-        let event = self.db.call(commit_write(&self.db, key, write)).await?;
-        self.notifier.publish(event.revision());
-        Ok(event.kv)
+        let (reply, answer) = oneshot::channel();
+        let stopped = || StorageError::Unavailable("postgres: the writer stopped".into());
+        let pending = Pending {
+            key: key.to_owned(),
+            write,
+            reply,
+        };
+        self.writes.send(pending).map_err(|_| stopped())?;
+        match tokio::time::timeout(self.db.deadline, answer).await {
+            Ok(Ok(result)) => result.map(|event| event.kv),
+            Ok(Err(_)) => Err(stopped()),
+            Err(_) => Err(StorageError::Unavailable(format!(
+                "postgres did not answer within {:?}",
+                self.db.deadline
+            ))),
+        }
     }
 }
 
@@ -816,59 +852,210 @@ async fn schema_version(client: &impl tokio_postgres::GenericClient) -> Result<O
     Ok(row.map(|row| row.get(0)))
 }
 
-async fn commit_write(db: &Db, key: &str, write: Write) -> Result<Event, Fail> {
+/// A write waiting for the writer ([`write_loop`]).
+struct Pending {
+    key: String,
+    write: Write,
+    reply: oneshot::Sender<Result<Event, StorageError>>,
+}
+
+impl Pending {
+    /// The bytes it adds to a batch.
+    fn bytes(&self) -> usize {
+        self.key.len()
+            + match &self.write {
+                Write::Create(value) | Write::Update(value, _) => value.len(),
+                Write::Delete(_) => 0,
+            }
+    }
+}
+
+/// The one task that commits this server's writes: it takes every write waiting (up to
+/// [`BATCH_WRITES`] and about [`BATCH_BYTES`]) and commits them in one transaction
+/// ([`commit_writes`]), so that writes that arrive together share the lock's round trips and
+/// one flush of the WAL (group commit). Each commit must hold the schema's lock through its
+/// flush, which otherwise bounds a server to one write per flush.
+async fn write_loop(db: Arc<Db>, notifier: Notifier, mut queue: mpsc::UnboundedReceiver<Pending>) {
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(pending) => pending,
+            None => match queue.recv().await {
+                Some(pending) => pending,
+                None => return,
+            },
+        };
+        let mut bytes = first.bytes();
+        let mut batch = vec![first];
+        while batch.len() < BATCH_WRITES {
+            let Ok(pending) = queue.try_recv() else {
+                break;
+            };
+            bytes += pending.bytes();
+            if bytes > BATCH_BYTES {
+                next = Some(pending);
+                break;
+            }
+            batch.push(pending);
+        }
+        // A caller that stopped waiting (past its deadline) has had its error: its write is
+        // not made after it.
+        batch.retain(|pending| !pending.reply.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let (writes, replies): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|pending| ((pending.key, pending.write), pending.reply))
+            .unzip();
+        match db.call(commit_writes(&db, writes)).await {
+            Ok(results) => {
+                let last = results.iter().flatten().map(Event::revision).max();
+                if let Some(last) = last {
+                    notifier.publish(last);
+                }
+                for (reply, result) in replies.into_iter().zip(results) {
+                    let _ = reply.send(result);
+                }
+            }
+            Err(error) => {
+                // The database did not answer in time, or is gone: what waits would fail the
+                // same way behind it (a transaction of its own each, before batches, would
+                // have waited on the same lock or connection), and gets the answer now.
+                let fails_all = matches!(
+                    error,
+                    StorageError::Unavailable(_) | StorageError::Timeout(_)
+                );
+                let waiting = fails_all.then(|| {
+                    let mut waiting: Vec<_> = next.take().into_iter().collect();
+                    while let Ok(pending) = queue.try_recv() {
+                        waiting.push(pending);
+                    }
+                    waiting
+                });
+                let also = waiting.into_iter().flatten().map(|pending| pending.reply);
+                for reply in replies.into_iter().chain(also) {
+                    let _ = reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A write's row, borrowed from its event, as its statement takes it.
+struct Written<'a> {
+    revision: Revision,
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+    create_revision: Revision,
+    prev_revision: Option<Revision>,
+    deleted: bool,
+}
+
+/// Commits `writes` in one transaction under the schema's lock, in their order: each is
+/// checked against its key's value after the writes before it (as if each had a transaction
+/// of its own), and those that may proceed take consecutive revisions. Returns each write's
+/// event or the rule it broke; fails as a whole when the database does.
+async fn commit_writes(
+    db: &Db,
+    writes: Vec<(String, Write)>,
+) -> Result<Vec<Result<Event, StorageError>>, Fail> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     // Prepared (or found in the cache) before the lock, which is held from here to the
-    // commit: two round trips (the read, sent with the lock, then the write; the commit).
+    // commit: two round trips (the read, sent with the lock, then the writes and the commit).
     let (lock, read) = (
         tx.prepare_cached(LOCK).await?,
-        tx.prepare_cached(READ_FOR_WRITE).await?,
+        tx.prepare_cached(READ_FOR_WRITES).await?,
     );
-    let (put, delete) = (
+    let (put, delete, notify) = (
         tx.prepare_cached(WRITE_PUT).await?,
         tx.prepare_cached(WRITE_DELETE).await?,
+        tx.prepare_cached(NOTIFY).await?,
     );
-    // Held until the commit is visible: the next writer's MAX sees this revision. The read
+    // Held until the commit is visible: the next writer's MAX sees these revisions. The read
     // is pipelined behind the lock (tokio-postgres sends requests in the order they are
     // first polled): the server runs it as soon as it has the lock, in a snapshot of its
     // own taken then, without a round trip to us in between.
+    let keys: Vec<&[u8]> = writes.iter().map(|(key, _)| key.as_bytes()).collect();
     let (lock_params, read_params): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
-        ([&db.lock], [&key.as_bytes()]);
-    let (_, row) = futures::try_join!(
+        ([&db.lock], [&keys]);
+    let (_, rows) = futures::try_join!(
         tx.execute(&lock, &lock_params),
-        tx.query_one(&read, &read_params)
+        tx.query(&read, &read_params)
     )?;
-    let revision: Revision = row.try_get(0)?;
-    let current = match row.try_get::<_, Option<Revision>>(4)? {
-        Some(mod_revision) => Some(KeyValue {
-            key: key.to_owned(),
-            value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
-            create_revision: row.try_get(3)?,
-            mod_revision,
-        }),
-        None => None,
+    let mut revision: Revision = match rows.first() {
+        Some(row) => row.try_get(0)?,
+        None => return Ok(Vec::new()),
     };
-    let event = write.apply(key, current, revision + 1)?;
-    let deleted = event.event_type == EventType::Delete;
-    let value = (!deleted).then_some(event.kv.value.as_ref());
-    let prev_revision = event.prev_kv.as_ref().map(|prev| prev.mod_revision);
-    tx.execute(
-        if deleted { &delete } else { &put },
-        &[
-            &event.revision(),
-            &key.as_bytes(),
-            &value,
-            &event.kv.create_revision,
-            &prev_revision,
-            &deleted,
-            &db.channel,
-            &event.revision().to_string(),
-        ],
-    )
-    .await?;
+    let mut current = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let value = match row.try_get::<_, Option<Revision>>(4)? {
+            Some(mod_revision) => Some(KeyValue {
+                key: key_at(row, 1)?,
+                value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
+                create_revision: row.try_get(3)?,
+                mod_revision,
+            }),
+            None => None,
+        };
+        current.insert(row.try_get::<_, Vec<u8>>(1)?, value);
+    }
+    let mut results = Vec::with_capacity(writes.len());
+    for (key, write) in writes {
+        let latest = current.get(key.as_bytes()).cloned().flatten();
+        let result = write.apply(&key, latest, revision + 1);
+        if let Ok(event) = &result {
+            revision = event.revision();
+            let live = (event.event_type != EventType::Delete).then(|| event.kv.clone());
+            current.insert(key.into_bytes(), live);
+        }
+        results.push(result);
+    }
+    let written: Vec<Written> = results
+        .iter()
+        .flatten()
+        .map(|event| {
+            let deleted = event.event_type == EventType::Delete;
+            Written {
+                revision: event.revision(),
+                key: event.kv.key.as_bytes(),
+                value: (!deleted).then_some(event.kv.value.as_ref()),
+                create_revision: event.kv.create_revision,
+                prev_revision: event.prev_kv.as_ref().map(|prev| prev.mod_revision),
+                deleted,
+            }
+        })
+        .collect();
+    if let Some(last) = written.last() {
+        let params: Vec<[&(dyn ToSql + Sync); 6]> = written
+            .iter()
+            .map(|row| -> [&(dyn ToSql + Sync); 6] {
+                [
+                    &row.revision,
+                    &row.key,
+                    &row.value,
+                    &row.create_revision,
+                    &row.prev_revision,
+                    &row.deleted,
+                ]
+            })
+            .collect();
+        let payload = last.revision.to_string();
+        let notify_params: [&(dyn ToSql + Sync); 2] = [&db.channel, &payload];
+        // Sent one after another without waiting (pipelined, in this order), and the
+        // notification with them: the listeners get it when the transaction commits.
+        let statements = written
+            .iter()
+            .zip(&params)
+            .map(|(row, params)| tx.execute(if row.deleted { &delete } else { &put }, params));
+        futures::try_join!(
+            futures::future::try_join_all(statements),
+            tx.execute(&notify, &notify_params)
+        )?;
+    }
     tx.commit().await?;
-    Ok(event)
+    Ok(results)
 }
 
 /// A read-only transaction on one snapshot: the revision and the rows it reads agree.
@@ -1148,6 +1335,7 @@ fn key_at(row: &Row, index: usize) -> Result<String, Fail> {
 mod tests {
     use super::*;
     use crate::notify::tests;
+    use futures::StreamExt;
 
     /// A backend on a schema of its own in the database of `APISERVER_TEST_POSTGRES` (default:
     /// the one `.ci/postgres.sh start` runs); fails when it does not answer.
@@ -1344,6 +1532,210 @@ mod tests {
             standby.create("/t/b", Bytes::from("1")).await,
             Err(StorageError::Unavailable(_))
         ));
+    }
+
+    fn value(text: &str) -> Bytes {
+        Bytes::copy_from_slice(text.as_bytes())
+    }
+
+    /// The writes of one batch are checked in their order, each against what the writes
+    /// before it left (the batch's own included), and those that proceed take consecutive
+    /// revisions; the ones refused change nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_checks_each_write_after_those_before_it() {
+        let backend = on_postgres().await;
+        backend.create("/other", value("x")).await.unwrap();
+        let start = backend.current_revision().await.unwrap();
+        let writes = vec![
+            ("/b/a".to_owned(), Write::Create(value("1"))),
+            ("/b/a".to_owned(), Write::Create(value("2"))),
+            ("/b/a".to_owned(), Write::Update(value("3"), start + 1)),
+            ("/b/c".to_owned(), Write::Delete(None)),
+            ("/b/c".to_owned(), Write::Create(value("4"))),
+            ("/b/c".to_owned(), Write::Delete(Some(start + 3))),
+            ("/b/a".to_owned(), Write::Update(value("5"), start + 1)),
+        ];
+        let results = backend
+            .db
+            .call(commit_writes(&backend.db, writes))
+            .await
+            .unwrap();
+        let revisions: Vec<_> = results
+            .iter()
+            .map(|result| result.as_ref().map(Event::revision).map_err(Clone::clone))
+            .collect();
+        assert_eq!(
+            revisions,
+            vec![
+                Ok(start + 1),
+                Err(StorageError::KeyExists("/b/a".into())),
+                Ok(start + 2),
+                Err(StorageError::NotFound("/b/c".into())),
+                Ok(start + 3),
+                Ok(start + 4),
+                Err(StorageError::Conflict {
+                    key: "/b/a".into(),
+                    expected: start + 1,
+                    actual: start + 2,
+                }),
+            ]
+        );
+        let a = backend.get("/b/a").await.unwrap().unwrap();
+        assert_eq!(
+            (a.value, a.create_revision, a.mod_revision),
+            (value("3"), start + 1, start + 2)
+        );
+        assert_eq!(backend.get("/b/c").await.unwrap(), None);
+        assert_eq!(backend.current_revision().await.unwrap(), start + 4);
+        // The log holds the four, with their previous values, as four transactions would.
+        let mut stream = backend.watch("/b/", start).await.unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 4 {
+            let item = tokio::time::timeout(Duration::from_secs(5), stream.next())
+                .await
+                .expect("an event within 5 s")
+                .unwrap()
+                .unwrap();
+            seen.push((
+                item.event_type,
+                item.kv.key.clone(),
+                item.revision(),
+                item.prev_kv.map(|prev| prev.mod_revision),
+            ));
+        }
+        assert_eq!(
+            seen,
+            vec![
+                (EventType::Put, "/b/a".into(), start + 1, None),
+                (EventType::Put, "/b/a".into(), start + 2, Some(start + 1)),
+                (EventType::Put, "/b/c".into(), start + 3, None),
+                (EventType::Delete, "/b/c".into(), start + 4, Some(start + 3)),
+            ]
+        );
+    }
+
+    /// Writes made together share transactions: all of them are made, once each, at
+    /// distinct consecutive revisions, and of creates of one key exactly one wins.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_are_each_made_once() {
+        let backend = Arc::new(on_postgres().await);
+        let start = backend.current_revision().await.unwrap();
+        let calls = (0..64).map(|i| {
+            let backend = Arc::clone(&backend);
+            tokio::spawn(async move {
+                let key = if i % 8 == 0 {
+                    "/one".to_owned()
+                } else {
+                    format!("/k/{i}")
+                };
+                backend.create(&key, value(&i.to_string())).await
+            })
+        });
+        let results: Vec<_> = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let mut revisions: Vec<_> = results
+            .iter()
+            .filter_map(|result| result.as_ref().ok().map(|kv| kv.mod_revision))
+            .collect();
+        revisions.sort_unstable();
+        assert_eq!(revisions, ((start + 1)..=(start + 57)).collect::<Vec<_>>());
+        let refused: Vec<_> = results
+            .iter()
+            .filter_map(|result| result.as_ref().err())
+            .collect();
+        assert_eq!(refused.len(), 7, "{refused:?}");
+        assert!(
+            refused
+                .iter()
+                .all(|e| **e == StorageError::KeyExists("/one".into()))
+        );
+        assert_eq!(backend.current_revision().await.unwrap(), start + 57);
+    }
+
+    /// A write whose caller stopped waiting before its turn came (a request cancelled while
+    /// writes ahead of it held the lock) is never made.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_given_up_before_its_turn_is_not_made() {
+        let backend = Arc::new(on_postgres().await);
+        // Another session holds the schema's lock, as a writer of another server would.
+        let holder = backend.db.pool.get().await.unwrap();
+        holder
+            .execute("SELECT pg_advisory_lock($1)", &[&backend.db.lock])
+            .await
+            .unwrap();
+        let first = tokio::spawn({
+            let backend = Arc::clone(&backend);
+            async move { backend.create("/first", value("1")).await }
+        });
+        // The first write's batch now waits for the lock; the second waits behind it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let second = tokio::spawn({
+            let backend = Arc::clone(&backend);
+            async move { backend.create("/second", value("2")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        second.abort();
+        assert!(second.await.unwrap_err().is_cancelled());
+        holder
+            .execute("SELECT pg_advisory_unlock($1)", &[&backend.db.lock])
+            .await
+            .unwrap();
+        let made = first.await.unwrap().unwrap();
+        let third = backend.create("/third", value("3")).await.unwrap();
+        assert_eq!(third.mod_revision, made.mod_revision + 1);
+        assert_eq!(backend.get("/second").await.unwrap(), None);
+    }
+
+    /// Writes queued behind a batch that waits out the statement timeout on a lock get its
+    /// answer with it (504), as they would have waiting on the lock themselves, instead of
+    /// each waiting out a timeout of its own after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_behind_a_timed_out_batch_fail_with_it() {
+        let url = std::env::var("APISERVER_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
+        let backend = Arc::new(
+            PostgresBackend::connect(PostgresOptions {
+                url: Some(url),
+                schema: format!("unit_{:016x}", rand_suffix()),
+                pool_size: 4,
+                statement_timeout: Duration::from_secs(1),
+                ..PostgresOptions::default()
+            })
+            .await
+            .unwrap(),
+        );
+        backend.create("/before", value("0")).await.unwrap();
+        let holder = backend.db.pool.get().await.unwrap();
+        holder
+            .execute("SELECT pg_advisory_lock($1)", &[&backend.db.lock])
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let create = |key: &'static str| {
+            let backend = Arc::clone(&backend);
+            tokio::spawn(async move { backend.create(key, value("1")).await })
+        };
+        let first = create("/first");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = create("/second");
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        let elapsed = started.elapsed();
+        holder
+            .execute("SELECT pg_advisory_unlock($1)", &[&backend.db.lock])
+            .await
+            .unwrap();
+        assert!(matches!(first, Err(StorageError::Timeout(_))), "{first:?}");
+        assert!(
+            matches!(second, Err(StorageError::Timeout(_))),
+            "{second:?}"
+        );
+        assert!(elapsed < Duration::from_millis(1700), "{elapsed:?}");
+        assert_eq!(backend.get("/first").await.unwrap(), None);
+        assert_eq!(backend.get("/second").await.unwrap(), None);
+        backend.create("/after", value("2")).await.unwrap();
     }
 
     #[test]
