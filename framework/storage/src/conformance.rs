@@ -121,6 +121,7 @@ macro_rules! backend_conformance_tests {
             compaction_limits_reads_and_watches,
             compaction_keeps_current_values,
             concurrent_writers_lose_no_update,
+            concurrent_writes_are_each_made_once,
             unread_watcher_does_not_block_writers,
             watch_reports_progress_past_other_writes,
             concurrent_progress_requests_report_past_other_writes,
@@ -732,6 +733,61 @@ pub async fn concurrent_writers_lose_no_update(backend: Arc<dyn Backend>) {
         assert_eq!(event.kv.value, Bytes::from(count.to_string()));
         assert_eq!(event.revision(), created.mod_revision + count as Revision);
     }
+}
+
+/// Writes made at once (which a backend may commit together) are each made once, at
+/// revisions of their own, and a watcher sees them in revision order; of creates of one key
+/// exactly one wins and the others find it there.
+pub async fn concurrent_writes_are_each_made_once(backend: Arc<dyn Backend>) {
+    let start = revision(&*backend).await;
+    let calls: Vec<_> = (0..64)
+        .map(|i| {
+            let backend = Arc::clone(&backend);
+            tokio::spawn(async move {
+                let key = if i % 8 == 0 {
+                    "/c/one".to_owned()
+                } else {
+                    format!("/c/{i:02}")
+                };
+                backend.create(&key, Bytes::from(i.to_string())).await
+            })
+        })
+        .collect();
+    let mut made = Vec::new();
+    let mut refused = Vec::new();
+    for call in calls {
+        match call.await.expect("create task") {
+            Ok(kv) => made.push(kv),
+            Err(error) => refused.push(error),
+        }
+    }
+    assert_eq!(made.len(), 57, "refused: {refused:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|error| matches!(error, StorageError::KeyExists(key) if key == "/c/one")),
+        "{refused:?}"
+    );
+    made.sort_by_key(|kv| kv.mod_revision);
+    assert!(
+        made.windows(2)
+            .all(|w| w[0].mod_revision < w[1].mod_revision)
+    );
+    assert!(made[0].mod_revision > start);
+    let mut stream = backend.watch("/c/", start).await.unwrap();
+    for kv in &made {
+        let event = next_event(&mut stream).await;
+        assert_eq!(
+            (event.event_type, &event.kv, event.prev_kv),
+            (EventType::Put, kv, None)
+        );
+    }
+    let one = backend
+        .get("/c/one")
+        .await
+        .unwrap()
+        .expect("one create won");
+    assert!(made.contains(&one));
 }
 
 /// How many writes the unread watcher sees go by; more than one read batch of any backend

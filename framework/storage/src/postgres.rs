@@ -32,7 +32,7 @@ use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use rustls::pki_types::CertificateDer;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::config::{SslMode, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
@@ -44,7 +44,7 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError,
 };
-use super::mvcc::{self, KeyRange, LogRow, Write};
+use super::mvcc::{self, KeyRange, LogRow, Pending, Write};
 use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
 use crate::tls::certs::{CertKey, parse_certs_pem};
 use crate::tls::{TlsError, crypto_provider, root_store};
@@ -117,10 +117,6 @@ const WRITE_DELETE: &str = "WITH logged AS (INSERT INTO log
 /// The notification the listeners get when a batch commits (`$1` channel, `$2` its last
 /// revision).
 const NOTIFY: &str = "SELECT pg_notify($1, $2)";
-/// At most this many writes share one transaction (and one flush of the WAL)...
-const BATCH_WRITES: usize = 128;
-/// ...and at most about this many bytes of values (a batch takes at least one write).
-const BATCH_BYTES: usize = 4 << 20;
 const EVENTS: &str = "SELECT l.revision, l.key, l.value, l.create_revision, l.deleted,
         p.value, p.create_revision, p.revision
     FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
@@ -416,13 +412,8 @@ impl PostgresBackend {
     /// Hands the write to the writer ([`write_loop`]) and waits for its commit, within the
     /// deadline of a call: one that passes while the write still waits is never made.
     async fn write(&self, key: &str, write: Write) -> Result<KeyValue, StorageError> {
-        let (reply, answer) = oneshot::channel();
+        let (pending, answer) = Pending::new(key, write);
         let stopped = || StorageError::Unavailable("postgres: the writer stopped".into());
-        let pending = Pending {
-            key: key.to_owned(),
-            write,
-            reply,
-        };
         self.writes.send(pending).map_err(|_| stopped())?;
         match tokio::time::timeout(self.db.deadline, answer).await {
             Ok(Ok(result)) => result.map(|event| event.kv),
@@ -852,26 +843,8 @@ async fn schema_version(client: &impl tokio_postgres::GenericClient) -> Result<O
     Ok(row.map(|row| row.get(0)))
 }
 
-/// A write waiting for the writer ([`write_loop`]).
-struct Pending {
-    key: String,
-    write: Write,
-    reply: oneshot::Sender<Result<Event, StorageError>>,
-}
-
-impl Pending {
-    /// The bytes it adds to a batch.
-    fn bytes(&self) -> usize {
-        self.key.len()
-            + match &self.write {
-                Write::Create(value) | Write::Update(value, _) => value.len(),
-                Write::Delete(_) => 0,
-            }
-    }
-}
-
-/// The one task that commits this server's writes: it takes every write waiting (up to
-/// [`BATCH_WRITES`] and about [`BATCH_BYTES`]) and commits them in one transaction
+/// The one task that commits this server's writes: it takes every write waiting (a batch,
+/// [`mvcc::take_batch`]) and commits them in one transaction
 /// ([`commit_writes`]), so that writes that arrive together share the lock's round trips and
 /// one flush of the WAL (group commit). Each commit must hold the schema's lock through its
 /// flush, which otherwise bounds a server to one write per flush.
@@ -885,22 +858,8 @@ async fn write_loop(db: Arc<Db>, notifier: Notifier, mut queue: mpsc::UnboundedR
                 None => return,
             },
         };
-        let mut bytes = first.bytes();
-        let mut batch = vec![first];
-        while batch.len() < BATCH_WRITES {
-            let Ok(pending) = queue.try_recv() else {
-                break;
-            };
-            bytes += pending.bytes();
-            if bytes > BATCH_BYTES {
-                next = Some(pending);
-                break;
-            }
-            batch.push(pending);
-        }
-        // A caller that stopped waiting (past its deadline) has had its error: its write is
-        // not made after it.
-        batch.retain(|pending| !pending.reply.is_closed());
+        let (batch, rest) = mvcc::take_batch(first, || queue.try_recv().ok());
+        next = rest;
         if batch.is_empty() {
             continue;
         }
@@ -908,37 +867,29 @@ async fn write_loop(db: Arc<Db>, notifier: Notifier, mut queue: mpsc::UnboundedR
             .into_iter()
             .map(|pending| ((pending.key, pending.write), pending.reply))
             .unzip();
-        match db.call(commit_writes(&db, writes)).await {
-            Ok(results) => {
-                let last = results.iter().flatten().map(Event::revision).max();
-                if let Some(last) = last {
-                    notifier.publish(last);
-                }
-                for (reply, result) in replies.into_iter().zip(results) {
-                    let _ = reply.send(result);
-                }
-            }
-            Err(error) => {
-                // The database did not answer in time, or is gone: what waits would fail the
-                // same way behind it (a transaction of its own each, before batches, would
-                // have waited on the same lock or connection), and gets the answer now.
-                let fails_all = matches!(
-                    error,
-                    StorageError::Unavailable(_) | StorageError::Timeout(_)
-                );
-                let waiting = fails_all.then(|| {
-                    let mut waiting: Vec<_> = next.take().into_iter().collect();
-                    while let Ok(pending) = queue.try_recv() {
-                        waiting.push(pending);
-                    }
-                    waiting
-                });
-                let also = waiting.into_iter().flatten().map(|pending| pending.reply);
-                for reply in replies.into_iter().chain(also) {
-                    let _ = reply.send(Err(error.clone()));
-                }
+        let outcome = db.call(commit_writes(&db, writes)).await;
+        if let Ok(results) = &outcome
+            && let Some(last) = results.iter().flatten().map(Event::revision).max()
+        {
+            notifier.publish(last);
+        }
+        // The database did not answer in time, or is gone: what waits would fail the same
+        // way behind this batch (a transaction of its own each would have waited on the same
+        // lock or connection), and gets the answer now.
+        let mut also = Vec::new();
+        if let Err(StorageError::Unavailable(_) | StorageError::Timeout(_)) = &outcome {
+            also.extend(next.take());
+            while let Ok(pending) = queue.try_recv() {
+                also.push(pending);
             }
         }
+        if let Err(failed) = &outcome {
+            mvcc::answer(
+                also.into_iter().map(|p| p.reply).collect(),
+                Err(failed.clone()),
+            );
+        }
+        mvcc::answer(replies, outcome);
     }
 }
 
@@ -984,11 +935,11 @@ async fn commit_writes(
         tx.execute(&lock, &lock_params),
         tx.query(&read, &read_params)
     )?;
-    let mut revision: Revision = match rows.first() {
+    let revision: Revision = match rows.first() {
         Some(row) => row.try_get(0)?,
         None => return Ok(Vec::new()),
     };
-    let mut current = HashMap::with_capacity(rows.len());
+    let mut stored = HashMap::with_capacity(rows.len());
     for row in &rows {
         let value = match row.try_get::<_, Option<Revision>>(4)? {
             Some(mod_revision) => Some(KeyValue {
@@ -999,19 +950,10 @@ async fn commit_writes(
             }),
             None => None,
         };
-        current.insert(row.try_get::<_, Vec<u8>>(1)?, value);
+        stored.insert(key_at(row, 1)?, value);
     }
-    let mut results = Vec::with_capacity(writes.len());
-    for (key, write) in writes {
-        let latest = current.get(key.as_bytes()).cloned().flatten();
-        let result = write.apply(&key, latest, revision + 1);
-        if let Ok(event) = &result {
-            revision = event.revision();
-            let live = (event.event_type != EventType::Delete).then(|| event.kv.clone());
-            current.insert(key.into_bytes(), live);
-        }
-        results.push(result);
-    }
+    let read = |key: &str| Ok::<_, Fail>(stored.remove(key).flatten());
+    let results = mvcc::apply_in_turn(writes, revision, read)?;
     let written: Vec<Written> = results
         .iter()
         .flatten()
@@ -1612,47 +1554,6 @@ mod tests {
                 (EventType::Delete, "/b/c".into(), start + 4, Some(start + 3)),
             ]
         );
-    }
-
-    /// Writes made together share transactions: all of them are made, once each, at
-    /// distinct consecutive revisions, and of creates of one key exactly one wins.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_writes_are_each_made_once() {
-        let backend = Arc::new(on_postgres().await);
-        let start = backend.current_revision().await.unwrap();
-        let calls = (0..64).map(|i| {
-            let backend = Arc::clone(&backend);
-            tokio::spawn(async move {
-                let key = if i % 8 == 0 {
-                    "/one".to_owned()
-                } else {
-                    format!("/k/{i}")
-                };
-                backend.create(&key, value(&i.to_string())).await
-            })
-        });
-        let results: Vec<_> = futures::future::join_all(calls)
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
-        let mut revisions: Vec<_> = results
-            .iter()
-            .filter_map(|result| result.as_ref().ok().map(|kv| kv.mod_revision))
-            .collect();
-        revisions.sort_unstable();
-        assert_eq!(revisions, ((start + 1)..=(start + 57)).collect::<Vec<_>>());
-        let refused: Vec<_> = results
-            .iter()
-            .filter_map(|result| result.as_ref().err())
-            .collect();
-        assert_eq!(refused.len(), 7, "{refused:?}");
-        assert!(
-            refused
-                .iter()
-                .all(|e| **e == StorageError::KeyExists("/one".into()))
-        );
-        assert_eq!(backend.current_revision().await.unwrap(), start + 57);
     }
 
     /// A write whose caller stopped waiting before its turn came (a request cancelled while

@@ -2,8 +2,11 @@
 //!
 //! History is one `log` table, a row per revision; `current` points each live key at its
 //! latest row. WAL with `synchronous=FULL` makes a write that returned Ok survive a crash.
-//! SQLite calls run on the blocking pool: one connection writes, another serves reads/watches.
+//! SQLite calls run on the blocking pool: one connection writes, others serve reads/watches.
+//! Writes that wait while a commit holds the writing connection go together into the next
+//! transaction (group commit), so that they share its sync to disk.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -18,7 +21,7 @@ use super::backend::{
     Backend, Event, EventType, KeyValue, ListRequest, ListResult, ProgressStream, Revision,
     StorageError,
 };
-use super::mvcc::{self, KeyRange, LogRow, Write};
+use super::mvcc::{self, KeyRange, LogRow, Pending, Write};
 use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
 
 const SCHEMA_VERSION: i64 = 1;
@@ -123,23 +126,28 @@ impl SqliteBackend {
             db: Arc::new(Db {
                 writer: Mutex::new(writer),
                 readers: ReaderPool::new(readers),
+                waiting: Mutex::new(VecDeque::new()),
             }),
             notifier: Notifier::new(revision),
         })
     }
 
+    /// Queues the write and starts a job on the blocking pool that commits, once it has the
+    /// writing connection, every write waiting then ([`Db::commit_waiting`]): writes that
+    /// arrive while another commit holds the connection share the next transaction and its
+    /// flush to disk (group commit). A job that finds its write taken by an earlier one ends.
     async fn write(&self, key: &str, write: Write) -> Result<KeyValue, StorageError> {
-        let key = key.to_owned();
-        let notifier = self.notifier.clone();
-        self.db
-            .write(move |conn| {
-                let event = commit_write(conn, &key, write)?;
-                // Published before returning so a caller that drops this future after the
-                // commit still wakes the watchers.
-                notifier.publish(event.revision());
-                Ok(event.kv)
-            })
-            .await
+        let (pending, outcome) = Pending::new(key, write);
+        lock(&self.db.waiting).push_back(pending);
+        let (db, notifier) = (Arc::clone(&self.db), self.notifier.clone());
+        // Not awaited: it runs to its end even when this caller stops waiting.
+        tokio::task::spawn_blocking(move || db.commit_waiting(&notifier));
+        match outcome.await {
+            Ok(result) => result.map(|event| event.kv),
+            Err(_) => Err(StorageError::Internal(
+                "sqlite: the write's task failed".to_owned(),
+            )),
+        }
     }
 }
 
@@ -211,9 +219,42 @@ impl Backend for SqliteBackend {
 struct Db {
     writer: Mutex<Connection>,
     readers: ReaderPool,
+    /// Writes waiting for the writer, in the order they came.
+    waiting: Mutex<VecDeque<Pending>>,
 }
 
 impl Db {
+    /// Takes the writing connection, then commits the writes waiting at that moment (a batch,
+    /// [`mvcc::take_batch`]) in one transaction and answers each, publishing the revisions
+    /// before it answers, so that a caller gone after the commit still wakes the watchers.
+    fn commit_waiting(&self, notifier: &Notifier) {
+        let mut conn = lock(&self.writer);
+        let batch = {
+            let mut waiting = lock(&self.waiting);
+            let Some(first) = waiting.pop_front() else {
+                return;
+            };
+            let (batch, rest) = mvcc::take_batch(first, || waiting.pop_front());
+            waiting.extend(rest);
+            batch
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let (writes, replies): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|pending| ((pending.key, pending.write), pending.reply))
+            .unzip();
+        let outcome = commit_writes(&mut conn, writes).map_err(StorageError::from);
+        drop(conn);
+        if let Ok(results) = &outcome
+            && let Some(last) = results.iter().flatten().map(Event::revision).max()
+        {
+            notifier.publish(last);
+        }
+        mvcc::answer(replies, outcome);
+    }
+
     /// Runs `f` on the blocking pool with the one writing connection.
     async fn write<T, F>(self: &Arc<Self>, f: F) -> Result<T, StorageError>
     where
@@ -389,29 +430,38 @@ fn migrate(conn: &mut Connection) -> Result<(), Fail> {
     Ok(())
 }
 
-fn commit_write(conn: &mut Connection, key: &str, write: Write) -> Result<Event, Fail> {
-    // IMMEDIATE: take the write lock before reading, so the check and the write are atomic.
+/// Commits `writes` in one transaction, each checked in turn against what the writes before
+/// it left ([`mvcc::apply_in_turn`]). Returns each write's event or the rule it broke; fails
+/// as a whole when the database does.
+fn commit_writes(
+    conn: &mut Connection,
+    writes: Vec<(String, Write)>,
+) -> Result<Vec<Result<Event, StorageError>>, Fail> {
+    // IMMEDIATE: take the write lock before reading, so the checks and the writes are atomic.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let revision: Revision = tx.query_row(MAX_REVISION, [], |row| row.get(0))?;
-    let event = write.apply(key, latest(&tx, key)?, revision + 1)?;
-    let deleted = event.event_type == EventType::Delete;
-    tx.prepare_cached(INSERT_LOG)?.execute(params![
-        event.revision(),
-        key.as_bytes(),
-        (!deleted).then_some(event.kv.value.as_ref()),
-        event.kv.create_revision,
-        event.prev_kv.as_ref().map(|prev| prev.mod_revision),
-        deleted,
-    ])?;
-    if deleted {
-        let sql = "DELETE FROM current WHERE key = ?1";
-        tx.prepare_cached(sql)?.execute([key.as_bytes()])?;
-    } else {
-        tx.prepare_cached(SET_CURRENT)?
-            .execute(params![key.as_bytes(), event.revision()])?;
+    let results = mvcc::apply_in_turn(writes, revision, |key| latest(&tx, key))?;
+    for event in results.iter().flatten() {
+        let key = event.kv.key.as_bytes();
+        let deleted = event.event_type == EventType::Delete;
+        tx.prepare_cached(INSERT_LOG)?.execute(params![
+            event.revision(),
+            key,
+            (!deleted).then_some(event.kv.value.as_ref()),
+            event.kv.create_revision,
+            event.prev_kv.as_ref().map(|prev| prev.mod_revision),
+            deleted,
+        ])?;
+        if deleted {
+            let sql = "DELETE FROM current WHERE key = ?1";
+            tx.prepare_cached(sql)?.execute([key])?;
+        } else {
+            tx.prepare_cached(SET_CURRENT)?
+                .execute(params![key, event.revision()])?;
+        }
     }
     tx.commit()?;
-    Ok(event)
+    Ok(results)
 }
 
 fn latest(conn: &Connection, key: &str) -> Result<Option<KeyValue>, Fail> {
@@ -621,6 +671,89 @@ mod tests {
         });
         has_taken.recv().expect("the reader was taken");
         release
+    }
+
+    /// The rows a batch writes are those of its writes that proceed, at consecutive
+    /// revisions, each with the previous value the writes before it left.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_writes_the_rows_of_each_write_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = open(&dir.path().join("db.sqlite"));
+        let value = |text: &str| Bytes::copy_from_slice(text.as_bytes());
+        let start = backend
+            .create("/other", value("x"))
+            .await
+            .unwrap()
+            .mod_revision;
+        let writes = vec![
+            ("/b/a".to_owned(), Write::Create(value("1"))),
+            ("/b/a".to_owned(), Write::Create(value("2"))),
+            ("/b/a".to_owned(), Write::Update(value("3"), start + 1)),
+            ("/b/c".to_owned(), Write::Create(value("4"))),
+            ("/b/c".to_owned(), Write::Delete(Some(start + 3))),
+        ];
+        let results = commit_writes(&mut lock(&backend.db.writer), writes).unwrap();
+        let made: Vec<_> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(made, [true, false, true, true, true]);
+        let a = backend.get("/b/a").await.unwrap().unwrap();
+        assert_eq!(
+            (a.value, a.create_revision, a.mod_revision),
+            (value("3"), start + 1, start + 2)
+        );
+        assert_eq!(backend.get("/b/c").await.unwrap(), None);
+        let mut stream = backend.watch("/b/", start).await.unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let event = stream.next().await.unwrap().unwrap();
+            seen.push((
+                event.event_type,
+                event.revision(),
+                event.prev_kv.map(|p| p.mod_revision),
+            ));
+        }
+        assert_eq!(
+            seen,
+            [
+                (EventType::Put, start + 1, None),
+                (EventType::Put, start + 2, Some(start + 1)),
+                (EventType::Put, start + 3, None),
+                (EventType::Delete, start + 4, Some(start + 3)),
+            ]
+        );
+    }
+
+    /// A write whose caller stopped waiting while another commit held the writing
+    /// connection is never made; the writes around it are.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_given_up_before_its_turn_is_not_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(open(&dir.path().join("db.sqlite")));
+        let value = |text: &str| Bytes::copy_from_slice(text.as_bytes());
+        // A commit in progress: the writing connection held on a thread of its own.
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (held, is_held) = std::sync::mpsc::channel();
+        let db = Arc::clone(&backend.db);
+        let holder = std::thread::spawn(move || {
+            let _conn = lock(&db.writer);
+            held.send(()).unwrap();
+            let _ = wait.recv();
+        });
+        is_held.recv().unwrap();
+        let create = |key: &'static str, text: &'static str| {
+            let backend = Arc::clone(&backend);
+            tokio::spawn(async move { backend.create(key, value(text)).await })
+        };
+        let first = create("/first", "1");
+        let second = create("/second", "2");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        second.abort();
+        assert!(second.await.unwrap_err().is_cancelled());
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        let made = first.await.unwrap().unwrap();
+        let third = backend.create("/third", value("3")).await.unwrap();
+        assert_eq!(third.mod_revision, made.mod_revision + 1);
+        assert_eq!(backend.get("/second").await.unwrap(), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
