@@ -81,7 +81,7 @@ pub(crate) struct Pending {
     pub(crate) key: String,
     pub(crate) write: Write,
     /// Where its outcome goes; closed when its caller stopped waiting.
-    pub(crate) reply: oneshot::Sender<Result<Event, StorageError>>,
+    pub(crate) reply: Reply,
 }
 
 /// At most this many writes share one transaction...
@@ -135,6 +135,27 @@ pub(crate) fn take_batch(
     (batch, rest)
 }
 
+/// A batch's writes, and where their outcomes go.
+pub(crate) fn split(batch: Vec<Pending>) -> (Vec<(String, Write)>, Vec<Reply>) {
+    batch
+        .into_iter()
+        .map(|pending| ((pending.key, pending.write), pending.reply))
+        .unzip()
+}
+
+/// The outcome of a batch: each write's event or the rule it broke, or the failure of the
+/// whole transaction.
+pub(crate) type Outcome = Result<Vec<Result<Event, StorageError>>, StorageError>;
+
+/// Where a waiting write's outcome goes.
+pub(crate) type Reply = oneshot::Sender<Result<Event, StorageError>>;
+
+/// The newest revision a batch made, which its backend publishes to its watchers.
+pub(crate) fn last_revision(outcome: &Outcome) -> Option<Revision> {
+    let results = outcome.as_ref().ok()?;
+    results.iter().flatten().map(Event::revision).max()
+}
+
 /// Checks `writes` in their order, each against its key's value after the writes before it
 /// (`read` gives a key's stored value, asked once per key), as if each had a transaction of
 /// its own after the last: those that may proceed take the revisions after `revision` in
@@ -167,10 +188,7 @@ pub(crate) fn apply_in_turn<E>(
 }
 
 /// Sends each caller its write's outcome, or `failed` to all when the batch failed.
-pub(crate) fn answer(
-    replies: Vec<oneshot::Sender<Result<Event, StorageError>>>,
-    outcome: Result<Vec<Result<Event, StorageError>>, StorageError>,
-) {
+pub(crate) fn answer(replies: Vec<Reply>, outcome: Outcome) {
     match outcome {
         Ok(results) => {
             for (reply, result) in replies.into_iter().zip(results) {

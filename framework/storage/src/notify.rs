@@ -174,6 +174,34 @@ pub(crate) mod tests {
             .expect("watch item in time")
     }
 
+    /// A write whose caller stopped waiting while the backend's writes were held up (by
+    /// whatever the caller holds until `release` is awaited) is never made; the writes
+    /// around it are.
+    pub(crate) async fn a_write_given_up_before_its_turn_is_not_made<B: Backend + 'static>(
+        backend: std::sync::Arc<B>,
+        release: impl std::future::Future<Output = ()>,
+    ) {
+        let create = |key: &'static str| {
+            let backend = std::sync::Arc::clone(&backend);
+            tokio::spawn(async move { backend.create(key, Bytes::from_static(b"1")).await })
+        };
+        let first = create("/first");
+        // The first write now waits for the hold; the second waits behind it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let second = create("/second");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        second.abort();
+        assert!(second.await.unwrap_err().is_cancelled());
+        release.await;
+        let made = first.await.unwrap().unwrap();
+        let third = backend
+            .create("/third", Bytes::from_static(b"3"))
+            .await
+            .unwrap();
+        assert_eq!(third.mod_revision, made.mod_revision + 1);
+        assert_eq!(backend.get("/second").await.unwrap(), None);
+    }
+
     /// A watcher lagging more than a batch behind when its position is compacted away gets
     /// the events it had buffered, then `Compacted`, then the end of the stream.
     pub(crate) async fn lagging_watcher_is_compacted(backend: &dyn Backend) {

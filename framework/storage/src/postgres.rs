@@ -863,14 +863,9 @@ async fn write_loop(db: Arc<Db>, notifier: Notifier, mut queue: mpsc::UnboundedR
         if batch.is_empty() {
             continue;
         }
-        let (writes, replies): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .map(|pending| ((pending.key, pending.write), pending.reply))
-            .unzip();
+        let (writes, replies) = mvcc::split(batch);
         let outcome = db.call(commit_writes(&db, writes)).await;
-        if let Ok(results) = &outcome
-            && let Some(last) = results.iter().flatten().map(Event::revision).max()
-        {
+        if let Some(last) = mvcc::last_revision(&outcome) {
             notifier.publish(last);
         }
         // The database did not answer in time, or is gone: what waits would fail the same
@@ -1567,27 +1562,14 @@ mod tests {
             .execute("SELECT pg_advisory_lock($1)", &[&backend.db.lock])
             .await
             .unwrap();
-        let first = tokio::spawn({
-            let backend = Arc::clone(&backend);
-            async move { backend.create("/first", value("1")).await }
-        });
-        // The first write's batch now waits for the lock; the second waits behind it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let second = tokio::spawn({
-            let backend = Arc::clone(&backend);
-            async move { backend.create("/second", value("2")).await }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        second.abort();
-        assert!(second.await.unwrap_err().is_cancelled());
-        holder
-            .execute("SELECT pg_advisory_unlock($1)", &[&backend.db.lock])
-            .await
-            .unwrap();
-        let made = first.await.unwrap().unwrap();
-        let third = backend.create("/third", value("3")).await.unwrap();
-        assert_eq!(third.mod_revision, made.mod_revision + 1);
-        assert_eq!(backend.get("/second").await.unwrap(), None);
+        let lock = backend.db.lock;
+        let release = async move {
+            holder
+                .execute("SELECT pg_advisory_unlock($1)", &[&lock])
+                .await
+                .unwrap();
+        };
+        tests::a_write_given_up_before_its_turn_is_not_made(Arc::clone(&backend), release).await;
     }
 
     /// Writes queued behind a batch that waits out the statement timeout on a lock get its

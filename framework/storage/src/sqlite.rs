@@ -241,15 +241,10 @@ impl Db {
         if batch.is_empty() {
             return;
         }
-        let (writes, replies): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .map(|pending| ((pending.key, pending.write), pending.reply))
-            .unzip();
+        let (writes, replies) = mvcc::split(batch);
         let outcome = commit_writes(&mut conn, writes).map_err(StorageError::from);
         drop(conn);
-        if let Ok(results) = &outcome
-            && let Some(last) = results.iter().flatten().map(Event::revision).max()
-        {
+        if let Some(last) = mvcc::last_revision(&outcome) {
             notifier.publish(last);
         }
         mvcc::answer(replies, outcome);
@@ -728,7 +723,6 @@ mod tests {
     async fn a_write_given_up_before_its_turn_is_not_made() {
         let dir = tempfile::tempdir().unwrap();
         let backend = Arc::new(open(&dir.path().join("db.sqlite")));
-        let value = |text: &str| Bytes::copy_from_slice(text.as_bytes());
         // A commit in progress: the writing connection held on a thread of its own.
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let (held, is_held) = std::sync::mpsc::channel();
@@ -739,21 +733,11 @@ mod tests {
             let _ = wait.recv();
         });
         is_held.recv().unwrap();
-        let create = |key: &'static str, text: &'static str| {
-            let backend = Arc::clone(&backend);
-            tokio::spawn(async move { backend.create(key, value(text)).await })
+        let release = async move {
+            release.send(()).unwrap();
+            holder.join().unwrap();
         };
-        let first = create("/first", "1");
-        let second = create("/second", "2");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        second.abort();
-        assert!(second.await.unwrap_err().is_cancelled());
-        release.send(()).unwrap();
-        holder.join().unwrap();
-        let made = first.await.unwrap().unwrap();
-        let third = backend.create("/third", value("3")).await.unwrap();
-        assert_eq!(third.mod_revision, made.mod_revision + 1);
-        assert_eq!(backend.get("/second").await.unwrap(), None);
+        tests::a_write_given_up_before_its_turn_is_not_made(Arc::clone(&backend), release).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
