@@ -24,7 +24,7 @@ mod mvcc;
 mod notify;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "etcd", feature = "postgres")), allow(dead_code))]
 mod shared_read;
 pub mod size_limit;
 pub mod sqlite;

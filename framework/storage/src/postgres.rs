@@ -46,6 +46,7 @@ use super::backend::{
 };
 use super::mvcc::{self, KeyRange, LogRow, Pending, Write};
 use super::notify::{EventBatch, EventSource, Notifier, SCAN_WINDOW};
+use super::shared_read::SharedRounds;
 use crate::tls::certs::{CertKey, parse_certs_pem};
 use crate::tls::{TlsError, crypto_provider, root_store};
 
@@ -275,6 +276,8 @@ pub struct PostgresBackend {
     ready_timeout: Duration,
     /// The writer's queue ([`write_loop`]).
     writes: mpsc::UnboundedSender<Pending>,
+    /// The reads of the revision, shared by the consistent reads waiting for one.
+    reads: Arc<SharedRounds<Revision>>,
     /// The listener, the poller and the writer, stopped when the backend is dropped.
     _tasks: Vec<AbortOnDrop>,
 }
@@ -405,6 +408,7 @@ impl PostgresBackend {
             notifier,
             ready_timeout: options.ready_timeout,
             writes,
+            reads: Arc::new(SharedRounds::new(1)),
             _tasks: tasks,
         })
     }
@@ -493,8 +497,16 @@ impl Backend for PostgresBackend {
         }
     }
 
+    /// One read of the database's revision serves every caller that asked before it began
+    /// (`shared_read.rs`), so that concurrent consistent reads do not each take a pooled
+    /// connection and a round trip for it.
     async fn current_revision(&self) -> Result<Revision, StorageError> {
-        let revision = self.db.call(self.db.max_revision()).await?;
+        let db = Arc::clone(&self.db);
+        let fetch = move || {
+            let db = Arc::clone(&db);
+            async move { db.call(db.max_revision()).await }
+        };
+        let revision = self.reads.read(fetch).await?;
         self.notifier.publish(revision);
         Ok(revision)
     }
