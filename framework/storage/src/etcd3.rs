@@ -715,27 +715,19 @@ impl Backend for Etcd3Backend {
     /// ask at once; one request per watch answers them all, as etcd reports a revision at
     /// least as new as any it had when the request arrived.
     async fn request_progress(&self) {
-        let me = self.clone();
-        let send = move || {
-            let me = me.clone();
-            async move {
-                me.send_progress_requests().await;
-                Ok(())
-            }
+        let send = |me: Self| async move {
+            me.send_progress_requests().await;
+            Ok(())
         };
         // The sends report no error: a watch whose stream broke says so on its own stream.
-        let _ = self.progress.read(send).await;
+        let _ = self.progress.read_from(self, send).await;
     }
 
     /// One read of etcd's revision serves every caller that asked before it began (up to
     /// `READ_OVERLAP` on their way at once).
     async fn current_revision(&self) -> Result<Revision, StorageError> {
-        let me = self.clone();
-        let fetch = move || {
-            let me = me.clone();
-            async move { me.read_revision().await }
-        };
-        self.reads.read(fetch).await
+        let fetch = |me: Self| async move { me.read_revision().await };
+        self.reads.read_from(self, fetch).await
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {

@@ -501,12 +501,8 @@ impl Backend for PostgresBackend {
     /// (`shared_read.rs`), so that concurrent consistent reads do not each take a pooled
     /// connection and a round trip for it.
     async fn current_revision(&self) -> Result<Revision, StorageError> {
-        let db = Arc::clone(&self.db);
-        let fetch = move || {
-            let db = Arc::clone(&db);
-            async move { db.call(db.max_revision()).await }
-        };
-        let revision = self.reads.read(fetch).await?;
+        let fetch = |db: Arc<Db>| async move { db.call(db.max_revision()).await };
+        let revision = self.reads.read_from(&self.db, fetch).await?;
         self.notifier.publish(revision);
         Ok(revision)
     }

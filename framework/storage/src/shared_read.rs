@@ -92,6 +92,22 @@ impl<T: Clone + Send + 'static> SharedRounds<T> {
             .unwrap_or_else(|_| Err(StorageError::Internal("shared calls ended".into())))
     }
 
+    /// [`read`](Self::read) with `fetch` given a clone of `subject` (the backend, or its
+    /// connections) for each call.
+    pub(crate) async fn read_from<S, F, Fut>(
+        self: &Arc<Self>,
+        subject: &S,
+        fetch: F,
+    ) -> Result<T, StorageError>
+    where
+        S: Clone + Send + Sync + 'static,
+        F: Fn(S) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StorageError>> + Send + 'static,
+    {
+        let subject = subject.clone();
+        self.read(move || fetch(subject.clone())).await
+    }
+
     /// Calls `fetch` for the tickets up to `covers`, then again for those given out
     /// meanwhile that no call on its way covers, until there are none.
     async fn run<F, Fut>(self: Arc<Self>, fetch: F, mut covers: u64)
