@@ -879,18 +879,10 @@ async fn write_loop(db: Arc<Db>, notifier: Notifier, mut queue: mpsc::UnboundedR
         // The database did not answer in time, or is gone: what waits would fail the same
         // way behind this batch (a transaction of its own each would have waited on the same
         // lock or connection), and gets the answer now.
-        let mut also = Vec::new();
-        if let Err(StorageError::Unavailable(_) | StorageError::Timeout(_)) = &outcome {
-            also.extend(next.take());
-            while let Ok(pending) = queue.try_recv() {
-                also.push(pending);
-            }
-        }
-        if let Err(failed) = &outcome {
-            mvcc::answer(
-                also.into_iter().map(|p| p.reply).collect(),
-                Err(failed.clone()),
-            );
+        if let Err(failed @ (StorageError::Unavailable(_) | StorageError::Timeout(_))) = &outcome {
+            let waiting = next.take().into_iter();
+            let waiting = waiting.chain(std::iter::from_fn(|| queue.try_recv().ok()));
+            mvcc::answer(waiting.map(|p| p.reply).collect(), Err(failed.clone()));
         }
         mvcc::answer(replies, outcome);
     }
@@ -944,16 +936,17 @@ async fn commit_writes(
     };
     let mut stored = HashMap::with_capacity(rows.len());
     for row in &rows {
+        let key = key_at(row, 1)?;
         let value = match row.try_get::<_, Option<Revision>>(4)? {
             Some(mod_revision) => Some(KeyValue {
-                key: key_at(row, 1)?,
+                key: key.clone(),
                 value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
                 create_revision: row.try_get(3)?,
                 mod_revision,
             }),
             None => None,
         };
-        stored.insert(key_at(row, 1)?, value);
+        stored.insert(key, value);
     }
     let read = |key: &str| Ok::<_, Fail>(stored.remove(key).flatten());
     let results = mvcc::apply_in_turn(writes, revision, read)?;
