@@ -1278,14 +1278,27 @@ mod tests {
     /// A backend on a schema of its own in the database of `APISERVER_TEST_POSTGRES` (default:
     /// the one `.ci/postgres.sh start` runs); fails when it does not answer.
     async fn on_postgres() -> PostgresBackend {
-        let url = std::env::var("APISERVER_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
-        let options = PostgresOptions {
-            url: Some(url.clone()),
+        on_postgres_with(test_options()).await
+    }
+
+    /// `APISERVER_TEST_POSTGRES`, or the database `.ci/postgres.sh start` runs.
+    fn test_url() -> String {
+        std::env::var("APISERVER_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into())
+    }
+
+    /// [`on_postgres`]'s options: the test database, a schema of its own.
+    fn test_options() -> PostgresOptions {
+        PostgresOptions {
+            url: Some(test_url()),
             schema: format!("unit_{:016x}", rand_suffix()),
             pool_size: 4,
             ..PostgresOptions::default()
-        };
+        }
+    }
+
+    async fn on_postgres_with(options: PostgresOptions) -> PostgresBackend {
+        let url = options.url.clone().unwrap_or_default();
         PostgresBackend::connect(options)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL at {url} (APISERVER_TEST_POSTGRES): {e}"))
@@ -1313,10 +1326,8 @@ mod tests {
         let first = on_postgres().await;
         first.create("/t/a", Bytes::from("1")).await.unwrap();
         let schema = first.db.schema.clone();
-        let url = std::env::var("APISERVER_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
         let options = PostgresOptions {
-            url: Some(url),
+            url: Some(test_url()),
             schema,
             pool_size: 2,
             ..PostgresOptions::default()
@@ -1450,8 +1461,7 @@ mod tests {
     /// transaction": that is a 503 until the primary answers, never a 500.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_read_only_standby_is_unavailable() {
-        let url = std::env::var("APISERVER_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
+        let url = test_url();
         let primary = on_postgres().await;
         primary.create("/t/a", Bytes::from("1")).await.unwrap();
         let separator = if url.contains('?') { '&' } else { '?' };
@@ -1578,18 +1588,12 @@ mod tests {
     /// each waiting out a timeout of its own after it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_behind_a_timed_out_batch_fail_with_it() {
-        let url = std::env::var("APISERVER_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:54320/apiserver".into());
         let backend = Arc::new(
-            PostgresBackend::connect(PostgresOptions {
-                url: Some(url),
-                schema: format!("unit_{:016x}", rand_suffix()),
-                pool_size: 4,
+            on_postgres_with(PostgresOptions {
                 statement_timeout: Duration::from_secs(1),
-                ..PostgresOptions::default()
+                ..test_options()
             })
-            .await
-            .unwrap(),
+            .await,
         );
         backend.create("/before", value("0")).await.unwrap();
         let holder = backend.db.pool.get().await.unwrap();
