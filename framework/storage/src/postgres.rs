@@ -937,15 +937,7 @@ async fn commit_writes(
     let mut stored = HashMap::with_capacity(rows.len());
     for row in &rows {
         let key = key_at(row, 1)?;
-        let value = match row.try_get::<_, Option<Revision>>(4)? {
-            Some(mod_revision) => Some(KeyValue {
-                key: key.clone(),
-                value: Bytes::from(row.try_get::<_, Vec<u8>>(2)?),
-                create_revision: row.try_get(3)?,
-                mod_revision,
-            }),
-            None => None,
-        };
+        let value = key_value_at(row, &key, 2)?;
         stored.insert(key, value);
     }
     let read = |key: &str| Ok::<_, Fail>(stored.remove(key).flatten());
@@ -1239,15 +1231,7 @@ fn key_value(row: &Row) -> Result<KeyValue, Fail> {
 /// A row of [`EVENTS`]: the log row, then its previous row's value, create and mod revision.
 fn event(row: &Row) -> Result<Event, Fail> {
     let key = key_at(row, 1)?;
-    let prev = match row.try_get::<_, Option<Revision>>(7)? {
-        Some(mod_revision) => Some(KeyValue {
-            key: key.clone(),
-            value: Bytes::from(row.try_get::<_, Vec<u8>>(5)?),
-            create_revision: row.try_get(6)?,
-            mod_revision,
-        }),
-        None => None,
-    };
+    let prev = key_value_at(row, &key, 5)?;
     let deleted: bool = row.try_get(4)?;
     let value = if deleted {
         None
@@ -1262,6 +1246,20 @@ fn event(row: &Row) -> Result<Event, Fail> {
         prev,
     };
     Ok(log_row.into_event()?)
+}
+
+/// `key`'s value, create and mod revision in the columns from `first` on, or `None` when the
+/// mod revision is NULL (no such row: a key without a value, a write without a previous one).
+fn key_value_at(row: &Row, key: &str, first: usize) -> Result<Option<KeyValue>, Fail> {
+    let Some(mod_revision) = row.try_get::<_, Option<Revision>>(first + 2)? else {
+        return Ok(None);
+    };
+    Ok(Some(KeyValue {
+        key: key.to_owned(),
+        value: Bytes::from(row.try_get::<_, Vec<u8>>(first)?),
+        create_revision: row.try_get(first + 1)?,
+        mod_revision,
+    }))
 }
 
 fn key_at(row: &Row, index: usize) -> Result<String, Fail> {
