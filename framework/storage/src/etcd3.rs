@@ -364,13 +364,31 @@ impl Etcd3Backend {
     }
 
     fn convert(&self, kv: &etcd_client::KeyValue) -> KeyValue {
-        let key = String::from_utf8_lossy(kv.key());
         KeyValue {
-            key: key.strip_prefix(&self.prefix).unwrap_or(&key).to_owned(),
+            key: self.strip(kv.key()),
             value: Bytes::copy_from_slice(kv.value()),
             create_revision: kv.create_revision(),
             mod_revision: kv.mod_revision(),
         }
+    }
+
+    /// As [`Self::convert`], taking the value read instead of copying it: the reads (a get, a
+    /// page of a list) own their answer, whose values become the items' bytes as they are.
+    fn convert_owned(&self, kv: etcd_client::KeyValue) -> KeyValue {
+        let (create_revision, mod_revision) = (kv.create_revision(), kv.mod_revision());
+        let (key, value) = kv.into_key_value();
+        KeyValue {
+            key: self.strip(&key),
+            value: Bytes::from(value),
+            create_revision,
+            mod_revision,
+        }
+    }
+
+    /// A key read from etcd without this backend's prefix.
+    fn strip(&self, key: &[u8]) -> String {
+        let key = String::from_utf8_lossy(key);
+        key.strip_prefix(&self.prefix).unwrap_or(&key).to_owned()
     }
 
     /// Sends the transaction `make` builds; built again for another member only if a
@@ -566,30 +584,36 @@ impl Backend for Etcd3Backend {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let key = self.full(key).into_bytes();
         let response = self.range(self.request_timeout, key, None).await?;
-        let response = response.map_err(map_error)?;
-        Ok(response.kvs().first().map(|kv| self.convert(kv)))
+        let mut response = response.map_err(map_error)?;
+        let kv = response.take_kvs().into_iter().next();
+        Ok(kv.map(|kv| self.convert_owned(kv)))
     }
 
     async fn list(&self, request: &ListRequest) -> Result<ListResult, StorageError> {
         let options = self.list_options(request);
         let start = self.list_start(request).into_bytes();
-        let response = match self.range(self.list_timeout, start, Some(options)).await? {
+        let mut response = match self.range(self.list_timeout, start, Some(options)).await? {
             Ok(response) => response,
             Err(error) => match out_of_range_message(&error) {
                 Some(message) => return Err(self.out_of_range(request.revision, &message).await),
                 None => return Err(map_error(error)),
             },
         };
-        let items: Vec<KeyValue> = response.kvs().iter().map(|kv| self.convert(kv)).collect();
-        let remaining = (response.count() - items.len() as i64).max(0);
         let revision = match request.revision {
             0 => header_revision(response.header()),
             revision => revision,
         };
+        let (count, more) = (response.count(), response.more());
+        let items: Vec<KeyValue> = response
+            .take_kvs()
+            .into_iter()
+            .map(|kv| self.convert_owned(kv))
+            .collect();
+        let remaining = (count - items.len() as i64).max(0);
         Ok(ListResult {
             items,
             revision,
-            more: response.more(),
+            more,
             remaining: Some(remaining),
         })
     }
