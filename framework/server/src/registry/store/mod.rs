@@ -13,6 +13,7 @@ pub(crate) mod codec;
 mod delete;
 mod filter;
 mod list;
+mod managed;
 mod migrate;
 mod reader;
 mod scale;

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::admit::{AdmissionView, Admit};
 use super::codec::{answer_of_stored, decode_typed, encode_for_storage, encode_typed};
+use super::managed::ManagedJson;
 use super::{Inner, MAX_ATTEMPTS};
 use crate::admission::Operation;
 use crate::error::{Error, Result};
@@ -39,7 +40,7 @@ pub(crate) async fn create<T: Strategy>(
     let set = inner.set.set();
     let strategy = StrategyContext::new(ctx, options).with_stores(set.as_ref());
     let admit = Admit::new(inner, ctx);
-    let new = decode_new::<T>(inner, &strategy, admit, object).await?;
+    let (new, mut managed) = decode_new::<T>(inner, &strategy, admit, object).await?;
     let meta = new.metadata();
     let generate_base = meta
         .generate_name
@@ -59,7 +60,14 @@ pub(crate) async fn create<T: Strategy>(
             }
             None => new.take().expect("a named object is tried once"),
         };
-        match insert::<T>(inner, &strategy, admit, candidate, version_given).await? {
+        let attempt = insert::<T>(
+            inner,
+            &strategy,
+            admit,
+            (candidate, &mut managed),
+            version_given,
+        );
+        match attempt.await? {
             Inserted::Created(_, Some(answer)) => return Ok(Object::Encoded(answer)),
             Inserted::Created(created, None) => return Ok(Object::Decoded(created)),
             // kube's createWithGenerateNameRetry: another name, up to MAX_ATTEMPTS times.
@@ -75,19 +83,20 @@ pub(crate) async fn create<T: Strategy>(
 
 /// The client's new object as `T`, decoded once, defaulted, admitted by the mutating
 /// plugins and prepared: the URL's namespace, the status and server-managed metadata
-/// cleared, the type's `prepare_for_create`.
+/// cleared, the type's `prepare_for_create`; with the JSON of its `managedFields`.
 async fn decode_new<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
     admit: Admit<'_>,
     mut object: Value,
-) -> Result<T> {
+) -> Result<(T, ManagedJson)> {
     let ctx = strategy.request();
     let started = Instant::now();
     check_namespace(inner, ctx, &mut object)?;
     clear_status_on_create(&inner.info, &mut object);
     let validation = strategy.options().field_validation;
     let mut typed: T = decode_typed(&object, validation, ctx)?;
+    let managed = ManagedJson::take(&mut object);
     let started = ctx.stage(WriteStage::Decode, started);
     typed.default_fields();
     let started = ctx.stage(WriteStage::Strategy, started);
@@ -96,7 +105,7 @@ async fn decode_new<T: Strategy>(
     prepare_meta_for_create(typed.metadata_mut());
     typed.prepare_for_create(strategy);
     ctx.stage(WriteStage::Strategy, started);
-    Ok(typed)
+    Ok((typed, managed))
 }
 
 /// What one attempt to store a new object did.
@@ -114,11 +123,11 @@ async fn insert<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
     admit: Admit<'_>,
-    typed: T,
+    (typed, managed): (T, &mut ManagedJson),
     version_given: bool,
 ) -> Result<Inserted> {
     let ctx = strategy.request();
-    let stored = admit_new::<T>(inner, strategy, typed)?;
+    let stored = admit_new::<T>(inner, strategy, typed, managed)?;
     let name = object::name(&stored).unwrap_or_default().to_string();
     let started = Instant::now();
     let stored = admit
@@ -192,11 +201,12 @@ fn admit_new<T: Strategy>(
     inner: &Inner,
     strategy: &StrategyContext<'_>,
     mut typed: T,
+    managed: &mut ManagedJson,
 ) -> Result<Value> {
     let started = Instant::now();
     let name = typed.metadata().name.clone().unwrap_or_default();
     // The object as JSON once, for the metadata's checks and the schema's.
-    let checked = checked_json(inner, &typed)?;
+    let checked = checked_json(inner, &mut typed, managed)?;
     let json = checked.value();
     let mut errors = validate_meta_json(inner, &json["metadata"]);
     errors.extend(typed.validate(strategy));
@@ -230,28 +240,44 @@ impl Checked {
             Checked::Object(value) | Checked::Metadata(value) => value,
         }
     }
+
+    /// The JSON of the `managedFields` in it, taken out for the object's next encoding.
+    fn take_managed(mut self) -> ManagedJson {
+        match &mut self {
+            Checked::Object(value) | Checked::Metadata(value) => ManagedJson::take(value),
+        }
+    }
 }
 
 /// What the checks of a new object read as JSON: the whole object when the type has a
-/// schema to check, else its metadata alone.
-fn checked_json<T: Strategy>(inner: &Inner, typed: &T) -> Result<Checked> {
+/// schema to check, else its metadata alone; `managedFields` moved in from `managed` while
+/// `typed`'s are still what it says.
+fn checked_json<T: Strategy>(
+    inner: &Inner,
+    typed: &mut T,
+    managed: &mut ManagedJson,
+) -> Result<Checked> {
     match &inner.schema {
-        Ok(Some(_)) => encode_typed(typed).map(Checked::Object),
+        Ok(Some(_)) => managed.encode(typed, encode_typed).map(Checked::Object),
         _ => {
-            let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
-            Ok(Checked::Metadata(json!({ "metadata": meta })))
+            let meta = managed.encode(typed, |typed| {
+                let meta = serde_json::to_value(typed.metadata()).map_err(Error::internal)?;
+                Ok(json!({ "metadata": meta }))
+            })?;
+            Ok(Checked::Metadata(meta))
         }
     }
 }
 
 /// A new object canonicalized (kube's `Canonicalize`, after validation) as JSON: the
 /// checks' JSON when it is the whole object and the type's `canonicalize` changes nothing
-/// ([`Strategy::CANONICALIZES`]), else `typed` encoded anew.
+/// ([`Strategy::CANONICALIZES`]), else `typed` encoded anew (with the checks'
+/// `managedFields`, if `canonicalize` left them alone).
 fn canonical_json<T: Strategy>(checked: Checked, typed: &mut T) -> Result<Value> {
     typed.canonicalize();
     match checked {
         Checked::Object(json) if !T::CANONICALIZES => Ok(json),
-        _ => encode_typed(typed),
+        checked => checked.take_managed().encode(typed, encode_typed),
     }
 }
 
@@ -430,8 +456,8 @@ async fn create_on_update<T: Strategy>(
     {
         return Err(Error::not_found(&inner.info, name));
     }
-    let typed = decode_new::<T>(inner, strategy, admit, new).await?;
-    insert::<T>(inner, strategy, admit, typed, false).await
+    let (typed, mut managed) = decode_new::<T>(inner, strategy, admit, new).await?;
+    insert::<T>(inner, strategy, admit, (typed, &mut managed), false).await
 }
 
 /// The name in an update's body must be the URL's.
@@ -545,6 +571,7 @@ async fn prepare_update<T: Strategy>(
     // Defaults first, as kube decodes with defaulting before the strategy runs: a client
     // that leaves out a defaulted field has not changed the spec.
     let mut typed: T = decode_typed(&new, options.field_validation, ctx)?;
+    let mut managed = ManagedJson::take(&mut new);
     let started = ctx.stage(WriteStage::Decode, started);
     typed.default_fields();
     let started = ctx.stage(WriteStage::Strategy, started);
@@ -557,7 +584,7 @@ async fn prepare_update<T: Strategy>(
     prepare_meta_for_update(typed.metadata_mut(), old_typed.metadata());
     typed.prepare_for_update(&old_typed, strategy);
     // The object as JSON once, for the metadata's checks and the schema's.
-    let checked = checked_json(inner, &typed)?;
+    let checked = checked_json(inner, &mut typed, &mut managed)?;
     let json = checked.value();
     let mut errors = validate_meta_json(inner, &json["metadata"]);
     errors.extend(validate_object_meta_update(
@@ -577,9 +604,10 @@ async fn prepare_update<T: Strategy>(
     // create stores it: kept alive through the rest of an update, it left glibc's free
     // chunks to merge elsewhere, and server-side applies took 10–30% more CPU (book:
     // Benchmarks, writes stage by stage).
-    drop(checked);
+    // Its `managedFields` move on to the new encoding.
+    let mut managed = checked.take_managed();
     typed.canonicalize();
-    let mut stored = encode_typed(&typed)?;
+    let mut stored = managed.encode(&mut typed, encode_typed)?;
     let started = ctx.stage(WriteStage::Encode, started);
     let generation = next_generation(&stored, old);
     set_meta(&mut stored, "generation", json!(generation));
