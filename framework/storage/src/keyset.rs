@@ -4,12 +4,14 @@
 //! A sorted sequence cut into blocks of at most [`BLOCK`] items, with a Fenwick tree of the
 //! blocks' lengths. The cache holds one item per stored object (a 32 B handle), so what the
 //! blocks leave empty is paid per object. Keys mostly arrive in order (a list of the backend
-//! at start, then creates with names that sort after the last), and a block that is full
-//! where the new item goes after (or before) all of its items is not halved: the item starts
-//! a block of its own, so blocks filled in order stay full. (The `indexset` tree used before
-//! halved every full node, and with keys in order each half was never filled again: 64 B per
-//! handle of 32.) A full block with the item going between two of its items is halved, as in
-//! any B-tree.
+//! at start, then creates with names that sort after the last, a few of them out of order as
+//! creates in flight side by side reach the cache), so a full block where a new item goes is
+//! not halved when it need not be: it first passes one item to a neighbour with room, and an
+//! item in its last quarter (after all of its items, with keys in order) starts a new block
+//! with the items after it, which the next keys fill. Blocks filled so stay full. (The
+//! `indexset` tree used before halved every full node, and with keys in order each half was
+//! never filled again: 64 B per handle of 32.) Elsewhere a full block is halved, as in any
+//! B-tree.
 
 use std::borrow::Borrow;
 use std::ops::Range;
@@ -119,24 +121,47 @@ impl<T: Ord> OrderedSet<T> {
             Err(i) => i,
         };
         self.len += 1;
-        let block = &mut self.blocks[b];
-        if block.len() < BLOCK {
-            block.insert(i, item);
+        if self.blocks[b].len() < BLOCK {
+            self.blocks[b].insert(i, item);
             self.counts.add(b, 1);
             return None;
         }
-        if i == BLOCK {
-            // After every item of a full block: a block of its own, which the next keys in
-            // order fill.
-            self.blocks.insert(b + 1, vec![item]);
-        } else if i == 0 {
+        let next_has_room = self
+            .blocks
+            .get(b + 1)
+            .is_some_and(|next| next.len() < BLOCK);
+        if i == BLOCK && next_has_room {
+            self.blocks[b + 1].insert(0, item);
+            self.counts.add(b + 1, 1);
+            return None;
+        }
+        if i == 0 {
             self.blocks.insert(b, vec![item]);
+        } else if b > 0 && self.blocks[b - 1].len() < BLOCK {
+            // A neighbour with room takes one item, so that keys that arrive nearly in order
+            // (creates in flight side by side) fill the blocks they go into.
+            let first = self.blocks[b].remove(0);
+            self.blocks[b - 1].push(first);
+            self.blocks[b].insert(i - 1, item);
+            self.counts.add(b - 1, 1);
+            return None;
+        } else if next_has_room {
+            let last = self.blocks[b].pop().expect("a full block");
+            self.blocks[b].insert(i, item);
+            self.blocks[b + 1].insert(0, last);
+            self.counts.add(b + 1, 1);
+            return None;
         } else {
-            let mut right = block.split_off(BLOCK / 2);
-            if i <= BLOCK / 2 {
+            // Near the end (after every item, with keys in order), the items after the new
+            // one start a block that the next keys fill, and this one stays (nearly) full;
+            // elsewhere the block is halved, as in any B-tree.
+            let at = if i >= 3 * BLOCK / 4 { i } else { BLOCK / 2 };
+            let block = &mut self.blocks[b];
+            let mut right = block.split_off(at);
+            if i < at {
                 block.insert(i, item);
             } else {
-                right.insert(i - BLOCK / 2, item);
+                right.insert(i - at, item);
             }
             self.blocks.insert(b + 1, right);
         }
@@ -376,6 +401,33 @@ mod tests {
         );
         assert_eq!(set.range_idx(set.len()..set.len() + 5).count(), 0);
         assert_eq!(set.rank(&(1 << 30)), 9 * BLOCK + 7);
+    }
+
+    /// Keys nearly in order (each at most 40 places from its place, as creates in flight side
+    /// by side reach the cache) fill their blocks as keys in order do: a key after the start
+    /// of a new block does not halve the full block before it.
+    #[test]
+    fn keys_nearly_in_order_fill_blocks() {
+        let n = 20 * BLOCK as u64;
+        let mut keys: Vec<u64> = (0..n).collect();
+        let mut x: u64 = 3;
+        for chunk in keys.chunks_mut(40) {
+            for i in (1..chunk.len()).rev() {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                chunk.swap(i, (x >> 33) as usize % (i + 1));
+            }
+        }
+        let set: OrderedSet<u64> = keys.into_iter().collect();
+        check(&set);
+        assert_eq!(
+            set.blocks.len(),
+            20,
+            "{:?}",
+            set.blocks.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert!(set.iter().copied().eq(0..n));
     }
 
     /// The set's invariants: items strictly increasing, no block empty or over [`BLOCK`], the
