@@ -28,7 +28,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use indexset::BTreeSet;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -38,6 +37,7 @@ use super::arena::Arena;
 use super::backend::{
     Backend, EventType, KeyValue, ListRequest, Revision, StorageError, WatchItem,
 };
+use super::keyset::{self, OrderedSet};
 use crate::metrics::{WriteStage, WriteVerb, write_stage};
 
 /// Makes the bytes a client receives for a stored key-value (its `resourceVersion` set from
@@ -217,16 +217,17 @@ impl Ord for ByKey {
     }
 }
 
-/// The cache's objects in key order. A counted tree: the rank of a key costs O(log n), so a
-/// range knows how many objects it holds without walking them ([`CachedRange`]).
-type Objects = BTreeSet<ByKey>;
+/// The cache's objects in key order. A counted set (`storage/keyset.rs`): the rank of a key
+/// costs O(log n), so a range knows how many objects it holds without walking them
+/// ([`CachedRange`]), and blocks filled by keys in order stay full (32 B an object).
+type Objects = OrderedSet<ByKey>;
 
 /// Cached objects of a range of keys, in key order, that knows how many it has not yielded
 /// yet without reading them: a page's `remainingItemCount` costs the page, not the rest of
 /// the collection (a walk of a million objects by pages of 500 counted 500,000 keys a page
 /// on average with an uncounted tree).
 pub struct CachedRange<'a> {
-    objects: indexset::Range<'a, ByKey>,
+    objects: keyset::Iter<'a, ByKey>,
     left: usize,
 }
 
@@ -881,7 +882,7 @@ impl Shared {
             let page = self.backend.list(&request).await?;
             request.revision = page.revision;
             for kv in &page.items {
-                objects.insert(ByKey(self.encode(&mut arena, kv)?));
+                objects.replace(ByKey(self.encode(&mut arena, kv)?));
             }
             request.start_after = page.items.last().map(|kv| kv.key.clone());
             if !page.more || request.start_after.is_none() {
@@ -1034,9 +1035,7 @@ impl State {
     /// set, an event's new state, the next event's state before) is copied once.
     fn compact(&mut self) {
         let mut arena = Arena::new();
-        // In key order; `indexset` still inserts them one at a time (its `from_iter`), and a
-        // node that splits keeps half of its room empty, so the set is not built with full
-        // nodes (about 27 B per object over a full tree; see the book's "memory at rest").
+        // In key order, so the new set's blocks are full (`storage/keyset.rs`).
         let objects: Objects = self
             .objects
             .iter()
@@ -1174,7 +1173,7 @@ mod tests {
                 format!("ns-2/{i:05}"),
                 format!("nt/{i}"),
             ] {
-                objects.insert(ByKey(CachedObject::new(&mut arena, &key, b"{}", 1)));
+                objects.replace(ByKey(CachedObject::new(&mut arena, &key, b"{}", 1)));
                 keys.insert(key);
             }
         }

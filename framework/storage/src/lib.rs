@@ -19,6 +19,7 @@ pub mod conformance;
 #[cfg(feature = "etcd")]
 pub mod etcd3;
 pub mod instrumented;
+mod keyset;
 pub mod memory;
 mod mvcc;
 mod notify;
