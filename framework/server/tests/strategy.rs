@@ -186,11 +186,21 @@ impl Fixture {
             .output()
             .expect("curl runs");
         let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
-        let (head, body) = text.split_once("\n\n").expect("headers and a body");
-        (
-            head.to_string(),
-            serde_json::from_str(body).expect("a JSON body"),
-        )
+        // What curl said is kept in the failure, so that a flake shows its cause.
+        let failed = |what: &str| -> ! {
+            panic!(
+                "{what} from curl {method} {path} ({}): stdout {text:?}, stderr {:?}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        let Some((head, body)) = text.split_once("\n\n") else {
+            failed("no headers and body")
+        };
+        let Ok(body) = serde_json::from_str(body) else {
+            failed("no JSON body")
+        };
+        (head.to_string(), body)
     }
 }
 
