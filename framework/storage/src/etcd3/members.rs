@@ -94,19 +94,6 @@ impl Members {
         F: FnMut(&Client) -> Fut,
         Fut: Future<Output = Result<T, EtcdError>>,
     {
-        if let [member] = self.members.as_slice() {
-            // One member: no rotation to keep and nowhere else to go, so no order to build
-            // (a `Vec` a call) and no retry.
-            let answer = call(&member.client).await;
-            match &answer {
-                Ok(_) => member.up(),
-                Err(error) if not_sent(error) || super::is_unavailable(error) => {
-                    member.set_aside(error)
-                }
-                Err(_) => {}
-            }
-            return answer;
-        }
         let order = self.order();
         let last = order.len() - 1;
         for (attempt, member) in order.into_iter().enumerate() {
@@ -240,8 +227,7 @@ mod tests {
         };
         assert!(not_sent(&error), "{error:?}");
         assert!(super::super::is_unavailable(&error), "{error:?}");
-        // A lone member goes without the rotation, yet is still set aside (and logged)
-        // as it would be among several.
+        // A lone member is set aside (and logged) as it would be among several.
         assert!(members.members[0].down.load(Ordering::Relaxed));
     }
 
