@@ -18,6 +18,7 @@
 //! it is not ready, callers read the backend directly.
 
 use std::any::TypeId;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::pin::Pin;
@@ -38,12 +39,15 @@ use super::backend::{
     Backend, EventType, KeyValue, ListRequest, Revision, StorageError, WatchItem,
 };
 use super::keyset::{self, OrderedSet};
+pub use super::repeated::Encoded;
+use super::repeated::{Common, Commons, Split};
 use crate::metrics::{WriteStage, WriteVerb, write_stage};
 
 /// Makes the bytes a client receives for a stored key-value (its `resourceVersion` set from
-/// the key-value's `mod_revision`). Called once per write and once per object at each list
-/// of the backend.
-pub type EncodeFn = Arc<dyn Fn(&KeyValue) -> Result<Bytes, StorageError> + Send + Sync>;
+/// the key-value's `mod_revision`), with the parts of them that other objects may repeat
+/// ([`Encoded`]; the cache keeps those once). Called once per write and once per object at
+/// each list of the backend.
+pub type EncodeFn = Arc<dyn Fn(&KeyValue) -> Result<Encoded, StorageError> + Send + Sync>;
 
 /// Sizes of a cache.
 #[derive(Clone, Copy, Debug)]
@@ -91,53 +95,76 @@ impl Default for CacherOptions {
 }
 
 /// One object as the cache keeps it: one byte string holding its revision, its key (after
-/// the cache's prefix) and the JSON a client receives, packed with others into the cache's
-/// shared buffers (see `storage/arena.rs`). Cheap to clone (a reference count).
+/// the cache's prefix) and the bytes a client receives, packed with others into the cache's
+/// shared buffers (see `storage/arena.rs`), and, when it has parts other objects of the cache
+/// repeat (its JSON's beginning, its `managedFields`), a reference to them, kept once for all
+/// (see `storage/repeated.rs`). Cheap to clone (reference counts).
 ///
 /// One string, not a struct of a key, a byte buffer and their headers, because the cache
 /// holds one per stored object: what it costs per object is what the cache costs.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CachedObject(Bytes);
+#[derive(Clone)]
+pub struct CachedObject {
+    packed: Bytes,
+    /// The parts shared with other objects. With them, the packed string has after its key
+    /// where the repeated part goes in the object's own bytes (4 bytes, little-endian).
+    common: Option<Arc<Common>>,
+}
 
 /// `mod_revision` (8 bytes) and the key's length (4 bytes), little-endian, before the key.
 const HEADER: usize = 12;
 
+/// The offset of the repeated part in an object's own bytes, after the key when it shares parts.
+const AT: usize = 4;
+
 impl CachedObject {
-    fn new(arena: &mut Arena, key: &str, encoded: &[u8], mod_revision: Revision) -> Self {
-        Self(arena.pack(&[
-            &mod_revision.to_le_bytes(),
-            &(key.len() as u32).to_le_bytes(),
+    fn new(arena: &mut Arena, key: &str, split: Split<'_>, mod_revision: Revision) -> Self {
+        let revision = mod_revision.to_le_bytes();
+        let key_len = (key.len() as u32).to_le_bytes();
+        let at = (split.own.0.len() as u32).to_le_bytes();
+        let at: &[u8] = if split.common.is_some() { &at } else { &[] };
+        let packed = arena.pack(&[
+            &revision,
+            &key_len,
             key.as_bytes(),
-            encoded,
-        ]))
+            at,
+            split.own.0,
+            split.own.1,
+        ]);
+        Self {
+            packed,
+            common: split.common,
+        }
     }
 
-    /// The same object in `arena` (a copy of its bytes).
+    /// The same object in `arena` (a copy of its bytes; its shared parts stay shared).
     fn copy_into(&self, arena: &mut Arena) -> Self {
-        Self(arena.pack(&[&self.0]))
+        Self {
+            packed: arena.pack(&[&self.packed]),
+            common: self.common.clone(),
+        }
     }
 
-    /// Bytes the cache holds for this object.
+    /// Bytes the cache holds for this object alone.
     fn size(&self) -> usize {
-        self.0.len()
+        self.packed.len()
     }
 
     /// The revision of the write that produced this state (for a deleted object, the delete).
     pub fn mod_revision(&self) -> Revision {
         let mut bytes = [0; 8];
-        bytes.copy_from_slice(&self.0[..8]);
+        bytes.copy_from_slice(&self.packed[..8]);
         Revision::from_le_bytes(bytes)
     }
 
     fn key_len(&self) -> usize {
         let mut bytes = [0; 4];
-        bytes.copy_from_slice(&self.0[8..HEADER]);
+        bytes.copy_from_slice(&self.packed[8..HEADER]);
         u32::from_le_bytes(bytes) as usize
     }
 
     /// The key after the cache's prefix, as bytes (UTF-8; byte order is key order).
     fn key_bytes(&self) -> &[u8] {
-        &self.0[HEADER..HEADER + self.key_len()]
+        &self.packed[HEADER..HEADER + self.key_len()]
     }
 
     /// The object's key after the cache's prefix ([`Cacher::relative`] gives a prefix of keys
@@ -146,43 +173,126 @@ impl CachedObject {
         std::str::from_utf8(self.key_bytes()).unwrap_or_default()
     }
 
-    /// What a client receives: JSON with `metadata.resourceVersion`.
-    pub fn json(&self) -> &[u8] {
-        &self.0[HEADER + self.key_len()..]
+    /// Where the object's own bytes start in the packed string.
+    fn own_start(&self) -> usize {
+        HEADER + self.key_len() + if self.common.is_some() { AT } else { 0 }
     }
 
-    /// At least [`CachedObject::json`]'s length (its key's is counted in), known without
-    /// reading the object's bytes: sizing a list of many objects by their exact lengths
-    /// would load each one's header from memory once more.
+    /// What a client receives, in the order it goes: the shared beginning, the object's own
+    /// bytes up to the repeated part, the repeated part, and the rest of its own (the shared
+    /// ones empty when it shares none).
+    pub fn parts(&self) -> [&[u8]; 4] {
+        let own = &self.packed[self.own_start()..];
+        let Some(common) = &self.common else {
+            return [&[], own, &[], &[]];
+        };
+        let start = HEADER + self.key_len();
+        let mut at = [0; 4];
+        at.copy_from_slice(&self.packed[start..start + AT]);
+        let (before, after) = own.split_at((u32::from_le_bytes(at) as usize).min(own.len()));
+        [&common.head, before, &common.repeated, after]
+    }
+
+    /// The length of what a client receives.
+    pub fn json_len(&self) -> usize {
+        self.parts().iter().map(|part| part.len()).sum()
+    }
+
+    /// Appends what a client receives (JSON with `metadata.resourceVersion`) to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let parts = self.parts();
+        out.reserve(parts.iter().map(|part| part.len()).sum());
+        parts.iter().for_each(|part| out.extend_from_slice(part));
+    }
+
+    /// What a client receives, whole: borrowed when the object shares no part, else copied
+    /// together.
+    pub fn to_json(&self) -> Cow<'_, [u8]> {
+        match self.parts() {
+            [[], own, [], []] => Cow::Borrowed(own),
+            _ => {
+                let mut json = Vec::new();
+                self.write_json(&mut json);
+                Cow::Owned(json)
+            }
+        }
+    }
+
+    /// Calls `read` with what a client receives, whole, put together (when the object shares
+    /// parts) in a buffer of the thread's, so that reading many objects (a list with
+    /// selectors) allocates nothing per object.
+    pub fn with_json<R>(&self, read: impl FnOnce(&[u8]) -> R) -> R {
+        thread_local! {
+            static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        if self.common.is_none() {
+            return read(&self.packed[self.own_start()..]);
+        }
+        // Taken out while `read` runs: a `read` that reads another object gets a new buffer.
+        let mut scratch = SCRATCH.take();
+        scratch.clear();
+        self.write_json(&mut scratch);
+        let result = read(&scratch);
+        if scratch.capacity() <= 1 << 16 {
+            SCRATCH.set(scratch);
+        }
+        result
+    }
+
+    /// At least [`CachedObject::json_len`], known without reading the object's bytes:
+    /// sizing a list of many objects by their exact lengths would load each one's header
+    /// from memory once more.
     pub fn json_len_bound(&self) -> usize {
-        self.0.len() - HEADER
+        self.packed.len() - HEADER
+            + self
+                .common
+                .as_ref()
+                .map_or(0, |common| common.head.len() + common.repeated.len())
     }
 
     /// Starts loading the object's bytes into the CPU's cache without waiting for them: a
     /// walk that copies many objects (a list) asks for the next few while it copies one,
-    /// instead of stalling on each object's first byte.
+    /// instead of stalling on each object's first byte. (Shared parts are read by many
+    /// objects, so they are in the cache already.)
     pub fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
-        for line in self.0.chunks(64) {
+        for line in self.packed.chunks(64) {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
             // SAFETY: a prefetch only hints the cache; it reads nothing and never faults.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
         }
     }
 
-    /// [`CachedObject::json`] as `Bytes` sharing the cache's buffer (no copy), for a response
-    /// body.
+    /// What a client receives, as `Bytes` for a response body: sharing the cache's buffer
+    /// (no copy) when the object shares no part, else copied together.
     pub fn encoded(&self) -> Bytes {
-        self.0.slice(HEADER + self.key_len()..)
+        match self.common {
+            None => self.packed.slice(self.own_start()..),
+            Some(_) => {
+                let mut json = Vec::with_capacity(self.json_len());
+                self.write_json(&mut json);
+                Bytes::from(json)
+            }
+        }
     }
 }
+
+impl PartialEq for CachedObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.mod_revision() == other.mod_revision()
+            && self.key_bytes() == other.key_bytes()
+            && self.to_json() == other.to_json()
+    }
+}
+
+impl Eq for CachedObject {}
 
 impl std::fmt::Debug for CachedObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedObject")
             .field("key", &self.key_suffix())
             .field("mod_revision", &self.mod_revision())
-            .field("bytes", &self.json().len())
+            .field("bytes", &self.json_len())
             .finish()
     }
 }
@@ -500,8 +610,8 @@ struct State {
     ready: bool,
     revision: Revision,
     objects: Objects,
-    /// Where `objects` (and the window's) are packed.
-    arena: Arena,
+    /// Where `objects` (and the window's) are kept.
+    packed: Packed,
     /// The bytes of `objects`.
     live_bytes: usize,
     /// The bytes of the states only the window holds ([`CachedEvent::held_by_window`]).
@@ -516,6 +626,14 @@ struct State {
     /// Every event after this revision is in the window.
     window_start: Revision,
     live: broadcast::Sender<CacheItem>,
+}
+
+/// Where a cache's objects are kept: their own bytes packed in an arena, the parts they share
+/// once (`storage/repeated.rs`).
+#[derive(Default)]
+struct Packed {
+    arena: Arena,
+    commons: Commons,
 }
 
 /// How long the cache waits before listing again after a failure, at most.
@@ -540,7 +658,7 @@ impl Cacher {
                 ready: false,
                 revision: 0,
                 objects: Objects::new(),
-                arena: Arena::new(),
+                packed: Packed::default(),
                 live_bytes: 0,
                 window_bytes: 0,
                 window_weight: 0,
@@ -869,9 +987,9 @@ impl Shared {
     }
 
     /// Every object under the prefix at one revision.
-    async fn load(&self) -> Result<(Objects, Arena, Revision), StorageError> {
+    async fn load(&self) -> Result<(Objects, Packed, Revision), StorageError> {
         let mut objects = Objects::new();
-        let mut arena = Arena::new();
+        let mut packed = Packed::default();
         let mut request = ListRequest {
             prefix: self.prefix.clone(),
             limit: 10_000,
@@ -882,11 +1000,11 @@ impl Shared {
             let page = self.backend.list(&request).await?;
             request.revision = page.revision;
             for kv in &page.items {
-                objects.replace(ByKey(self.encode(&mut arena, kv)?));
+                objects.replace(ByKey(self.encode(&mut packed, kv)?));
             }
             request.start_after = page.items.last().map(|kv| kv.key.clone());
             if !page.more || request.start_after.is_none() {
-                return Ok((objects, arena, page.revision));
+                return Ok((objects, packed, page.revision));
             }
         }
     }
@@ -895,24 +1013,31 @@ impl Shared {
     /// version its owner cannot read) fails the cache, as a decoding error fails
     /// kube-apiserver's cacher: while it is not ready, callers read the backend, whose
     /// answer is the object's error, instead of a cache that silently lacks the object.
-    fn encode(&self, arena: &mut Arena, kv: &KeyValue) -> Result<CachedObject, StorageError> {
+    fn encode(&self, packed: &mut Packed, kv: &KeyValue) -> Result<CachedObject, StorageError> {
         let encoded = self.encoded(kv)?;
-        Ok(self.cached(arena, kv, &encoded))
+        Ok(self.cached(packed, kv, &encoded))
     }
 
     /// The object's bytes as clients receive them.
-    fn encoded(&self, kv: &KeyValue) -> Result<Bytes, StorageError> {
+    fn encoded(&self, kv: &KeyValue) -> Result<Encoded, StorageError> {
         (self.encode)(kv).inspect_err(|error| {
             tracing::error!(key = %kv.key, %error, "watch cache: cannot encode a stored object");
         })
     }
 
-    /// `encoded` copied into the arena, as the cache keeps it.
-    fn cached(&self, arena: &mut Arena, kv: &KeyValue, encoded: &[u8]) -> CachedObject {
-        CachedObject::new(arena, self.suffix(&kv.key), encoded, kv.mod_revision)
+    /// `encoded` as the cache keeps it: its own bytes copied into the arena, the parts it
+    /// shares with other objects kept once.
+    fn cached(&self, packed: &mut Packed, kv: &KeyValue, encoded: &Encoded) -> CachedObject {
+        let split = packed.commons.split(encoded);
+        CachedObject::new(
+            &mut packed.arena,
+            self.suffix(&kv.key),
+            split,
+            kv.mod_revision,
+        )
     }
 
-    fn ready(&self, objects: Objects, arena: Arena, revision: Revision) {
+    fn ready(&self, objects: Objects, packed: Packed, revision: Revision) {
         let Ok(mut state) = self.state.write() else {
             return;
         };
@@ -920,7 +1045,7 @@ impl Shared {
         state.window_bytes = 0;
         state.window_weight = 0;
         state.objects = objects;
-        state.arena = arena;
+        state.packed = packed;
         state.window.clear();
         state.window_start = revision;
         state.revision = revision;
@@ -937,7 +1062,7 @@ impl Shared {
         };
         state.ready = false;
         state.objects = Objects::new();
-        state.arena = Arena::new();
+        state.packed = Packed::default();
         state.live_bytes = 0;
         state.window_bytes = 0;
         state.window_weight = 0;
@@ -956,7 +1081,7 @@ impl Shared {
         };
         let state = &mut *guard;
         let revision = event.revision();
-        let object = self.cached(&mut state.arena, &event.kv, &encoded);
+        let object = self.cached(&mut state.packed, &event.kv, &encoded);
         let prev = match event.event_type {
             EventType::Put => {
                 state.live_bytes += object.size();
@@ -977,6 +1102,7 @@ impl Shared {
         self.evict(state);
         self.send(state, CacheItem::Event(cached));
         if state
+            .packed
             .arena
             .needs_compaction(state.live_bytes + state.window_bytes)
         {
@@ -1046,7 +1172,7 @@ impl State {
         let mut copy = |object: &CachedObject| match objects.get(object.key_bytes()) {
             Some(current) if current.0.mod_revision() == object.mod_revision() => current.0.clone(),
             _ => copies
-                .entry(object.0.as_ptr() as usize)
+                .entry(object.packed.as_ptr() as usize)
                 .or_insert_with(|| object.copy_into(&mut arena))
                 .clone(),
         };
@@ -1064,12 +1190,16 @@ impl State {
             compactions = self.compactions,
             objects = objects.len(),
             live_bytes = self.live_bytes,
-            freed = self.arena.allocated().saturating_sub(arena.allocated()),
+            freed = self
+                .packed
+                .arena
+                .allocated()
+                .saturating_sub(arena.allocated()),
             "watch cache: compacted"
         );
         self.objects = objects;
         self.window = window;
-        self.arena = arena;
+        self.packed.arena = arena;
     }
 }
 
@@ -1082,11 +1212,11 @@ mod tests {
 
     fn plain() -> EncodeFn {
         Arc::new(|kv: &KeyValue| {
-            Ok(Bytes::from(format!(
+            Ok(Encoded::whole(Bytes::from(format!(
                 "{}@{}",
                 String::from_utf8_lossy(&kv.value),
                 kv.mod_revision
-            )))
+            ))))
         })
     }
 
@@ -1109,9 +1239,9 @@ mod tests {
     fn the_json_length_bound_covers_the_json_and_the_key_only() {
         let mut arena = Arena::default();
         for (key, json) in [("/k", &b"{}"[..]), ("/ns/a-longer-name", &[b'x'; 700][..])] {
-            let object = CachedObject::new(&mut arena, key, json, 3);
+            let object = CachedObject::new(&mut arena, key, Split::whole(json), 3);
             object.prefetch();
-            assert_eq!(object.json(), json);
+            assert_eq!(object.to_json(), json);
             assert_eq!(object.json_len_bound(), json.len() + key.len());
         }
     }
@@ -1119,7 +1249,7 @@ mod tests {
     #[test]
     fn an_events_view_is_made_once_and_failures_are_not_kept() {
         let mut arena = Arena::default();
-        let object = CachedObject::new(&mut arena, "/k", b"{}", 3);
+        let object = CachedObject::new(&mut arena, "/k", Split::whole(b"{}"), 3);
         let event = CachedEvent::new(EventType::Put, object, None);
         let made = std::cell::Cell::new(0);
         let make = |o: &CachedObject| -> Result<Bytes, ()> {
@@ -1139,8 +1269,8 @@ mod tests {
         assert_eq!(made.get(), 2, "another view, and the failure was not kept");
     }
 
-    fn text(object: &CachedObject) -> &str {
-        std::str::from_utf8(object.json()).unwrap()
+    fn text(object: &CachedObject) -> String {
+        String::from_utf8(object.to_json().into_owned()).unwrap()
     }
 
     async fn next(live: &mut LiveEvents) -> Arc<CachedEvent> {
@@ -1173,7 +1303,12 @@ mod tests {
                 format!("ns-2/{i:05}"),
                 format!("nt/{i}"),
             ] {
-                objects.replace(ByKey(CachedObject::new(&mut arena, &key, b"{}", 1)));
+                objects.replace(ByKey(CachedObject::new(
+                    &mut arena,
+                    &key,
+                    Split::whole(b"{}"),
+                    1,
+                )));
                 keys.insert(key);
             }
         }
@@ -1251,6 +1386,90 @@ mod tests {
         assert_eq!(objects.len(), 1);
     }
 
+    /// An encoding that says which parts objects repeat: a value `own|repeated` is sent
+    /// as `<h>own:repeated@revision`, its beginning `<h>` and `repeated` shared.
+    fn with_parts() -> EncodeFn {
+        Arc::new(|kv: &KeyValue| {
+            let value = String::from_utf8_lossy(&kv.value).into_owned();
+            let (own, repeated) = value.split_once('|').unwrap_or((&value, ""));
+            let bytes = format!("<h>{own}:{repeated}@{}", kv.mod_revision);
+            let start = 3 + own.len() + 1;
+            Ok(Encoded {
+                bytes: Bytes::from(bytes),
+                head: 3,
+                repeated: Some(start..start + repeated.len()),
+            })
+        })
+    }
+
+    /// Objects that repeat parts keep them once, and every reader gets their whole bytes.
+    #[tokio::test]
+    async fn repeated_parts_are_kept_once_and_read_whole() {
+        let backend = Arc::new(MemoryBackend::new());
+        let mf = "[a long entry that many objects have]";
+        for (key, value) in [("a", mf), ("b", mf), ("c", mf), ("d", "[another]")] {
+            let value = format!("{key}{key}|{value}");
+            backend
+                .create(&format!("/c/{key}"), value.into())
+                .await
+                .unwrap();
+        }
+        let cache = Cacher::new(
+            backend.clone(),
+            "/c/",
+            with_parts(),
+            CacherOptions::default(),
+        );
+        ready_at(&cache, &backend).await;
+        let mut watch = cache.watch("/c/", None).unwrap();
+        backend
+            .create("/c/e", format!("ee|{mf}").into())
+            .await
+            .unwrap();
+        let event = next(&mut watch.live).await;
+        assert_eq!(text(&event.object), format!("<h>ee:{mf}@5"));
+
+        let (objects, _) = cache.snapshot("/c/").unwrap();
+        let want = [
+            format!("<h>aa:{mf}@1"),
+            format!("<h>bb:{mf}@2"),
+            format!("<h>cc:{mf}@3"),
+            "<h>dd:[another]@4".to_string(),
+            format!("<h>ee:{mf}@5"),
+        ];
+        assert_eq!(objects.iter().map(text).collect::<Vec<_>>(), want);
+        for (object, want) in objects.iter().zip(&want) {
+            assert_eq!(object.encoded(), want.as_bytes());
+            assert_eq!(object.json_len(), want.len());
+            assert!(object.json_len_bound() >= want.len());
+            let mut written = b"x".to_vec();
+            object.write_json(&mut written);
+            assert_eq!(&written[1..], want.as_bytes());
+            object.with_json(|json| assert_eq!(json, want.as_bytes()));
+            assert_eq!(object.key_suffix(), &want[3..4]);
+        }
+        // The first object saw both parts first; the second shares both, as do the third and
+        // the event's; the fourth shares the beginning only.
+        let common = |i: usize| objects[i].common.clone();
+        assert!(common(0).is_none());
+        let shared = common(1).unwrap();
+        assert_eq!(
+            (&*shared.head, &*shared.repeated),
+            (&b"<h>"[..], mf.as_bytes())
+        );
+        for other in [
+            common(2).unwrap(),
+            common(4).unwrap(),
+            event.object.common.clone().unwrap(),
+        ] {
+            assert!(Arc::ptr_eq(&shared, &other));
+        }
+        assert_eq!(&*common(3).unwrap().repeated, b"");
+        assert!(objects[1].size() + mf.len() <= objects[0].size() + 4);
+        assert_eq!(objects[4], event.object);
+        assert_ne!(objects[0], objects[1]);
+    }
+
     #[tokio::test]
     async fn updates_compact_the_arena_and_views_outlive_it() {
         let backend = Arc::new(MemoryBackend::new());
@@ -1289,7 +1508,7 @@ mod tests {
             let held = state.live_bytes + state.window_bytes;
             assert!(held > 440_000 && held < 450_000, "{held}");
             assert!(state.compactions >= 2, "{} compactions", state.compactions);
-            let allocated = state.arena.allocated();
+            let allocated = state.packed.arena.allocated();
             assert!(
                 allocated < held + held / 2 + (1 << 20) + super::super::arena::FIRST_CHUNK,
                 "{allocated} for {held}"
@@ -1303,7 +1522,7 @@ mod tests {
         assert_eq!(objects[0].mod_revision(), rv);
         // Taken before the compactions: still readable.
         assert!(text(&before[0]).starts_with("0:0:"));
-        assert_eq!(before[0].encoded(), before[0].json());
+        assert_eq!(before[0].encoded(), *before[0].to_json());
 
         // The window survived: its 100 updates, in order, each with the state before.
         let watch = cache.watch("/c/", Some(window_start)).unwrap();

@@ -25,6 +25,7 @@ mod mvcc;
 mod notify;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod repeated;
 #[cfg_attr(not(any(feature = "etcd", feature = "postgres")), allow(dead_code))]
 mod shared_read;
 pub mod size_limit;

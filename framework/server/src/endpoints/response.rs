@@ -171,7 +171,7 @@ fn values(items: Vec<Object>) -> Result<Vec<Value>> {
 fn encoded_len(object: &Object) -> usize {
     match object {
         Object::Encoded(bytes) => bytes.len(),
-        Object::Cached(object) => object.json().len(),
+        Object::Cached(object) => object.json_len(),
         Object::Decoded(_) => 512,
     }
 }

@@ -6,6 +6,7 @@
 //! all of them; a computed or external resource implements only what it can.
 
 use std::any::TypeId;
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -71,12 +72,30 @@ impl CachedJson {
         }
     }
 
-    /// What a client receives: JSON with `metadata.resourceVersion`.
-    pub fn json(&self) -> &[u8] {
-        self.object.json()
+    /// What a client receives, whole: JSON with `metadata.resourceVersion` (borrowed from the
+    /// cache unless the object shares parts with others there; see
+    /// [`CachedObject::to_json`]).
+    pub fn to_json(&self) -> Cow<'_, [u8]> {
+        self.object.to_json()
     }
 
-    /// At least [`json`](Self::json)'s length, known without reading the object's bytes.
+    /// The length of [`to_json`](Self::to_json).
+    pub fn json_len(&self) -> usize {
+        self.object.json_len()
+    }
+
+    /// Appends [`to_json`](Self::to_json) to `out`, part by part.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.object.write_json(out);
+    }
+
+    /// Calls `read` with [`to_json`](Self::to_json), put together in a buffer of the
+    /// thread's when the object shares parts ([`CachedObject::with_json`]).
+    pub fn with_json<R>(&self, read: impl FnOnce(&[u8]) -> R) -> R {
+        self.object.with_json(read)
+    }
+
+    /// At least [`json_len`](Self::json_len), known without reading the object's bytes.
     pub fn json_len_bound(&self) -> usize {
         self.object.json_len_bound()
     }
@@ -87,7 +106,8 @@ impl CachedJson {
         self.object.prefetch();
     }
 
-    /// [`json`](Self::json) as `Bytes` sharing the cache's buffer (no copy).
+    /// [`to_json`](Self::to_json) as `Bytes`: sharing the cache's buffer (no copy) unless
+    /// the object shares parts with others there.
     pub fn encoded(&self) -> Bytes {
         self.object.encoded()
     }
@@ -100,8 +120,8 @@ impl CachedJson {
         make: impl FnOnce(&[u8]) -> Result<Bytes>,
     ) -> Result<Bytes> {
         match &self.event {
-            Some(event) => event.view(TypeId::of::<V>(), |object| make(object.json())),
-            None => make(self.json()),
+            Some(event) => event.view(TypeId::of::<V>(), |object| make(&object.to_json())),
+            None => make(&self.to_json()),
         }
     }
 }
@@ -112,7 +132,7 @@ impl Object {
         match self {
             Self::Decoded(value) => Ok(value.clone()),
             Self::Encoded(bytes) => decode(bytes),
-            Self::Cached(object) => decode(object.json()),
+            Self::Cached(object) => object.with_json(decode),
         }
     }
 
@@ -121,7 +141,7 @@ impl Object {
         match self {
             Self::Decoded(value) => Ok(value),
             Self::Encoded(bytes) => decode(&bytes),
-            Self::Cached(object) => decode(object.json()),
+            Self::Cached(object) => object.with_json(decode),
         }
     }
 
@@ -134,7 +154,7 @@ impl Object {
                 Ok(())
             }
             Self::Cached(object) => {
-                out.extend_from_slice(object.json());
+                object.write_json(out);
                 Ok(())
             }
         }

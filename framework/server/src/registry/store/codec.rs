@@ -1,5 +1,7 @@
 //! Objects to and from stored bytes, and from JSON to the user's type.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -13,7 +15,7 @@ use crate::registry::schema_validation;
 use crate::runtime::jsonpath::go_json;
 use crate::runtime::object::{self, metadata_mut, set_meta};
 use crate::runtime::{FieldError, FieldErrorType, Resource, ResourceInfo};
-use crate::storage::cacher::CachedObject;
+use crate::storage::cacher::{CachedObject, Encoded};
 use crate::storage::{KeyValue, StorageError};
 
 /// A stored object, with `metadata.resourceVersion` from the key's modification revision.
@@ -33,30 +35,46 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
 /// encoding it again. The result is the same JSON as [`decode_stored`] encoded (members in
 /// the same order when the stored object's are sorted, as this crate writes them).
 pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
+    encode_stored_parts(kv).map(|encoded| encoded.bytes)
+}
+
+/// [`encode_stored`] with the parts of the bytes other objects of the resource repeat: all
+/// before the first member of `metadata` (`{"apiVersion":…,"kind":…,"metadata":{`), and
+/// the value of `metadata.managedFields`, which the watch cache keeps once for the objects
+/// that have the same.
+fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
     let fast = splice_resource_version(&kv.value, kv.mod_revision)
         // Bytes that are not JSON get the same 500 as the decoding path gives them. serde_json
         // skips strings it ignores without checking their UTF-8, which decoding refuses.
         .filter(|_| std::str::from_utf8(&kv.value).is_ok())
         .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
-    let mut encoded = match fast {
-        Some(encoded) => encoded,
-        None => serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
+    let (mut encoded, head, repeated) = match fast {
+        Some(spliced) => (spliced.json, spliced.head, spliced.managed_fields),
+        None => (
+            serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
+            0,
+            None,
+        ),
     };
     // Watch-cache objects are kept for as long as they are current: no spare capacity.
     encoded.shrink_to_fit();
-    Ok(Bytes::from(encoded))
+    Ok(Encoded {
+        bytes: Bytes::from(encoded),
+        head,
+        repeated,
+    })
 }
 
 /// The answer to a write of `stored` (bytes this crate encoded) at `revision`: the bytes
 /// with `metadata.resourceVersion` spliced in, the same JSON encoding the object with its
 /// resourceVersion gives. `None` when they cannot be spliced.
 pub(crate) fn answer_of_stored(stored: &Bytes, revision: i64) -> Option<Bytes> {
-    splice_resource_version(stored, revision).map(Bytes::from)
+    splice_resource_version(stored, revision).map(|spliced| Bytes::from(spliced.json))
 }
 
-/// [`encode_stored`] for the watch cache.
-pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Bytes, StorageError> {
-    encode_stored(kv).map_err(|e| StorageError::Internal(e.message().to_string()))
+/// [`encode_stored`] for the watch cache, with the parts objects repeat.
+pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Encoded, StorageError> {
+    encode_stored_parts(kv).map_err(|e| StorageError::Internal(e.message().to_string()))
 }
 
 /// The raw `apiVersion` of a stored object, without decoding it: the top-level members are
@@ -79,13 +97,23 @@ pub(crate) fn stored_api_version(json: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// `json` with `resourceVersion` spliced in ([`splice_resource_version`]), and where in it
+/// two parts are that other objects repeat.
+struct Spliced {
+    json: Vec<u8>,
+    /// `json[..head]` is all before the first member of `metadata` (after its `{`).
+    head: usize,
+    /// The span of `metadata.managedFields`' value (the last, if there are two).
+    managed_fields: Option<Range<usize>>,
+}
+
 /// `json` (one object) with `"resourceVersion":"{revision}"` set in its top-level
 /// `metadata` object: inserted before the first member whose key sorts after it, or its
 /// value replaced when present. `None` when `json` is not an object with one `metadata`
 /// object, or has a key the splice cannot judge by its bytes (escaped), or two
 /// `resourceVersion`s in `metadata`: the caller decodes it instead, where the last of
 /// duplicate members wins, as for every JSON reader of ours and of kube's.
-fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
+fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
     const RV: &[u8] = b"resourceVersion";
     let mut scan = Scan { json, at: 0 };
     scan.expect(b'{')?;
@@ -102,6 +130,8 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
         }
     }
     scan.expect(b'{')?;
+    let head = scan.at;
+    let mut managed_fields = None;
     let value = format!("\"{revision}\"");
     // Where the member goes, or which value it replaces, and whether a comma follows.
     let (start, end, comma_before, comma_after) = if scan.peek()? == b'}' {
@@ -127,37 +157,45 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Vec<u8>> {
                 None if key > RV => found = Some(Place::Before(member)),
                 _ => {}
             }
+            if key == b"managedFields" {
+                managed_fields = Some(value_start..scan.at);
+            }
             if scan.after_member()? {
                 break;
             }
         }
         no_second_metadata(json, scan.at)?;
         match found {
-            Some(Place::Replace(start, end)) => {
-                let mut out = Vec::with_capacity(json.len() + value.len());
-                out.extend_from_slice(&json[..start]);
-                out.extend_from_slice(value.as_bytes());
-                out.extend_from_slice(&json[end..]);
-                return Some(out);
-            }
+            Some(Place::Replace(start, end)) => (start, end, false, false),
             Some(Place::Before(at)) => (at, at, false, true),
             None => (last_end, last_end, true, false),
         }
     };
     let mut out = Vec::with_capacity(json.len() + RV.len() + value.len() + 4);
     out.extend_from_slice(&json[..start]);
-    if comma_before {
-        out.push(b',');
+    if start == end {
+        if comma_before {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(RV);
+        out.extend_from_slice(b"\":");
     }
-    out.push(b'"');
-    out.extend_from_slice(RV);
-    out.extend_from_slice(b"\":");
     out.extend_from_slice(value.as_bytes());
     if comma_after {
         out.push(b',');
     }
+    // A span after the splice moved by what it added (a value replaced may be shorter).
+    let managed_fields = managed_fields.map(|span: Range<usize>| match span.end <= start {
+        true => span,
+        false => out.len() + (span.start - end)..out.len() + (span.end - end),
+    });
     out.extend_from_slice(&json[end..]);
-    Some(out)
+    Some(Spliced {
+        json: out,
+        head,
+        managed_fields,
+    })
 }
 
 /// `Some` when the top-level members after `metadata` (from `at`, after its value) have no
@@ -285,7 +323,8 @@ impl Scan<'_> {
 
 /// A watch-cache object decoded, for selectors and shapes that need the JSON.
 pub(crate) fn decode_cached(object: &CachedObject) -> Result<Value> {
-    serde_json::from_slice(object.json())
+    object
+        .with_json(|json| serde_json::from_slice(json))
         .map_err(|e| Error::internal(format!("cached object {}: {e}", object.key_suffix())))
 }
 
@@ -508,6 +547,46 @@ mod tests {
         assert_eq!(answer, Bytes::from(serde_json::to_vec(&object).unwrap()));
     }
 
+    /// What the watch cache keeps once for many objects: the beginning up to `metadata`'s
+    /// first member, and `managedFields`' value, wherever the splice moved it.
+    #[test]
+    fn the_parts_objects_repeat_are_found() {
+        let cases = [
+            (
+                r#"{"apiVersion":"g/v1","kind":"K","metadata":{"managedFields":[{"manager":"m"}],"name":"a"},"spec":{}}"#,
+                r#"{"apiVersion":"g/v1","kind":"K","metadata":{"#,
+                Some(r#"[{"manager":"m"}]"#),
+            ),
+            (
+                r#"{"metadata":{"resourceVersion":"7","managedFields":[1,{"a":"]"}]}}"#,
+                r#"{"metadata":{"#,
+                Some(r#"[1,{"a":"]"}]"#),
+            ),
+            (
+                r#"{"metadata":{"uid":"u","managedFields":[2]}}"#,
+                r#"{"metadata":{"#,
+                Some("[2]"),
+            ),
+            (r#"{"metadata":{}}"#, r#"{"metadata":{"#, None),
+            (
+                r#"{"kind":"K","metadata":{"managedFields":null}}"#,
+                r#"{"kind":"K","metadata":{"#,
+                Some("null"),
+            ),
+            (r#"{"kind":"K","metadata":null}"#, "", None),
+        ];
+        for (json, head, managed_fields) in cases {
+            for revision in [1, 123_456_789] {
+                let encoded = encode_stored_parts(&kv(json, revision)).unwrap();
+                let bytes = std::str::from_utf8(&encoded.bytes).unwrap();
+                assert_eq!(&bytes[..encoded.head], head, "{json}");
+                let span = encoded.repeated.clone().map(|span| &bytes[span]);
+                assert_eq!(span, managed_fields, "{json} at {revision}");
+                assert_eq!(encoded.bytes, encode_stored(&kv(json, revision)).unwrap());
+            }
+        }
+    }
+
     #[test]
     fn the_stored_api_version_is_found_without_decoding() {
         let cases: [(&str, Option<&str>); 6] = [
@@ -571,6 +650,7 @@ mod properties {
             Just("resourceVersion".to_string()),
             Just("name".to_string()),
             Just("uid".to_string()),
+            Just("managedFields".to_string()),
             "[a-z]{1,16}",
         ];
         let metadata = prop::collection::btree_map(meta_key, json_value(), 0..5);
@@ -602,8 +682,17 @@ mod properties {
             object in stored_object(), revision in 1i64..i64::MAX
         ) {
             let kv = kv(serde_json::to_vec(&object).unwrap(), revision);
-            let want = serde_json::to_vec(&decode_stored(&kv).unwrap()).unwrap();
-            prop_assert_eq!(encode_stored(&kv).unwrap(), Bytes::from(want));
+            let decoded = decode_stored(&kv).unwrap();
+            let want = serde_json::to_vec(&decoded).unwrap();
+            let encoded = encode_stored_parts(&kv).unwrap();
+            prop_assert_eq!(&encoded.bytes, &Bytes::from(want));
+            // The parts the watch cache may keep once are where they are said to be.
+            let head = &encoded.bytes[..encoded.head];
+            prop_assert!(head.ends_with(b"\"metadata\":{"), "head {:?}", head);
+            let managed_fields = encoded
+                .repeated
+                .map(|span| serde_json::from_slice::<Value>(&encoded.bytes[span]).unwrap());
+            prop_assert_eq!(managed_fields.as_ref(), decoded["metadata"].get("managedFields"));
         }
 
         #[test]

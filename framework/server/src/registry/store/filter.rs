@@ -67,9 +67,10 @@ impl Filter {
         if self.is_everything() {
             return Ok(true);
         }
-        match self.selects_json(object.json(), || {
-            format!("cached object {}", object.key_suffix())
-        }) {
+        let selected = object.with_json(|json| {
+            self.selects_json(json, || format!("cached object {}", object.key_suffix()))
+        });
+        match selected {
             Some(selected) => selected,
             None => Ok(self.matches(&decode_cached(object)?)),
         }

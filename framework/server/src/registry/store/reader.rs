@@ -147,7 +147,7 @@ impl<T: Resource> Reader<T> {
         let (objects, _) = cache.snapshot(&prefix)?;
         let decoded = objects
             .iter()
-            .map(|object| decode_json::<T>(object.json()))
+            .map(|object| object.with_json(decode_json::<T>))
             .collect();
         Some(decoded)
     }
@@ -167,7 +167,7 @@ impl<T: Resource> Reader<T> {
         let found = cache.get_at_least(&key, 0)?;
         Some(
             found
-                .map(|object| decode_json::<T>(object.json()))
+                .map(|object| object.with_json(decode_json::<T>))
                 .transpose(),
         )
     }
