@@ -218,6 +218,80 @@ async fn lists_are_served_from_memory_as_encoded_objects() {
     assert_eq!(second[0]["metadata"]["resourceVersion"], rv(&d).to_string());
 }
 
+/// Objects written by one manager in one go share their `managedFields` and their
+/// beginning in the cache (`storage/repeated.rs`); lists, gets and watch events still
+/// carry every object's JSON byte for byte as it was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_that_share_parts_in_the_cache_read_back_byte_for_byte() {
+    let (store, backend) = setup(CacherOptions::default());
+    let options = WriteOptions::default();
+    let write = |name: String| {
+        let object = json!({
+            "apiVersion": "test.example.com/v1",
+            "kind": "Gadget",
+            "metadata": {
+                "name": name,
+                "labels": {"app": "bulk"},
+                // What the field manager of a request writes (this store is called directly).
+                "managedFields": [{
+                    "apiVersion": "test.example.com/v1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}, "f:spec": {}},
+                    "manager": "bulk", "operation": "Update", "time": "2026-11-28T13:00:00Z",
+                }],
+            },
+            "spec": {"n": name},
+        });
+        let (store, options) = (&store, &options);
+        async move {
+            let created = store.create(&ns(), object, options).await.expect("create");
+            serde_json::to_vec(&created.into_value().unwrap()).unwrap()
+        }
+    };
+    let mut written = Vec::new();
+    for i in 0..20 {
+        written.push(write(format!("g-{i:02}")).await);
+    }
+    cache_serving(&store, &backend).await;
+    let mut stream = store
+        .watch(
+            &ns(),
+            &from(rv(&serde_json::from_slice(&written[19]).unwrap())),
+        )
+        .await
+        .unwrap();
+    written.push(write("g-20".into()).await);
+
+    let page = store.list(&ns(), &ListOptions::default()).await.unwrap();
+    let mut listed = Vec::new();
+    for item in &page.items {
+        let Object::Cached(cached) = item else {
+            panic!("not from the cache: {item:?}")
+        };
+        let mut json = Vec::new();
+        cached.write_json(&mut json);
+        assert_eq!(json, *cached.to_json());
+        assert_eq!(json, cached.encoded());
+        assert_eq!(json.len(), cached.json_len());
+        assert!(cached.json_len_bound() >= json.len());
+        cached.with_json(|whole| assert_eq!(whole, json));
+        listed.push(json);
+    }
+    assert_eq!(listed, written);
+    let text = String::from_utf8(listed[5].clone()).unwrap();
+    assert!(text.contains(r#""managedFields":[{"apiVersion":"test.example.com/v1""#));
+    assert!(text.contains(r#""manager":"bulk""#), "{text}");
+
+    let event = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.type_, WatchEventType::Added);
+    let Object::Cached(cached) = &event.object else {
+        panic!("not from the cache: {:?}", event.object)
+    };
+    assert_eq!(cached.encoded(), written[20]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_watchers_share_one_backend_watch() {
     let (store, backend) = setup(CacherOptions::default());
