@@ -100,8 +100,9 @@ impl Default for CacherOptions {
 /// repeat (its JSON's beginning, its `managedFields`), a reference to them, kept once for all
 /// (see `storage/repeated.rs`). Cheap to clone (reference counts).
 ///
-/// One string, not a struct of a key, a byte buffer and their headers, because the cache
-/// holds one per stored object: what it costs per object is what the cache costs.
+/// One string (and at most one reference), not a struct of a key, a byte buffer and their
+/// headers, because the cache holds one per stored object: what it costs per object is what
+/// the cache costs.
 #[derive(Clone)]
 pub struct CachedObject {
     packed: Bytes,
@@ -1398,6 +1399,7 @@ mod tests {
                 bytes: Bytes::from(bytes),
                 head: 3,
                 repeated: Some(start..start + repeated.len()),
+                shorter: None,
             })
         })
     }

@@ -33,6 +33,11 @@ pub struct Encoded {
     pub head: usize,
     /// A span of `bytes` after `head` that many objects may repeat.
     pub repeated: Option<Range<usize>>,
+    /// An end of `repeated` before its own: `repeated.start..shorter` is a part of it that
+    /// more objects repeat (the registry's: `managedFields` up to the first entry's `time`,
+    /// the same for objects one manager wrote in different seconds), kept once when the
+    /// whole span is not.
+    pub shorter: Option<usize>,
 }
 
 impl Encoded {
@@ -42,12 +47,14 @@ impl Encoded {
             bytes,
             head: 0,
             repeated: None,
+            shorter: None,
         }
     }
 
-    /// The beginning and the repeated span, each empty when there is none, or when they do
-    /// not fit `bytes` as [`Encoded`] says they must (then nothing is shared).
-    fn parts(&self) -> (Range<usize>, Range<usize>) {
+    /// The beginning, and the repeated span and its shorter part, each empty when there is
+    /// none, or when they do not fit `bytes` as [`Encoded`] says they must (then they are
+    /// not shared).
+    fn parts(&self) -> (Range<usize>, [Range<usize>; 2]) {
         let len = self.bytes.len();
         let head = if self.head <= len { self.head } else { 0 };
         let repeated = match &self.repeated {
@@ -56,7 +63,11 @@ impl Encoded {
             }
             _ => head..head,
         };
-        (0..head, repeated)
+        let shorter = match self.shorter {
+            Some(end) if repeated.start < end && end < repeated.end => repeated.start..end,
+            _ => head..head,
+        };
+        (0..head, [repeated, shorter])
     }
 }
 
@@ -89,6 +100,24 @@ impl<'a> Split<'a> {
             own: (bytes, &[]),
         }
     }
+
+    /// `bytes` sharing `common`: its own bytes are those from `start` (after the shared
+    /// beginning, if any) without `repeated`, the span the shared repeated part stands for.
+    fn around(
+        bytes: &'a [u8],
+        start: usize,
+        repeated: Option<Range<usize>>,
+        common: Arc<Common>,
+    ) -> Self {
+        let own = match repeated {
+            Some(span) => (&bytes[start..span.start], &bytes[span.end..]),
+            None => (&bytes[start..], &[][..]),
+        };
+        Self {
+            common: Some(common),
+            own,
+        }
+    }
 }
 
 /// How many hashes of parts seen once each generation of [`Commons::seen`] holds.
@@ -109,46 +138,51 @@ pub(crate) struct Commons {
 
 impl Commons {
     /// Splits `encoded` into the pair of parts it shares with objects before it (made now if
-    /// both parts, or one, were seen before) and its own bytes.
+    /// its beginning, or its repeated span or the span's shorter part, was seen before) and
+    /// its own bytes.
     pub(crate) fn split<'a>(&mut self, encoded: &'a Encoded) -> Split<'a> {
         let bytes = &encoded.bytes[..];
-        let (head, repeated) = encoded.parts();
-        if head.is_empty() && repeated.is_empty() {
+        let (head, spans) = encoded.parts();
+        let head_part = &bytes[head.clone()];
+        let head_hash = hash(head_part);
+        let spans = spans
+            .into_iter()
+            .filter(|span| !span.is_empty())
+            .map(|span| {
+                let hash = hash(&bytes[span.clone()]);
+                (span, hash)
+            });
+        let spans: Vec<_> = spans.collect();
+        if head.is_empty() && spans.is_empty() {
             return Split::whole(bytes);
         }
-        let (head_bytes, repeated_bytes) = (&bytes[head.clone()], &bytes[repeated.clone()]);
-        let (head_hash, repeated_hash) = (hash(head_bytes), hash(repeated_bytes));
-        let common = match self.find(head_hash, repeated_hash, head_bytes, repeated_bytes) {
-            Some(common) => Some((common, true, true)),
-            None => {
-                let share_head = !head.is_empty() && self.seen_before(head_hash);
-                let share_repeated = !repeated.is_empty() && self.seen_before(repeated_hash);
-                let pair = |share: bool, part: &'a [u8], hash: u64| {
-                    if share {
-                        (part, hash)
-                    } else {
-                        (&[][..], EMPTY)
-                    }
-                };
-                let (h, hh) = pair(share_head, head_bytes, head_hash);
-                let (r, rh) = pair(share_repeated, repeated_bytes, repeated_hash);
-                (share_head || share_repeated)
-                    .then(|| (self.find_or_make(hh, rh, h, r), share_head, share_repeated))
+        // Each part recorded as seen; the longer span shared before its shorter part, each
+        // by a pair made for objects before or, when seen before, a pair made now.
+        let share_head = !head.is_empty() && self.seen_before(head_hash);
+        let seen: Vec<bool> = spans
+            .iter()
+            .map(|(_, hash)| self.seen_before(*hash))
+            .collect();
+        let (h, hh) = match share_head {
+            true => (head_part, head_hash),
+            false => (&[][..], EMPTY),
+        };
+        let start = if share_head { head.end } else { 0 };
+        for ((span, hash), seen) in spans.into_iter().zip(seen) {
+            let part = &bytes[span.clone()];
+            if let Some(common) = self.find(head_hash, hash, head_part, part) {
+                return Split::around(bytes, head.end, Some(span), common);
             }
-        };
-        let Some((common, shared_head, shared_repeated)) = common else {
-            return Split::whole(bytes);
-        };
-        let start = if shared_head { head.end } else { 0 };
-        let own = if shared_repeated {
-            (&bytes[start..repeated.start], &bytes[repeated.end..])
-        } else {
-            (&bytes[start..], &[][..])
-        };
-        Split {
-            common: Some(common),
-            own,
+            if seen {
+                let common = self.find_or_make(hh, hash, h, part);
+                return Split::around(bytes, start, Some(span), common);
+            }
         }
+        if !share_head {
+            return Split::whole(bytes);
+        }
+        let common = self.find_or_make(hh, EMPTY, h, &[]);
+        Split::around(bytes, start, None, common)
     }
 
     /// Whether a part with this hash was seen before (recording it if not).
@@ -238,6 +272,7 @@ mod tests {
             bytes,
             head: head.len(),
             repeated: (!repeated.is_empty()).then(|| start..start + repeated.len()),
+            shorter: None,
         }
     }
 
@@ -310,6 +345,7 @@ mod tests {
                 bytes: bytes.clone(),
                 head,
                 repeated,
+                shorter: None,
             };
             for _ in 0..2 {
                 let split = commons.split(&odd);
@@ -325,6 +361,44 @@ mod tests {
                 assert_eq!(whole, bytes);
             }
         }
+    }
+
+    /// A span whose end differs from object to object (a time) is shared up to there; the
+    /// whole span again once it repeats.
+    #[test]
+    fn the_shorter_part_is_shared_when_the_whole_span_is_not() {
+        let with = |own: &str, time: &str| {
+            let bytes = Bytes::from(format!("{{h:{own}[m,t:{time}]}}"));
+            let start = 3 + own.len();
+            Encoded {
+                head: 3,
+                repeated: Some(start..bytes.len() - 1),
+                shorter: Some(start + "[m,t:".len()),
+                bytes,
+            }
+        };
+        let mut commons = Commons::default();
+        let shares = |commons: &mut Commons, own: &str, time: &str| {
+            let encoded = with(own, time);
+            let split = commons.split(&encoded);
+            let parts = parts(&split);
+            let whole = format!("{}{}{}{}", parts.0, parts.1, parts.2, parts.3);
+            assert_eq!(whole.as_bytes(), &encoded.bytes[..]);
+            (parts.1, parts.2, parts.3)
+        };
+        assert_eq!(shares(&mut commons, "a", "1").1, "", "nothing seen");
+        let second = shares(&mut commons, "b", "2");
+        assert_eq!(second, ("b".into(), "[m,t:".into(), "2]}".into()));
+        let third = shares(&mut commons, "c", "2");
+        assert_eq!(third, ("c".into(), "[m,t:2]".into(), "}".into()));
+        let fourth = shares(&mut commons, "d", "2");
+        assert_eq!(fourth.1, "[m,t:2]", "the whole span's pair, made before");
+        let fifth = shares(&mut commons, "e", "3");
+        assert_eq!(fifth, ("e".into(), "[m,t:".into(), "3]}".into()));
+        // A span that is not valid leaves its shorter part unused.
+        let mut odd = with("f", "4");
+        odd.shorter = Some(odd.bytes.len());
+        assert_eq!(parts(&commons.split(&odd)).2, "");
     }
 
     #[test]

@@ -40,19 +40,25 @@ pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
 
 /// [`encode_stored`] with the parts of the bytes other objects of the resource repeat: all
 /// before the first member of `metadata` (`{"apiVersion":…,"kind":…,"metadata":{`), and
-/// the value of `metadata.managedFields`, which the watch cache keeps once for the objects
-/// that have the same.
+/// the value of `metadata.managedFields` (and its part before the first entry's `time`),
+/// which the watch cache keeps once for the objects that have the same.
 fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
     let fast = splice_resource_version(&kv.value, kv.mod_revision)
         // Bytes that are not JSON get the same 500 as the decoding path gives them. serde_json
         // skips strings it ignores without checking their UTF-8, which decoding refuses.
         .filter(|_| std::str::from_utf8(&kv.value).is_ok())
         .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
-    let (mut encoded, head, repeated) = match fast {
-        Some(spliced) => (spliced.json, spliced.head, spliced.managed_fields),
+    let (mut encoded, head, repeated, shorter) = match fast {
+        Some(spliced) => (
+            spliced.json,
+            spliced.head,
+            spliced.managed_fields,
+            spliced.time,
+        ),
         None => (
             serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
             0,
+            None,
             None,
         ),
     };
@@ -62,6 +68,7 @@ fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
         bytes: Bytes::from(encoded),
         head,
         repeated,
+        shorter,
     })
 }
 
@@ -105,6 +112,8 @@ struct Spliced {
     head: usize,
     /// The span of `metadata.managedFields`' value (the last, if there are two).
     managed_fields: Option<Range<usize>>,
+    /// Where in it the value of its first entry's `time` starts.
+    time: Option<usize>,
 }
 
 /// `json` (one object) with `"resourceVersion":"{revision}"` set in its top-level
@@ -158,7 +167,8 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
                 _ => {}
             }
             if key == b"managedFields" {
-                managed_fields = Some(value_start..scan.at);
+                let time = first_entry_time(json, value_start);
+                managed_fields = Some((value_start..scan.at, time));
             }
             if scan.after_member()? {
                 break;
@@ -186,16 +196,40 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
         out.push(b',');
     }
     // A span after the splice moved by what it added (a value replaced may be shorter).
-    let managed_fields = managed_fields.map(|span: Range<usize>| match span.end <= start {
-        true => span,
-        false => out.len() + (span.start - end)..out.len() + (span.end - end),
-    });
+    let moved = |at: usize| out.len() + at - end;
+    let (managed_fields, time) = match managed_fields {
+        Some((span, time)) if span.end <= start => (Some(span), time),
+        Some((span, time)) => (Some(moved(span.start)..moved(span.end)), time.map(moved)),
+        None => (None, None),
+    };
     out.extend_from_slice(&json[end..]);
     Some(Spliced {
         json: out,
         head,
         managed_fields,
+        time,
     })
+}
+
+/// Where the value of the first entry's `time` starts in a `managedFields` value starting at
+/// `at`: what comes before it is the same for the objects a manager wrote to the same fields
+/// at any time. `None` when the value is not a list whose first entry has a `time`.
+fn first_entry_time(json: &[u8], at: usize) -> Option<usize> {
+    let mut scan = Scan { json, at };
+    scan.expect(b'[')?;
+    scan.expect(b'{')?;
+    loop {
+        let key = plain_key(&mut scan)?;
+        scan.expect(b':')?;
+        if key == b"time" {
+            scan.skip_ws();
+            return Some(scan.at);
+        }
+        scan.value()?;
+        if scan.after_member()? {
+            return None;
+        }
+    }
 }
 
 /// `Some` when the top-level members after `metadata` (from `at`, after its value) have no
@@ -582,7 +616,37 @@ mod tests {
                 assert_eq!(&bytes[..encoded.head], head, "{json}");
                 let span = encoded.repeated.clone().map(|span| &bytes[span]);
                 assert_eq!(span, managed_fields, "{json} at {revision}");
+                assert_eq!(encoded.shorter, None, "no entry has a time");
                 assert_eq!(encoded.bytes, encode_stored(&kv(json, revision)).unwrap());
+            }
+        }
+    }
+
+    /// The part of `managedFields` before the first entry's `time`, which objects one
+    /// manager wrote at different times have in common.
+    #[test]
+    fn managed_fields_before_the_first_entrys_time_are_found() {
+        let cases = [
+            (
+                r#"{"metadata":{"managedFields":[{"manager":"m","time":"2026-11-28T13:00:00Z"},{"time":"x"}],"name":"a"}}"#,
+                Some(r#"[{"manager":"m","time":"#),
+            ),
+            (
+                r#"{"metadata":{"resourceVersion":"7","managedFields":[ { "a" : [1] , "time" : "t" } ]}}"#,
+                Some(r#"[ { "a" : [1] , "time" : "#),
+            ),
+            (r#"{"metadata":{"managedFields":[{"manager":"m"}]}}"#, None),
+            (r#"{"metadata":{"managedFields":[]}}"#, None),
+            (r#"{"metadata":{"managedFields":{"time":"t"}}}"#, None),
+        ];
+        for (json, before_time) in cases {
+            for revision in [1, 123_456_789] {
+                let encoded = encode_stored_parts(&kv(json, revision)).unwrap();
+                let span = encoded.repeated.clone().unwrap();
+                let before = encoded
+                    .shorter
+                    .map(|end| std::str::from_utf8(&encoded.bytes[span.start..end]).unwrap());
+                assert_eq!(before, before_time, "{json} at {revision}");
             }
         }
     }
@@ -691,8 +755,13 @@ mod properties {
             prop_assert!(head.ends_with(b"\"metadata\":{"), "head {:?}", head);
             let managed_fields = encoded
                 .repeated
+                .clone()
                 .map(|span| serde_json::from_slice::<Value>(&encoded.bytes[span]).unwrap());
             prop_assert_eq!(managed_fields.as_ref(), decoded["metadata"].get("managedFields"));
+            if let Some(end) = encoded.shorter {
+                let span = encoded.repeated.clone().unwrap();
+                prop_assert!(span.start < end && end < span.end, "{:?} {}", span, end);
+            }
         }
 
         #[test]
