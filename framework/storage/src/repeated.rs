@@ -6,7 +6,9 @@
 //! the same for every object of a resource) and one span after it (the registry's is
 //! `metadata.managedFields`, the same for objects written by one manager, with one
 //! operation, to the same fields within one second, as a bulk create or a controller's sweep
-//! writes them). The cache keeps each distinct pair of them once, in a [`Common`], and every
+//! writes them), with a shorter part of it that more objects repeat (`managedFields` up to
+//! the first entry's `time`: the same manager and fields in another second). The cache keeps
+//! each distinct pair of a beginning and a repeated part once, in a [`Common`], and every
 //! object only the rest of its bytes and a reference to the pair.
 //!
 //! A part is shared from its second sighting on: an object whose part is new keeps it among
