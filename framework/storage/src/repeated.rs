@@ -147,30 +147,29 @@ impl Commons {
         let (head, spans) = encoded.parts();
         let head_part = &bytes[head.clone()];
         let head_hash = hash(head_part);
-        let spans = spans
-            .into_iter()
-            .filter(|span| !span.is_empty())
-            .map(|span| {
-                let hash = hash(&bytes[span.clone()]);
-                (span, hash)
-            });
-        let spans: Vec<_> = spans.collect();
-        if head.is_empty() && spans.is_empty() {
+        let spans = spans.map(|span| {
+            let hash = hash(&bytes[span.clone()]);
+            (!span.is_empty()).then_some((span, hash))
+        });
+        if head.is_empty() && spans.iter().all(Option::is_none) {
             return Split::whole(bytes);
         }
         // Each part recorded as seen; the longer span shared before its shorter part, each
         // by a pair made for objects before or, when seen before, a pair made now.
         let share_head = !head.is_empty() && self.seen_before(head_hash);
-        let seen: Vec<bool> = spans
-            .iter()
-            .map(|(_, hash)| self.seen_before(*hash))
-            .collect();
+        let seen = spans.each_ref().map(|span| {
+            span.as_ref()
+                .is_some_and(|(_, hash)| self.seen_before(*hash))
+        });
         let (h, hh) = match share_head {
             true => (head_part, head_hash),
             false => (&[][..], EMPTY),
         };
         let start = if share_head { head.end } else { 0 };
-        for ((span, hash), seen) in spans.into_iter().zip(seen) {
+        for (span, seen) in spans.into_iter().zip(seen) {
+            let Some((span, hash)) = span else {
+                continue;
+            };
             let part = &bytes[span.clone()];
             if let Some(common) = self.find(head_hash, hash, head_part, part) {
                 return Split::around(bytes, head.end, Some(span), common);
