@@ -48,20 +48,18 @@ fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
         // skips strings it ignores without checking their UTF-8, which decoding refuses.
         .filter(|_| std::str::from_utf8(&kv.value).is_ok())
         .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
-    let (mut encoded, head, repeated, shorter) = match fast {
-        Some(spliced) => (
-            spliced.json,
-            spliced.head,
-            spliced.managed_fields,
-            spliced.time,
-        ),
+    let (mut encoded, head, repeated) = match fast {
+        Some(spliced) => (spliced.json, spliced.head, spliced.managed_fields),
         None => (
             serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
             0,
             None,
-            None,
         ),
     };
+    // Looked for here, not in the splice, so that a write's answer does not scan for it.
+    let shorter = repeated
+        .as_ref()
+        .and_then(|span| first_entry_time(&encoded, span.start));
     // Watch-cache objects are kept for as long as they are current: no spare capacity.
     encoded.shrink_to_fit();
     Ok(Encoded {
@@ -112,8 +110,6 @@ struct Spliced {
     head: usize,
     /// The span of `metadata.managedFields`' value (the last, if there are two).
     managed_fields: Option<Range<usize>>,
-    /// Where in it the value of its first entry's `time` starts.
-    time: Option<usize>,
 }
 
 /// `json` (one object) with `"resourceVersion":"{revision}"` set in its top-level
@@ -167,8 +163,7 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
                 _ => {}
             }
             if key == b"managedFields" {
-                let time = first_entry_time(json, value_start);
-                managed_fields = Some((value_start..scan.at, time));
+                managed_fields = Some(value_start..scan.at);
             }
             if scan.after_member()? {
                 break;
@@ -197,17 +192,15 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
     }
     // A span after the splice moved by what it added (a value replaced may be shorter).
     let moved = |at: usize| out.len() + at - end;
-    let (managed_fields, time) = match managed_fields {
-        Some((span, time)) if span.end <= start => (Some(span), time),
-        Some((span, time)) => (Some(moved(span.start)..moved(span.end)), time.map(moved)),
-        None => (None, None),
-    };
+    let managed_fields = managed_fields.map(|span| match span.end <= start {
+        true => span,
+        false => moved(span.start)..moved(span.end),
+    });
     out.extend_from_slice(&json[end..]);
     Some(Spliced {
         json: out,
         head,
         managed_fields,
-        time,
     })
 }
 
