@@ -35,7 +35,7 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value> {
 /// encoding it again. The result is the same JSON as [`decode_stored`] encoded (members in
 /// the same order when the stored object's are sorted, as this crate writes them).
 pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
-    encode_stored_parts(kv).map(|encoded| encoded.bytes)
+    spliced_or_encoded(kv).map(|spliced| Bytes::from(spliced.json))
 }
 
 /// [`encode_stored`] with the parts of the bytes other objects of the resource repeat: all
@@ -43,20 +43,12 @@ pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
 /// the value of `metadata.managedFields` (and its part before the first entry's `time`),
 /// which the watch cache keeps once for the objects that have the same.
 fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
-    let fast = splice_resource_version(&kv.value, kv.mod_revision)
-        // Bytes that are not JSON get the same 500 as the decoding path gives them. serde_json
-        // skips strings it ignores without checking their UTF-8, which decoding refuses.
-        .filter(|_| std::str::from_utf8(&kv.value).is_ok())
-        .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
-    let (mut encoded, head, repeated) = match fast {
-        Some(spliced) => (spliced.json, spliced.head, spliced.managed_fields),
-        None => (
-            serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
-            0,
-            None,
-        ),
-    };
-    // Looked for here, not in the splice, so that a write's answer does not scan for it.
+    let Spliced {
+        json: mut encoded,
+        head,
+        managed_fields: repeated,
+    } = spliced_or_encoded(kv)?;
+    // Only the cache keeps the shorter part, so only its encoding looks for it.
     let shorter = repeated
         .as_ref()
         .and_then(|span| first_entry_time(&encoded, span.start));
@@ -68,6 +60,24 @@ fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
         repeated,
         shorter,
     })
+}
+
+/// The stored JSON with `resourceVersion` spliced in, or (when it cannot be spliced) the
+/// object decoded and encoded again, which has no spans.
+fn spliced_or_encoded(kv: &KeyValue) -> Result<Spliced> {
+    let fast = splice_resource_version(&kv.value, kv.mod_revision)
+        // Bytes that are not JSON get the same 500 as the decoding path gives them. serde_json
+        // skips strings it ignores without checking their UTF-8, which decoding refuses.
+        .filter(|_| std::str::from_utf8(&kv.value).is_ok())
+        .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
+    match fast {
+        Some(spliced) => Ok(spliced),
+        None => Ok(Spliced {
+            json: serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
+            head: 0,
+            managed_fields: None,
+        }),
+    }
 }
 
 /// The answer to a write of `stored` (bytes this crate encoded) at `revision`: the bytes
@@ -743,6 +753,8 @@ mod properties {
             let want = serde_json::to_vec(&decoded).unwrap();
             let encoded = encode_stored_parts(&kv).unwrap();
             prop_assert_eq!(&encoded.bytes, &Bytes::from(want));
+            // The store's reads send the same bytes without looking for the parts.
+            prop_assert_eq!(&encode_stored(&kv).unwrap(), &encoded.bytes);
             // The parts the watch cache may keep once are where they are said to be.
             let head = &encoded.bytes[..encoded.head];
             prop_assert!(head.ends_with(b"\"metadata\":{"), "head {:?}", head);
