@@ -32,7 +32,7 @@ fn dockerfile_builds_this_binary_into_a_non_root_image() {
     for expected in [
         format!("--bin {bin} "),
         format!("release/{bin}\""),
-        "FROM gcr.io/distroless/static-debian12:nonroot".to_string(),
+        "FROM gcr.io/distroless/cc-debian12:nonroot".to_string(),
         "USER 65532:65532".to_string(),
     ] {
         assert!(dockerfile.contains(&expected), "no `{expected}` in the Dockerfile");
