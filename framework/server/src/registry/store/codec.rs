@@ -70,14 +70,14 @@ fn spliced_or_encoded(kv: &KeyValue) -> Result<Spliced> {
         // skips strings it ignores without checking their UTF-8, which decoding refuses.
         .filter(|_| std::str::from_utf8(&kv.value).is_ok())
         .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
-    match fast {
-        Some(spliced) => Ok(spliced),
-        None => Ok(Spliced {
-            json: serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
-            head: 0,
-            managed_fields: None,
-        }),
+    if let Some(spliced) = fast {
+        return Ok(spliced);
     }
+    Ok(Spliced {
+        json: serde_json::to_vec(&decode_stored(kv)?).map_err(Error::internal)?,
+        head: 0,
+        managed_fields: None,
+    })
 }
 
 /// The answer to a write of `stored` (bytes this crate encoded) at `revision`: the bytes
@@ -202,9 +202,12 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
     }
     // A span after the splice moved by what it added (a value replaced may be shorter).
     let moved = |at: usize| out.len() + at - end;
-    let managed_fields = managed_fields.map(|span| match span.end <= start {
-        true => span,
-        false => moved(span.start)..moved(span.end),
+    let managed_fields = managed_fields.map(|span| {
+        if span.end <= start {
+            span
+        } else {
+            moved(span.start)..moved(span.end)
+        }
     });
     out.extend_from_slice(&json[end..]);
     Some(Spliced {
