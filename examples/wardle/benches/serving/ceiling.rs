@@ -173,7 +173,10 @@ pub enum EtcdWrite {
 }
 
 /// Raw etcd writes of `value` under a fresh prefix, `concurrency` in flight over one client
-/// (as the etcd3 backend uses one); the keys are deleted afterwards.
+/// (as the etcd3 backend uses one). The keys stay until [`delete_etcd_writes`]: deleted
+/// keys slow etcd 3.4's writes until the next compaction (a create transaction took about
+/// a sixth longer after 2,000 deletes, 27 times as long after 150,000; book: Benchmarks),
+/// so the ceilings are all measured before any of their keys are deleted.
 #[cfg(feature = "etcd")]
 pub async fn etcd_writes(
     servers: &str,
@@ -184,7 +187,7 @@ pub async fn etcd_writes(
 ) -> Result<Sample, Error> {
     use etcd_client::{Compare, CompareOp, Txn, TxnOp};
     let client = etcd_client::Client::connect([servers], None).await?;
-    let prefix: Arc<str> = format!("/bench-ceiling-{}/", crate::server::unique()).into();
+    let prefix: Arc<str> = format!("{}{}/", ceiling_prefix(), crate::server::unique()).into();
     let kv = client.kv_client();
     let keys = prefix.clone();
     let sample = crate::client::drive(count, concurrency, move |i| {
@@ -203,8 +206,20 @@ pub async fn etcd_writes(
         }
     })
     .await?;
-    delete_prefix(client, &prefix).await?;
     Ok(sample)
+}
+
+/// Where this process's [`etcd_writes`] put their keys.
+#[cfg(feature = "etcd")]
+fn ceiling_prefix() -> String {
+    format!("/bench-ceiling-{}/", std::process::id())
+}
+
+/// Deletes the keys of this process's [`etcd_writes`].
+#[cfg(feature = "etcd")]
+pub async fn delete_etcd_writes(servers: &str) -> Result<(), Error> {
+    let client = etcd_client::Client::connect([servers], None).await?;
+    delete_prefix(client, &ceiling_prefix()).await
 }
 
 /// Deletes every etcd key under `prefix`, e.g. a bench run's.

@@ -361,16 +361,14 @@ async fn write_ceilings(
     let (writes, writes_label) = raw_writes(settings, backend, bare, dir, object.clone()).await?;
     let create_txns = match backend {
         #[cfg(feature = "etcd")]
-        Backend::Etcd3(servers) => Some(
-            ceiling::etcd_writes(
-                servers,
-                ceiling::EtcdWrite::CreateTxn,
-                object,
-                settings.raw_writes,
-                settings.concurrency,
-            )
-            .await?,
-        ),
+        Backend::Etcd3(servers) => {
+            let txn = ceiling::EtcdWrite::CreateTxn;
+            let (count, concurrency) = (settings.raw_writes, settings.concurrency);
+            let sample = ceiling::etcd_writes(servers, txn, object, count, concurrency).await?;
+            // The puts' keys too, now that both ceilings are measured.
+            ceiling::delete_etcd_writes(servers).await?;
+            Some(sample)
+        }
         _ => None,
     };
     Ok((writes, writes_label, create_txns))
