@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
+use crate::codec::to_json_vec;
 use crate::endpoints::negotiation::{Encoding, Shape, Target};
 use crate::endpoints::params::IncludeObject;
 use crate::endpoints::table::{TableConvertor, partial_object_metadata};
@@ -16,7 +17,7 @@ use crate::runtime::ResourceInfo;
 /// Serializes `value` in `encoding`.
 pub fn encode(encoding: Encoding, value: &Value) -> Result<Vec<u8>> {
     match encoding {
-        Encoding::Json => serde_json::to_vec(value).map_err(Error::internal),
+        Encoding::Json => to_json_vec(value).map_err(Error::internal),
         Encoding::Yaml => serde_norway::to_string(value)
             .map(String::into_bytes)
             .map_err(Error::internal),

@@ -373,11 +373,11 @@ pub(crate) fn encode_for_storage(object: &Value) -> Result<Bytes> {
     let metadata = object.get("metadata").and_then(Value::as_object);
     let encoded = match metadata {
         // Nothing to take out: no copy of the object.
-        Some(metadata) if !metadata.contains_key("resourceVersion") => serde_json::to_vec(object),
+        Some(metadata) if !metadata.contains_key("resourceVersion") => to_json_vec(object),
         _ => {
             let mut object = object.clone();
             metadata_mut(&mut object).remove("resourceVersion");
-            serde_json::to_vec(&object)
+            to_json_vec(&object)
         }
     };
     encoded.map(Bytes::from).map_err(Error::internal)
@@ -525,7 +525,7 @@ fn cannot_handle(info: &ResourceInfo, e: impl std::fmt::Display) -> Error {
     ))
 }
 
-pub(crate) use crate::codec::{encode_typed, from_object, set_type_meta};
+pub(crate) use crate::codec::{encode_typed, from_object, set_type_meta, to_json_vec};
 
 #[cfg(test)]
 mod tests {
