@@ -25,7 +25,7 @@ use crate::registry::rest::{
     CollectionDeleter, Creater, DeleteOutcome, Getter, GracefulDeleter, Lister, Object, ObjectList,
     RestStorage, UpdateFn, Updater, WatchEventType, WatchStream, Watcher,
 };
-use crate::registry::store::codec::{decode_typed, encode_typed, set_type_meta};
+use crate::registry::store::codec::{decode_typed, encode_typed, set_type_meta, to_json_vec};
 use crate::registry::strategy::{Strategy, StrategyContext};
 use crate::runtime::{Convertible, Resource};
 
@@ -118,7 +118,7 @@ impl<S: Convertible<H> + Strategy, H: Resource> Converter<S, H> {
             kind: S::INFO.kind,
             object: &served,
         };
-        serde_json::to_vec(&typed)
+        to_json_vec(&typed)
             .map(Bytes::from)
             .map_err(Error::internal)
     }
