@@ -21,12 +21,12 @@ thread_local! {
 /// `value` as JSON, in a vector exactly its size: what `serde_json::to_vec` gives, with one
 /// allocation. `to_vec` grows its vector while it writes (from 128 bytes, doubling), so an
 /// object of a few hundred bytes cost an allocation and three reallocations, and on a busy
-/// server each of those waits for the allocator's lock (book: Benchmarks, where a create's
-/// CPU goes). Here the JSON is written into a buffer the thread keeps (up to 1 MiB of it
-/// between calls) and copied out once.
+/// server each of those waits for the allocator's lock (book: Benchmarks, the stored JSON
+/// written at its size). Here the JSON is written into a buffer the thread keeps (up to
+/// 1 MiB of it between calls) and copied out once.
 pub fn to_json_vec<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Vec<u8>> {
     SCRATCH.with(|scratch| {
-        // A `Serialize` that itself calls this (no type here does) gets a vector of its own.
+        // Called again from inside a `Serialize` impl: that call gets a vector of its own.
         let Ok(mut buffer) = scratch.try_borrow_mut() else {
             return serde_json::to_vec(value);
         };

@@ -174,9 +174,9 @@ pub enum EtcdWrite {
 
 /// Raw etcd writes of `value` under a fresh prefix, `concurrency` in flight over one client
 /// (as the etcd3 backend uses one). The keys stay until [`delete_etcd_writes`]: deleted
-/// keys slow etcd 3.4's writes until the next compaction (a create transaction took about
-/// a sixth longer after 2,000 deletes, 27 times as long after 150,000; book: Benchmarks),
-/// so the ceilings are all measured before any of their keys are deleted.
+/// keys slow etcd 3.4's writes until the next compaction (create transactions took about a
+/// tenth longer after 2,000 deletes, three and a half times as long after 10,000; book:
+/// Benchmarks), so the ceilings are all measured before any of their keys are deleted.
 #[cfg(feature = "etcd")]
 pub async fn etcd_writes(
     servers: &str,
