@@ -318,9 +318,17 @@ fn the_strict_parse_sees_unknown_fields() {
     });
     let mut unknown = Vec::new();
     let _: Deployment =
-        serde_ignored::deserialize(typo, |path| unknown.push(path.to_string())).unwrap();
-    assert_eq!(unknown.len(), 1, "{unknown:?}");
-    assert!(unknown[0].ends_with("schem"), "{unknown:?}");
+        extension_apiserver::codec::unknown::from_value_reporting_unknown(&typo, |path| {
+            unknown.push(path.to_string())
+        })
+        .unwrap();
+    assert_eq!(
+        unknown,
+        ["spec.template.spec.containers.0.readinessProbe.httpGet.schem"]
+    );
+    let strict = std::panic::catch_unwind(|| strict::<Deployment>(&typo)).unwrap_err();
+    let message = strict.downcast_ref::<String>().unwrap();
+    assert!(message.contains("schem"), "{message}");
 }
 
 /// The Deployment's container arguments, run by the real binary (paths moved into a temporary

@@ -10,6 +10,8 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::runtime::{Resource, ResourceInfo};
 
+pub mod unknown;
+
 /// The most a thread keeps of the buffer [`to_json_vec`] encodes into.
 const SCRATCH_KEPT: usize = 1 << 20;
 

@@ -25,8 +25,10 @@ pub fn documents(yaml: &str) -> Vec<Value> {
 pub fn strict<T: DeserializeOwned>(value: &Value) -> T {
     let mut unknown = Vec::new();
     let parsed: T =
-        serde_ignored::deserialize(value.clone(), |path| unknown.push(path.to_string()))
-            .unwrap_or_else(|e| panic!("{} does not parse: {e}\n{value:#}", value["kind"]));
+        extension_apiserver::codec::unknown::from_value_reporting_unknown(value, |path| {
+            unknown.push(path.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{} does not parse: {e}\n{value:#}", value["kind"]));
     assert!(
         unknown.is_empty(),
         "unknown fields {unknown:?} in {value:#}"

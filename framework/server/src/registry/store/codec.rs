@@ -10,6 +10,7 @@ use crate::registry::context::{PatchDecoding, RequestContext};
 use crate::registry::options::FieldValidation;
 use serde_path_to_error::Segment;
 
+use crate::codec::unknown;
 use crate::registry::schema_errors::schema_errors;
 use crate::registry::schema_validation;
 use crate::runtime::jsonpath::go_json;
@@ -398,11 +399,15 @@ pub(crate) fn decode_typed<T: Resource>(
 ) -> Result<T> {
     let mut unknown = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let typed: T = serde_ignored::deserialize(object, |path| {
-        if unknown.len() >= MAX_UNKNOWN_FIELDS || is_type_meta(&path) {
+    let typed: T = unknown::from_value_reporting_unknown(object, |path| {
+        // A type that does not keep `apiVersion` and `kind` is not told of them.
+        if unknown.len() >= MAX_UNKNOWN_FIELDS
+            || path.is_top_level("apiVersion")
+            || path.is_top_level("kind")
+        {
             return;
         }
-        let path = path.to_string().replace(".?", "");
+        let path = path.to_string();
         if seen.insert(path.clone()) {
             unknown.push(format!("unknown field {path:?}"));
         }
@@ -419,17 +424,6 @@ pub(crate) fn decode_typed<T: Resource>(
         ctx.warn(m);
     }
     Ok(typed)
-}
-
-/// Whether an ignored field is the object's `apiVersion` or `kind` (a type that does not
-/// keep them is not told of them), found without formatting the path: every decode of a
-/// body meets both.
-fn is_type_meta(path: &serde_ignored::Path<'_>) -> bool {
-    matches!(
-        path,
-        serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key }
-            if key == "apiVersion" || key == "kind"
-    )
 }
 
 /// kube-apiserver's answer to strict decoding errors: for a create or update body the
