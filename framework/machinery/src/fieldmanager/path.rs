@@ -23,7 +23,13 @@ impl PathElement {
     /// The `FieldsV1` key of this element (`f:…`, `k:…`, `v:…`, `i:…`).
     pub fn to_fields_v1_key(&self) -> String {
         match self {
-            Self::Field(name) => format!("f:{name}"),
+            // The common case, without the formatting machinery.
+            Self::Field(name) => {
+                let mut key = String::with_capacity(name.len() + 2);
+                key.push_str("f:");
+                key.push_str(name);
+                key
+            }
             Self::Key(fields) => format!("k:{}", key_json(fields)),
             Self::Value(v) => format!("v:{v}"),
             Self::Index(i) => format!("i:{i}"),

@@ -252,14 +252,16 @@ impl FieldSet {
         if include_self {
             out.insert(".".into(), Value::Object(Map::new()));
         }
-        let mut elements: BTreeSet<&PathElement> = self.members.iter().collect();
-        elements.extend(self.children.keys());
-        for e in elements {
-            let inner = match self.children.get(e) {
-                Some(child) => child.fields_v1_map(self.members.contains(e)),
-                None => Map::new(),
-            };
+        // The map orders its keys itself: children, then the members that are not also
+        // children, with no set of both made first.
+        for (e, child) in &self.children {
+            let inner = child.fields_v1_map(self.members.contains(e));
             out.insert(e.to_fields_v1_key(), Value::Object(inner));
+        }
+        for e in &self.members {
+            if !self.children.contains_key(e) {
+                out.insert(e.to_fields_v1_key(), Value::Object(Map::new()));
+            }
         }
         out
     }
@@ -336,6 +338,9 @@ mod tests {
         for text in [DEPLOYMENT_CSA, DEPLOYMENT_STATUS, OWNED, "{}"] {
             let set = FieldSet::from_fields_v1_str(text).unwrap();
             assert_eq!(set.to_fields_v1_string(), text);
+            // The object built without the text is the one the text parses to.
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(set.to_fields_v1(), parsed);
             assert_eq!(FieldSet::from_fields_v1(&set.to_fields_v1()).unwrap(), set);
         }
     }
