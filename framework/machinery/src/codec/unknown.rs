@@ -163,12 +163,14 @@ impl<'p, 'de, F: FnMut(&Path<'_>)> Reporting<'p, 'de, F> {
     }
 }
 
+/// A number's methods: the number's own (a copy of a `Number` allocates nothing), anything
+/// else refused.
 macro_rules! number {
     ($($method:ident)*) => {
         $(
             fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
                 match self.value {
-                    Value::Number(n) => n.clone().deserialize_any(visitor),
+                    Value::Number(n) => n.clone().$method(visitor),
                     _ => Err(self.invalid_type(&visitor)),
                 }
             }
@@ -190,22 +192,9 @@ impl<'de, F: FnMut(&Path<'_>)> Deserializer<'de> for Reporting<'_, 'de, F> {
         }
     }
 
-    number!(deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_u8
-        deserialize_u16 deserialize_u32 deserialize_u64 deserialize_f32 deserialize_f64);
-
-    fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Number(n) => n.clone().deserialize_i128(visitor),
-            _ => Err(self.invalid_type(&visitor)),
-        }
-    }
-
-    fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Number(n) => n.clone().deserialize_u128(visitor),
-            _ => Err(self.invalid_type(&visitor)),
-        }
-    }
+    number!(deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_i128
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128
+        deserialize_f32 deserialize_f64);
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
@@ -627,6 +616,8 @@ mod tests {
         mode: Option<Mode>,
         #[serde(default)]
         wrapped: Option<Wrapped>,
+        #[serde(default)]
+        big: Option<i128>,
     }
 
     #[derive(Debug, Deserialize, PartialEq)]
@@ -664,6 +655,7 @@ mod tests {
                 "counts": {"7": true, "0": false},
                 "mode": {"Named": {"name": "n", "size": 3}},
                 "wrapped": {"name": "w", "more": null},
+                "big": i64::MIN,
                 "other": 1.5,
             },
         });
@@ -702,6 +694,8 @@ mod tests {
             json!({"metadata": {"name": "a"}, "spec": {"mode": {"Limit": -1}}}),
             json!({"metadata": {"name": "a"}, "spec": {"mode": {"Off": 1, "Limit": 2}}}),
             json!({"metadata": {"name": "a"}, "spec": {"mode": 4}}),
+            json!({"metadata": {"name": "a"}, "spec": {"big": 1.5}}),
+            json!({"metadata": {"name": "a"}, "spec": {"big": "1"}}),
             json!({"metadata": {"name": "a"}, "spec": {"mode": "Limit"}}),
             json!({"metadata": {"name": "a"}, "spec": {"mode": {"Range": {}}}}),
             json!({"metadata": {}}),
