@@ -66,11 +66,10 @@ fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
 /// The stored JSON with `resourceVersion` spliced in, or (when it cannot be spliced) the
 /// object decoded and encoded again, which has no spans.
 fn spliced_or_encoded(kv: &KeyValue) -> Result<Spliced> {
+    // The splice checks the JSON's grammar as it goes, and passes over anything whose verdict
+    // it leaves to the decoder; bytes that are not JSON get the same 500 from the decoding path.
     let fast = splice_resource_version(&kv.value, kv.mod_revision)
-        // Bytes that are not JSON get the same 500 as the decoding path gives them. serde_json
-        // skips strings it ignores without checking their UTF-8, which decoding refuses.
-        .filter(|_| std::str::from_utf8(&kv.value).is_ok())
-        .filter(|_| serde_json::from_slice::<serde::de::IgnoredAny>(&kv.value).is_ok());
+        .filter(|_| std::str::from_utf8(&kv.value).is_ok());
     if let Some(spliced) = fast {
         return Ok(spliced);
     }
@@ -97,7 +96,11 @@ pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Encoded, S
 /// skipped until `apiVersion`, the first of them in what this crate stores (members sorted).
 /// `None` when there is none, it is not a plain string, or `json` is not an object.
 pub(crate) fn stored_api_version(json: &[u8]) -> Option<&[u8]> {
-    let mut scan = Scan { json, at: 0 };
+    let mut scan = Scan {
+        json,
+        at: 0,
+        deferred: false,
+    };
     scan.expect(b'{')?;
     loop {
         let key = scan.string()?;
@@ -128,10 +131,15 @@ struct Spliced {
 /// value replaced when present. `None` when `json` is not an object with one `metadata`
 /// object, or has a key the splice cannot judge by its bytes (escaped), or two
 /// `resourceVersion`s in `metadata`: the caller decodes it instead, where the last of
-/// duplicate members wins, as for every JSON reader of ours and of kube's.
+/// duplicate members wins, as for every JSON reader of ours and of kube's. `None` as well
+/// when `json` is not JSON by [`Scan`]'s checks (all but its UTF-8, which the caller checks).
 fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
     const RV: &[u8] = b"resourceVersion";
-    let mut scan = Scan { json, at: 0 };
+    let mut scan = Scan {
+        json,
+        at: 0,
+        deferred: false,
+    };
     scan.expect(b'{')?;
     // The top-level members until `metadata`.
     loop {
@@ -187,6 +195,9 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
             None => (last_end, last_end, true, false),
         }
     };
+    if scan.deferred {
+        return None;
+    }
     let mut out = Vec::with_capacity(json.len() + RV.len() + value.len() + 4);
     out.extend_from_slice(&json[..start]);
     if start == end {
@@ -222,7 +233,11 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
 /// `at`: what comes before it is the same for the objects a manager wrote to the same fields
 /// at any time. `None` when the value is not a list whose first entry has a `time`.
 fn first_entry_time(json: &[u8], at: usize) -> Option<usize> {
-    let mut scan = Scan { json, at };
+    let mut scan = Scan {
+        json,
+        at,
+        deferred: false,
+    };
     scan.expect(b'[')?;
     scan.expect(b'{')?;
     loop {
@@ -240,9 +255,13 @@ fn first_entry_time(json: &[u8], at: usize) -> Option<usize> {
 }
 
 /// `Some` when the top-level members after `metadata` (from `at`, after its value) have no
-/// second `metadata`.
+/// second `metadata`, and nothing but white space follows the object.
 fn no_second_metadata(json: &[u8], at: usize) -> Option<()> {
-    let mut rest = Scan { json, at };
+    let mut rest = Scan {
+        json,
+        at,
+        deferred: false,
+    };
     while !rest.after_member()? {
         if plain_key(&mut rest)? == b"metadata" {
             return None;
@@ -250,7 +269,8 @@ fn no_second_metadata(json: &[u8], at: usize) -> Option<()> {
         rest.expect(b':')?;
         rest.value()?;
     }
-    Some(())
+    rest.skip_ws();
+    (rest.at == json.len() && !rest.deferred).then_some(())
 }
 
 /// The next key of an object, when it has no escapes (its bytes are then its text).
@@ -268,12 +288,24 @@ enum Place {
     Before(usize),
 }
 
-/// A cursor over JSON text that finds member boundaries without building values. It checks
-/// structure (strings, nesting, separators) only; the caller validates the whole text.
+/// A cursor over JSON text that finds member boundaries without building values, and checks
+/// the grammar of what it passes over: the values it skips, the strings (no control
+/// characters, known escapes), the separators. It does not check UTF-8. What is grammatical
+/// but a decoder may still refuse, it passes over and notes in `deferred`: escapes of UTF-16
+/// surrogates (serde_json judges their pairs), numbers with an exponent or more than
+/// [`MAX_DIGITS`] digits (their range). Nesting deeper than [`MAX_DEPTH`] it refuses.
 struct Scan<'a> {
     json: &'a [u8],
     at: usize,
+    /// Something was passed over whose verdict is a decoder's.
+    deferred: bool,
 }
+
+/// The deepest nesting [`Scan::value`] passes over, below serde_json's limit of 128.
+const MAX_DEPTH: usize = 100;
+
+/// The most digits of a number [`Scan`] passes over: well within an `f64`'s range.
+const MAX_DIGITS: usize = 100;
 
 impl Scan<'_> {
     fn skip_ws(&mut self) {
@@ -296,53 +328,131 @@ impl Scan<'_> {
         self.expect(b'"')?;
         let start = self.at;
         loop {
+            self.at = plain_run_end(self.json, self.at);
             match *self.json.get(self.at)? {
                 b'"' => {
                     self.at += 1;
                     return Some((start, self.at - 1));
                 }
-                b'\\' => self.at += 2,
-                _ => self.at += 1,
+                b'\\' => self.escape()?,
+                _ => return None, // a control character
             }
         }
     }
 
+    /// An escape, at its backslash.
+    fn escape(&mut self) -> Option<()> {
+        match *self.json.get(self.at + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+            b'u' => {
+                let hex = self.json.get(self.at + 2..self.at + 6)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                let surrogate = matches!(hex[0], b'd' | b'D')
+                    && matches!(hex[1], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F');
+                self.deferred |= surrogate;
+                self.at += 6;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
     /// Skips one value of any kind.
     fn value(&mut self) -> Option<()> {
+        self.value_within(MAX_DEPTH)
+    }
+
+    /// Skips one value nested at most `depth` deep.
+    fn value_within(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
             b'"' => self.string().map(drop),
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                loop {
-                    match *self.json.get(self.at)? {
-                        b'"' => {
-                            self.string()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.at += 1;
-                                return Some(());
-                            }
-                        }
-                        _ => {}
-                    }
+            b'{' => {
+                let depth = depth.checked_sub(1)?;
+                self.at += 1;
+                if self.peek()? == b'}' {
                     self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.string()?;
+                    self.expect(b':')?;
+                    self.value_within(depth)?;
+                    if self.after_member()? {
+                        return Some(());
+                    }
                 }
             }
-            _ => {
-                let start = self.at;
-                while let Some(&b) = self.json.get(self.at) {
-                    if matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
-                        break;
-                    }
+            b'[' => {
+                let depth = depth.checked_sub(1)?;
+                self.at += 1;
+                if self.peek()? == b']' {
                     self.at += 1;
+                    return Some(());
                 }
-                (self.at > start).then_some(())
+                loop {
+                    self.value_within(depth)?;
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number(),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.json[self.at..]
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// A number: `-`, an integer part without leading zeros, a fraction, an exponent.
+    fn number(&mut self) -> Option<()> {
+        let start = self.at;
+        if self.json.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        let integer = self.digits();
+        if integer == 0 || (integer > 1 && self.json[self.at - integer] == b'0') {
+            return None;
+        }
+        if self.json.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            if self.digits() == 0 {
+                return None;
             }
         }
+        if let Some(b'e' | b'E') = self.json.get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.json.get(self.at) {
+                self.at += 1;
+            }
+            if self.digits() == 0 {
+                return None;
+            }
+            self.deferred = true;
+        }
+        self.deferred |= self.at - start > MAX_DIGITS + 2;
+        Some(())
+    }
+
+    /// Skips ASCII digits; returns how many.
+    fn digits(&mut self) -> usize {
+        let start = self.at;
+        while let Some(b'0'..=b'9') = self.json.get(self.at) {
+            self.at += 1;
+        }
+        self.at - start
     }
 
     /// After a member of an object: `true` at its closing brace (consumed), `false` after a
@@ -360,6 +470,36 @@ impl Scan<'_> {
             _ => None,
         }
     }
+}
+
+/// Where the run of bytes a string holds as they are ends, from `at`: the first `"`, `\` or
+/// control character (below 0x20), or the end of `json`. Eight bytes at a time, each word
+/// tested for those bytes with the borrow of a subtraction (the lowest flagged byte is
+/// always a true one), as serde_json skips to a string's end.
+fn plain_run_end(json: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = ONES << 7;
+    const fn zero_bytes(word: u64) -> u64 {
+        word.wrapping_sub(ONES) & !word
+    }
+    while let Some(chunk) = json.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let found = (zero_bytes(word ^ (ONES * u64::from(b'"')))
+            | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+            | (word.wrapping_sub(ONES * 0x20) & !word))
+            & HIGH;
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while let Some(&byte) = json.get(at) {
+        if byte == b'"' || byte == b'\\' || byte < 0x20 {
+            break;
+        }
+        at += 1;
+    }
+    at
 }
 
 /// A watch-cache object decoded, for selectors and shapes that need the JSON.
@@ -673,6 +813,91 @@ mod tests {
         }
     }
 
+    /// What the splice leaves to the decoder (numbers whose range it would have to judge,
+    /// escaped surrogates) and what it refuses itself, each against the decoding path.
+    #[test]
+    fn the_splice_checks_the_grammar_and_defers_the_rest() {
+        let deferred = [
+            r#"{"metadata":{"a":1e3}}"#,
+            r#"{"metadata":{},"z":-0.5E-2}"#,
+            r#"{"metadata":{"a":"\ud83d\ude00"}}"#,
+            r#"{"a":[1e400],"metadata":{}}"#,
+            r#"{"metadata":{"a":"\udc00"}}"#,
+        ];
+        let refused = [
+            r#"{"metadata":{"a":01}}"#,
+            r#"{"metadata":{"a":1.}}"#,
+            r#"{"metadata":{"a":-}}"#,
+            r#"{"metadata":{"a":.5}}"#,
+            r#"{"metadata":{"a":1e}}"#,
+            r#"{"metadata":{"a":tru}}"#,
+            r#"{"metadata":{"a":nul}}"#,
+            r#"{"metadata":{"a":"\x"}}"#,
+            r#"{"metadata":{"a":"\u12g4"}}"#,
+            "{\"metadata\":{\"a\":\"\u{1}\"}}",
+            r#"{"metadata":{"a":[1,]}}"#,
+            r#"{"metadata":{"a":{"b":1,}}}"#,
+            r#"{"metadata":{"a":{"b" 1}}}"#,
+            r#"{"metadata":{"a":[1 2]}}"#,
+            r#"{"metadata":{"a":{1:2}}}"#,
+            r#"{"metadata":{}} x"#,
+            r#"{"metadata":{},"b":[}"#,
+            r#"{"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],"metadata":{}}"#,
+        ];
+        for json in deferred.iter().chain(&refused) {
+            assert!(
+                splice_resource_version(json.as_bytes(), 3).is_none(),
+                "{json}"
+            );
+            let kv = kv(json, 3);
+            match (encode_stored(&kv), decode_stored(&kv)) {
+                (Ok(encoded), Ok(decoded)) => {
+                    assert_eq!(serde_json::from_slice::<Value>(&encoded).unwrap(), decoded);
+                }
+                (Err(_), Err(_)) => {}
+                (a, b) => panic!("{json}: splice {} decode {}", a.is_ok(), b.is_ok()),
+            }
+        }
+        for json in refused.iter().take(refused.len() - 1) {
+            assert!(decode_stored(&kv(json, 3)).is_err(), "{json}");
+        }
+        for json in [
+            r#"{"metadata":{"a":[0,-0,1.25,-12.5,{},[],true,false,null]}}"#,
+            r#"{"metadata":{"a":"\"\\\/\b\f\n\r\t\u00e9 é€😀"}}"#,
+            " {\"metadata\" : { } }\n\t",
+        ] {
+            assert!(
+                splice_resource_version(json.as_bytes(), 3).is_some(),
+                "{json}"
+            );
+        }
+    }
+
+    /// The end of a string's plain run, eight bytes at a time, is where a byte-by-byte search
+    /// stops.
+    #[test]
+    fn a_plain_run_ends_where_a_byte_search_ends_it() {
+        let alphabet = [
+            b'a', b'"', b'\\', 0, 0x1f, 0x20, 0x7f, 0x80, 0xff, b'!', b']',
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 24) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| alphabet[((seed >> (i * 2 % 60)) as usize + i) % alphabet.len()])
+                .collect();
+            for at in 0..=len {
+                let want = (at..len)
+                    .find(|&i| matches!(bytes[i], b'"' | b'\\' | 0..0x20))
+                    .unwrap_or(len);
+                assert_eq!(plain_run_end(&bytes, at), want, "{bytes:?} from {at}");
+            }
+        }
+    }
+
     #[test]
     fn corrupt_stored_bytes_are_an_error() {
         for json in [
@@ -696,7 +921,10 @@ mod properties {
             Just(Value::Null),
             any::<bool>().prop_map(Value::from),
             any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
             "[a-z\"\\\\{}:, ]{0,8}".prop_map(Value::from),
+            // Control characters (escaped as `\u0001`), and UTF-8 of two to four bytes.
+            "[\u{1}\u{1f}/é€😀a]{0,6}".prop_map(Value::from),
         ];
         leaf.prop_recursive(3, 24, 4, |inner| {
             prop_oneof![
@@ -729,6 +957,19 @@ mod properties {
         })
     }
 
+    /// Whether serde_json writes a number of `value` with an exponent.
+    fn has_exponent(value: &Value) -> bool {
+        match value {
+            Value::Number(n) => n.to_string().contains(['e', 'E']),
+            Value::Array(items) => items.iter().any(has_exponent),
+            Value::Object(members) => members.values().any(has_exponent),
+            _ => false,
+        }
+    }
+
+    /// The bytes a damaged object gets: JSON's own, and some it refuses.
+    const DAMAGE: &[u8] = b"\"\\{}[],:0123456789-+.eEtrufalsn u/\x00\x1f\x7f\xc3\xff";
+
     fn kv(value: Vec<u8>, revision: i64) -> KeyValue {
         KeyValue {
             key: "/k".into(),
@@ -752,6 +993,12 @@ mod properties {
             prop_assert_eq!(&encoded.bytes, &Bytes::from(want));
             // The store's reads send the same bytes without looking for the parts.
             prop_assert_eq!(&encode_stored(&kv).unwrap(), &encoded.bytes);
+            // Numbers written with an exponent are left to the decoding path, which finds no
+            // parts; all else is spliced.
+            prop_assert_eq!(encoded.head == 0, has_exponent(&object));
+            if encoded.head == 0 {
+                return Ok(());
+            }
             // The parts the watch cache may keep once are where they are said to be.
             let head = &encoded.bytes[..encoded.head];
             prop_assert!(head.ends_with(b"\"metadata\":{"), "head {:?}", head);
@@ -763,6 +1010,33 @@ mod properties {
             if let Some(end) = encoded.shorter {
                 let span = encoded.repeated.clone().unwrap();
                 prop_assert!(span.start < end && end < span.end, "{:?} {}", span, end);
+            }
+        }
+
+        /// A stored object with a few bytes changed, added or taken out: whatever that makes of
+        /// it, the splice gives what decoding gives, or both refuse it.
+        #[test]
+        fn damaged_objects_are_judged_as_decoding_judges_them(
+            object in stored_object(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, prop::sample::select(DAMAGE)), 1..4),
+        ) {
+            let mut bytes = serde_json::to_vec(&object).unwrap();
+            for (at, kind, byte) in edits {
+                let at = at.index(bytes.len());
+                match kind {
+                    0 => bytes[at] = byte,
+                    1 => bytes.insert(at, byte),
+                    _ => drop(bytes.remove(at)),
+                }
+            }
+            let kv = kv(bytes, 5);
+            match (encode_stored(&kv), decode_stored(&kv)) {
+                (Ok(encoded), Ok(decoded)) => {
+                    let encoded: Value = serde_json::from_slice(&encoded).unwrap();
+                    prop_assert_eq!(encoded, decoded);
+                }
+                (Err(_), Err(_)) => {}
+                (a, b) => prop_assert!(false, "splice {:?} but decode {:?}: {:?}", a.is_ok(), b.is_ok(), String::from_utf8_lossy(&kv.value)),
             }
         }
 
