@@ -1,5 +1,6 @@
 //! Objects to and from stored bytes, and from JSON to the user's type.
 
+use std::io::Write as _;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -156,7 +157,6 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
     scan.expect(b'{')?;
     let head = scan.at;
     let mut managed_fields = None;
-    let value = format!("\"{revision}\"");
     // Where the member goes, or which value it replaces, and whether a comma follows.
     let (start, end, comma_before, comma_after) = if scan.peek()? == b'}' {
         no_second_metadata(json, scan.at + 1)?;
@@ -198,7 +198,8 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
     if scan.deferred {
         return None;
     }
-    let mut out = Vec::with_capacity(json.len() + RV.len() + value.len() + 4);
+    // `"resourceVersion":`, the revision in quotes (a sign and at most 19 digits), a comma.
+    let mut out = Vec::with_capacity(json.len() + RV.len() + 3 + 23 + 1);
     out.extend_from_slice(&json[..start]);
     if start == end {
         if comma_before {
@@ -208,7 +209,7 @@ fn splice_resource_version(json: &[u8], revision: i64) -> Option<Spliced> {
         out.extend_from_slice(RV);
         out.extend_from_slice(b"\":");
     }
-    out.extend_from_slice(value.as_bytes());
+    write!(out, "\"{revision}\"").expect("a Vec takes every write");
     if comma_after {
         out.push(b',');
     }
