@@ -17,9 +17,9 @@
 //! holds the pairs in use weakly, dropping the unused ones as it grows.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::ops::Range;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::Bytes;
 
@@ -129,14 +129,18 @@ const SEEN: usize = 4096;
 #[derive(Debug, Default)]
 pub(crate) struct Commons {
     /// The pairs made, by the hash of their two parts; dead ones until the next sweep.
-    pairs: HashMap<u64, Vec<Weak<Common>>>,
+    pairs: HashMap<u64, Vec<Weak<Common>>, Rehash>,
     /// How many entries `pairs` holds, and held after the last sweep.
     entries: usize,
     swept: usize,
     /// Hashes of parts seen, this generation and the one before.
-    seen: HashSet<u64>,
-    older: HashSet<u64>,
+    seen: HashSet<u64, Rehash>,
+    older: HashSet<u64, Rehash>,
 }
+
+/// The keys of [`Commons`]' maps are hashes already: foldhash mixes them for the table in a
+/// few instructions, where SipHash would hash them a second time in full.
+type Rehash = foldhash::fast::RandomState;
 
 impl Commons {
     /// Splits `encoded` into the pair of parts it shares with objects before it (made now if
@@ -249,13 +253,14 @@ impl Commons {
 /// The hash of an empty part.
 const EMPTY: u64 = 0;
 
+/// The hash of a part: foldhash, seeded at random once per process, so that a client cannot
+/// choose objects whose parts collide (a collision only costs a comparison of the bytes).
 fn hash(part: &[u8]) -> u64 {
+    static PARTS: OnceLock<foldhash::quality::RandomState> = OnceLock::new();
     if part.is_empty() {
         return EMPTY;
     }
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    part.hash(&mut hasher);
-    hasher.finish()
+    PARTS.get_or_init(Default::default).hash_one(part)
 }
 
 fn pair_hash(head: u64, repeated: u64) -> u64 {

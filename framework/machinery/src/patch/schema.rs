@@ -21,12 +21,18 @@ pub(crate) enum Strategy {
 /// Index of a [`Node`] in [`PatchSchema::nodes`].
 type NodeId = usize;
 
+/// A map keyed by names the schema declares. Looked up for every member of every patched
+/// or applied object, so hashed with foldhash rather than SipHash: only the schema inserts
+/// keys (a client's keys are only looked up), so there is no flood of colliding keys to
+/// guard against.
+type ByName = HashMap<String, NodeId, foldhash::fast::RandomState>;
+
 /// One schema, reduced to what patching needs. Lookups fall back to `bases` (the targets of
 /// `$ref`, `allOf`, `anyOf`, `oneOf`), so recursive types need no unrolling.
 #[derive(Clone, Debug, Default)]
 struct Node {
     strategy: Option<Strategy>,
-    properties: HashMap<String, NodeId>,
+    properties: ByName,
     /// `additionalProperties`: the node is a map whose keys are data.
     values: Option<NodeId>,
     items: Option<NodeId>,
@@ -121,7 +127,7 @@ impl PatchSchema {
         let mut compiler = Compiler {
             document: schema,
             nodes: vec![free_form],
-            refs: HashMap::new(),
+            refs: ByName::default(),
         };
         let root = compiler.compile(schema);
         compiler.add_root_metadata(root);
@@ -265,7 +271,7 @@ impl<'s> At<'s> {
 struct Compiler<'a> {
     document: &'a Value,
     nodes: Vec<Node>,
-    refs: HashMap<String, NodeId>,
+    refs: ByName,
 }
 
 impl<'a> Compiler<'a> {

@@ -27,20 +27,25 @@ pub struct InstalledResource {
 /// without being copied into a key.
 #[derive(Debug, Default)]
 pub struct InstalledResources {
-    map: HashMap<String, HashMap<String, HashMap<String, Paths>>>,
+    map: ByName<ByName<ByName<Paths>>>,
 }
+
+/// A map keyed by names the server installed, looked up three times per request: hashed
+/// with foldhash rather than SipHash, since only the server inserts keys (a request's are
+/// only looked up).
+type ByName<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// One resource's paths: the resource itself and its subresources.
 #[derive(Debug, Default)]
 struct Paths {
     main: Option<Arc<InstalledResource>>,
-    subresources: HashMap<String, Arc<InstalledResource>>,
+    subresources: ByName<Arc<InstalledResource>>,
 }
 
 impl InstalledResources {
     /// Installs every group.
     pub fn new(groups: &[APIGroupInfo]) -> Self {
-        let mut map: HashMap<String, HashMap<String, HashMap<String, Paths>>> = HashMap::new();
+        let mut map: ByName<ByName<ByName<Paths>>> = ByName::default();
         for group in groups {
             for (version, resources) in &group.storage {
                 for (path, storage) in resources {

@@ -6,7 +6,7 @@
 //! stream ends.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
@@ -82,11 +82,14 @@ impl Series {
 const MAX_SERIES: usize = 4096;
 
 fn series_of(labels: [&str; 8]) -> Arc<Series> {
-    static KNOWN: OnceLock<RwLock<HashMap<u64, Arc<Series>>>> = OnceLock::new();
+    // Keyed by a hash already: foldhash mixes it for the table, SipHash would hash it again.
+    static KNOWN: OnceLock<RwLock<HashMap<u64, Arc<Series>, foldhash::fast::RandomState>>> =
+        OnceLock::new();
+    // The labels' hash: foldhash, seeded at random once per process (a collision only
+    // resolves a series for one request).
+    static LABELS: OnceLock<foldhash::quality::RandomState> = OnceLock::new();
     let known = KNOWN.get_or_init(RwLock::default);
-    let mut hasher = std::hash::DefaultHasher::new();
-    labels.hash(&mut hasher);
-    let key = hasher.finish();
+    let key = LABELS.get_or_init(Default::default).hash_one(labels);
     let found = known
         .read()
         .unwrap_or_else(PoisonError::into_inner)
