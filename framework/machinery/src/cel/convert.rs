@@ -24,13 +24,20 @@ pub fn from_json(value: &serde_json::Value) -> Value {
             Value::List(items.iter().map(from_json).collect::<Vec<_>>().into())
         }
         serde_json::Value::Object(fields) => {
-            let map: std::collections::HashMap<String, Value> = fields
-                .iter()
-                .map(|(k, v)| (k.clone(), from_json(v)))
-                .collect();
-            map.into()
+            string_map(fields.iter().map(|(k, v)| (k.clone(), from_json(v))))
         }
     }
+}
+
+/// A CEL map of string keys, built as cel-rust holds it: collecting a `HashMap<String, _>`
+/// and converting it (`From<HashMap>`) would hash every key twice, into two tables.
+pub fn string_map(members: impl Iterator<Item = (String, Value)>) -> Value {
+    let map: std::collections::HashMap<Key, Value> = members
+        .map(|(key, value)| (Key::String(key.into()), value))
+        .collect();
+    Value::Map(cel::objects::Map {
+        map: std::sync::Arc::new(map),
+    })
 }
 
 /// A CEL value JSON cannot hold: a function, a type, a NaN or infinite double, or an

@@ -14,7 +14,7 @@ use cel::Value;
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
 use super::Expression;
-use super::convert::from_json;
+use super::convert::{from_json, string_map};
 
 /// What an expression reads of a value.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -100,14 +100,10 @@ pub fn from_json_read(value: &serde_json::Value, reads: &Reads) -> Value {
     match (reads, value) {
         (Reads::Nothing, _) => Value::Null,
         (Reads::Fields(fields), serde_json::Value::Object(map)) => {
-            let map: std::collections::HashMap<String, Value> = fields
-                .iter()
-                .filter_map(|(name, reads)| {
-                    let value = map.get(name)?;
-                    Some((name.clone(), from_json_read(value, reads)))
-                })
-                .collect();
-            map.into()
+            string_map(fields.iter().filter_map(|(name, reads)| {
+                let value = map.get(name)?;
+                Some((name.clone(), from_json_read(value, reads)))
+            }))
         }
         // A field selected of what is no map fails as on the whole value.
         _ => from_json(value),

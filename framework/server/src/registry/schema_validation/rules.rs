@@ -5,10 +5,10 @@
 //! `messageExpression` or `failed rule: <rule>`, of its `reason`, at its `fieldPath`; an
 //! error of an unchanged value is ratcheted into a warning, except a transition rule's.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use cel::objects::OptionalValue;
+use extension_apiserver_machinery::cel::convert::string_map;
 use extension_apiserver_machinery::cel::cost::{self, Sizes};
 use extension_apiserver_machinery::cel::reads::{Reads, from_json_read};
 use extension_apiserver_machinery::cel::{
@@ -228,18 +228,17 @@ fn cel_view(value: &Value, reads: &Reads, root: bool) -> CelValue {
         let reads = reads.field(key)?;
         let value = match (key.as_str(), value) {
             ("metadata", Value::Object(meta)) => {
-                let kept = meta.iter().filter_map(|(key, value)| {
+                string_map(meta.iter().filter_map(|(key, value)| {
                     let reads = reads.field(key)?;
                     let kept = key == "name" || key == "generateName";
                     kept.then(|| (key.clone(), from_json_read(value, reads)))
-                });
-                kept.collect::<HashMap<String, CelValue>>().into()
+                }))
             }
             _ => from_json_read(value, reads),
         };
         Some((key.clone(), value))
     });
-    members.collect::<HashMap<String, CelValue>>().into()
+    string_map(members)
 }
 
 /// Runs the rules of `node` on `value` (and `old`), adding what fails to `walk`.
