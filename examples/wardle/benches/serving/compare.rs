@@ -7,7 +7,8 @@
 //!   "collection": "/apis/wardle.example.com/v1alpha1/namespaces/bench/flunders",
 //!   "api_version": "wardle.example.com/v1alpha1", "kind": "Flunder",
 //!   "ca": "ca.crt", "cert": "client.crt", "key": "client.key",
-//!   "headers": {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}, "pid": 1234}]}
+//!   "headers": {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}, "pid": 1234}],
+//!  "watched": [{"name": "etcd", "pid": 987}]}
 //! ```
 //!
 //! Each target gets `--objects` creates, then gets, first pages of `limit=500` and full lists,
@@ -15,6 +16,14 @@
 //! them alike), and its resident memory (`pid`) before and after the objects. The first target
 //! is the one the others are compared with. The collections must exist and be empty (a fresh
 //! namespace each).
+//!
+//! Before each turn the bench waits (5 s at most) until the servers and the watched processes
+//! are quiet, so that a turn does not pay for work the one before left running.
+//!
+//! The CPU time each create and get cost is printed too: the target's own (`pid`), the bench
+//! client's, and that of each `watched` process (etcd, kube-apiserver) while the target's
+//! creates or gets ran: on a small machine the servers share the cores with etcd, so a
+//! create's speed depends on what etcd spends on it as much as on the server.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,12 +38,22 @@ use serde::Deserialize;
 use crate::Settings;
 use crate::client::{Client, Error, Sample, drive, tls_config_from};
 use crate::report::{mib, ms, per_second};
-use crate::server::rss_of;
+use crate::server::{rss_of, threads_cpu};
 use crate::workload::{gets, lists, name, spread};
 
 #[derive(Deserialize)]
 struct File {
     targets: Vec<Target>,
+    /// Other processes whose CPU each target's requests cost as well.
+    #[serde(default)]
+    watched: Vec<Watched>,
+}
+
+/// A process that is not measured as a target, but whose CPU is (etcd, kube-apiserver).
+#[derive(Deserialize)]
+struct Watched {
+    name: String,
+    pid: u32,
 }
 
 /// One server to measure, as the file describes it.
@@ -102,10 +121,96 @@ struct Figures {
     lists: Vec<Sample>,
     rss_before: Option<u64>,
     rss_after: Option<u64>,
+    /// CPU of the [`Processes`] over the target's creates, and over its gets.
+    create_cpu: Cpu,
+    get_cpu: Cpu,
 }
 
 /// Rounds the work is split into, each target taking its turn in every round.
 const ROUNDS: usize = 4;
+
+/// How often, and for how long at most, [`settle`] looks for the machine to be quiet.
+const SETTLE_STEP: Duration = Duration::from_millis(100);
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Waits, for [`SETTLE_LIMIT`] at most, until the processes `pids` name use less than a tenth
+/// of a core between them: a turn does not pay for what the turn before left running
+/// (kube-apiserver went on at a full core for up to two seconds after a CRD's creates, into
+/// the next target's turn).
+async fn settle(pids: &[u32]) {
+    let read = || -> Duration {
+        pids.iter()
+            .filter_map(|pid| threads_cpu(&format!("/proc/{pid}/task"), None).ok())
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + SETTLE_LIMIT;
+    let mut before = read();
+    while std::time::Instant::now() < deadline {
+        tokio::time::sleep(SETTLE_STEP).await;
+        let now = read();
+        if now.saturating_sub(before) < SETTLE_STEP / 10 {
+            return;
+        }
+        before = now;
+    }
+}
+
+/// The processes whose CPU is counted during a target's requests: the target's server, the
+/// bench client (this process), then every watched process, in the file's order.
+struct Processes(Vec<Option<u32>>);
+
+impl Processes {
+    fn of(target: &Target, watched: &[Watched]) -> Self {
+        let client = Some(std::process::id());
+        let others = watched.iter().map(|w| Some(w.pid));
+        Self([target.pid, client].into_iter().chain(others).collect())
+    }
+
+    /// Each process's CPU time so far; `None` where there is no process or it cannot be read.
+    fn now(&self) -> Vec<Option<Duration>> {
+        let read = |pid: u32| threads_cpu(&format!("/proc/{pid}/task"), None).ok();
+        self.0.iter().map(|pid| pid.and_then(read)).collect()
+    }
+
+    /// Runs `work`, adding what each process spent over it to `total`.
+    async fn measure<T>(
+        &self,
+        total: &mut Cpu,
+        work: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let before = self.now();
+        let out = work.await?;
+        total.add(before, self.now());
+        Ok(out)
+    }
+}
+
+/// CPU time per process of [`Processes`], summed over a target's turns; `None` once a reading
+/// failed.
+#[derive(Default)]
+struct Cpu(Vec<Option<Duration>>);
+
+impl Cpu {
+    fn add(&mut self, before: Vec<Option<Duration>>, after: Vec<Option<Duration>>) {
+        if self.0.is_empty() {
+            self.0 = vec![Some(Duration::ZERO); before.len()];
+        }
+        for ((total, before), after) in self.0.iter_mut().zip(before).zip(after) {
+            *total = match (*total, before, after) {
+                (Some(total), Some(before), Some(after)) => {
+                    Some(total + after.saturating_sub(before))
+                }
+                _ => None,
+            };
+        }
+    }
+
+    /// What process `i` spent per request, of `requests`.
+    fn per(&self, i: usize, requests: usize) -> Option<Duration> {
+        let total = self.0.get(i).copied().flatten()?;
+        Some(total / u32::try_from(requests.max(1)).unwrap_or(u32::MAX))
+    }
+}
 
 pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
     let file: File = serde_json::from_slice(&std::fs::read(file)?)?;
@@ -120,22 +225,36 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
     for (target, figures) in file.targets.iter().zip(&mut figures) {
         figures.rss_before = target.rss()?;
     }
+    let processes: Vec<Processes> = file
+        .targets
+        .iter()
+        .map(|t| Processes::of(t, &file.watched))
+        .collect();
+    // Every server and watched process, for `settle`.
+    let busy: Vec<u32> = file
+        .targets
+        .iter()
+        .filter_map(|t| t.pid)
+        .chain(file.watched.iter().map(|w| w.pid))
+        .collect();
     let n = settings.objects;
     let per_round = n.div_ceil(ROUNDS);
     for round in 0..ROUNDS {
         let range = (round * per_round).min(n)..((round + 1) * per_round).min(n);
-        for ((target, client), figures) in file.targets.iter().zip(&clients).zip(&mut figures) {
+        let turns = file.targets.iter().zip(&clients).zip(&processes);
+        for (((target, client), processes), figures) in turns.zip(&mut figures) {
             let objects = range
                 .clone()
                 .map(|i| target.object(i))
                 .collect::<Result<Vec<_>, Error>>()?;
             let (client, path) = (client.clone(), Arc::<str>::from(target.collection.as_str()));
             let objects = Arc::new(objects);
-            let sample = drive(objects.len(), settings.concurrency, move |i| {
+            settle(&busy).await;
+            let creates = drive(objects.len(), settings.concurrency, move |i| {
                 let (client, path, objects) = (client.clone(), path.clone(), objects.clone());
                 async move { client.create(&path, objects[i].clone()).await.map(drop) }
-            })
-            .await?;
+            });
+            let sample = processes.measure(&mut figures.create_cpu, creates).await?;
             figures.creates.push(sample);
         }
     }
@@ -145,13 +264,15 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
     }
     let page = |target: &Target| format!("{}?limit=500", target.collection);
     for _ in 0..ROUNDS {
-        for ((target, client), figures) in file.targets.iter().zip(&clients).zip(&mut figures) {
+        let turns = file.targets.iter().zip(&clients).zip(&processes);
+        for (((target, client), processes), figures) in turns.zip(&mut figures) {
             let collection = target.collection.clone();
             let get = move |i: usize| format!("{collection}/{}", name(spread(i, n)));
             let count = settings.gets / ROUNDS;
-            figures
-                .gets
-                .push(gets(client, count, settings.concurrency, get).await?);
+            settle(&busy).await;
+            let these = gets(client, count, settings.concurrency, get);
+            let sample = processes.measure(&mut figures.get_cpu, these).await?;
+            figures.gets.push(sample);
             let times = (settings.lists / ROUNDS).max(1);
             figures
                 .pages
@@ -161,8 +282,55 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
                 .push(lists(client, &target.collection, times).await?);
         }
     }
+    let cpu: Vec<(Cpu, Cpu)> = figures
+        .iter_mut()
+        .map(|f| {
+            (
+                std::mem::take(&mut f.create_cpu),
+                std::mem::take(&mut f.get_cpu),
+            )
+        })
+        .collect();
     print(settings, &file.targets, figures);
+    print_cpu(settings, &file, &cpu);
     Ok(())
+}
+
+/// The CPU time per create and per get of each process, during each target's turns.
+fn print_cpu(settings: &Settings, file: &File, cpu: &[(Cpu, Cpu)]) {
+    let gets = (settings.gets / ROUNDS) * ROUNDS;
+    let names = ["server".to_string(), "bench client".to_string()]
+        .into_iter()
+        .chain(file.watched.iter().map(|w| w.name.clone()));
+    let show = |d: Option<Duration>| match d {
+        Some(d) => format!(" {:.0} µs |", d.as_secs_f64() * 1e6),
+        None => " — |".to_string(),
+    };
+    // Rows of the same table.
+    for (i, process) in names.enumerate() {
+        for (verb, requests) in [("create", settings.objects), ("get", gets)] {
+            let per: Vec<Option<Duration>> = cpu
+                .iter()
+                .map(|(creates, gets)| match verb {
+                    "create" => creates.per(i, requests),
+                    _ => gets.per(i, requests),
+                })
+                .collect();
+            let mut line = format!("| {process} CPU per {verb} |");
+            per.iter().for_each(|d| line.push_str(&show(*d)));
+            // As the timings: how many times the first target's figure the other's is.
+            for other in per.iter().skip(1) {
+                line.push_str(&match (per[0], other) {
+                    (Some(first), Some(other)) => format!(
+                        " {:.1}× |",
+                        other.as_secs_f64() / first.as_secs_f64().max(1e-9)
+                    ),
+                    _ => " — |".to_string(),
+                });
+            }
+            println!("{line}");
+        }
+    }
 }
 
 /// A target's creates, gets, first pages and full lists, and its memory before, after and per object.
