@@ -38,7 +38,7 @@ use serde::Deserialize;
 use crate::Settings;
 use crate::client::{Client, Error, Sample, drive, tls_config_from};
 use crate::report::{mib, ms, per_second};
-use crate::server::{rss_of, threads_cpu};
+use crate::server::{cpu_of, rss_of};
 use crate::workload::{gets, lists, name, spread};
 
 #[derive(Deserialize)]
@@ -138,11 +138,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// (kube-apiserver went on at a full core for up to two seconds after a CRD's creates, into
 /// the next target's turn).
 async fn settle(pids: &[u32]) {
-    let read = || -> Duration {
-        pids.iter()
-            .filter_map(|pid| threads_cpu(&format!("/proc/{pid}/task"), None).ok())
-            .sum()
-    };
+    let read = || -> Duration { pids.iter().filter_map(|&pid| cpu_of(pid).ok()).sum() };
     let deadline = std::time::Instant::now() + SETTLE_LIMIT;
     let mut before = read();
     while std::time::Instant::now() < deadline {
@@ -168,7 +164,7 @@ impl Processes {
 
     /// Each process's CPU time so far; `None` where there is no process or it cannot be read.
     fn now(&self) -> Vec<Option<Duration>> {
-        let read = |pid: u32| threads_cpu(&format!("/proc/{pid}/task"), None).ok();
+        let read = |pid: u32| cpu_of(pid).ok();
         self.0.iter().map(|pid| pid.and_then(read)).collect()
     }
 
@@ -282,7 +278,7 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
                 .push(lists(client, &target.collection, times).await?);
         }
     }
-    let cpu: Vec<(Cpu, Cpu)> = figures
+    let (creates, gets): (Vec<Cpu>, Vec<Cpu>) = figures
         .iter_mut()
         .map(|f| {
             (
@@ -290,15 +286,15 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
                 std::mem::take(&mut f.get_cpu),
             )
         })
-        .collect();
+        .unzip();
     print(settings, &file.targets, figures);
-    print_cpu(settings, &file, &cpu);
+    print_cpu(settings, &file, [&creates, &gets]);
     Ok(())
 }
 
-/// The CPU time per create and per get of each process, during each target's turns.
-fn print_cpu(settings: &Settings, file: &File, cpu: &[(Cpu, Cpu)]) {
-    let gets = (settings.gets / ROUNDS) * ROUNDS;
+/// The CPU time per create and per get of each process, during each target's turns (`cpu`:
+/// each target's over its creates, and over its gets).
+fn print_cpu(settings: &Settings, file: &File, cpu: [&[Cpu]; 2]) {
     let names = ["server".to_string(), "bench client".to_string()]
         .into_iter()
         .chain(file.watched.iter().map(|w| w.name.clone()));
@@ -306,16 +302,15 @@ fn print_cpu(settings: &Settings, file: &File, cpu: &[(Cpu, Cpu)]) {
         Some(d) => format!(" {:.0} µs |", d.as_secs_f64() * 1e6),
         None => " — |".to_string(),
     };
+    let [creates, gets] = cpu;
+    let phases = [
+        ("create", settings.objects, creates),
+        ("get", (settings.gets / ROUNDS) * ROUNDS, gets),
+    ];
     // Rows of the same table.
     for (i, process) in names.enumerate() {
-        for (verb, requests) in [("create", settings.objects), ("get", gets)] {
-            let per: Vec<Option<Duration>> = cpu
-                .iter()
-                .map(|(creates, gets)| match verb {
-                    "create" => creates.per(i, requests),
-                    _ => gets.per(i, requests),
-                })
-                .collect();
+        for (verb, requests, targets) in phases {
+            let per: Vec<Option<Duration>> = targets.iter().map(|c| c.per(i, requests)).collect();
             let mut line = format!("| {process} CPU per {verb} |");
             per.iter().for_each(|d| line.push_str(&show(*d)));
             // As the timings: how many times the first target's figure the other's is.

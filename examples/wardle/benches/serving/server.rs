@@ -137,7 +137,7 @@ impl Wardle {
 
     /// CPU time the server's threads have used so far.
     pub fn cpu(&self) -> Result<Duration, Error> {
-        threads_cpu(&format!("/proc/{}/task", self.child.id()), None)
+        cpu_of(self.child.id())
     }
 
     /// The server's resident memory (VmRSS) in bytes.
@@ -154,6 +154,11 @@ impl Wardle {
 /// The resident memory (VmRSS) of process `pid`, in bytes.
 pub fn rss_of(pid: u32) -> Result<u64, Error> {
     memory_of(pid, "VmRSS:")
+}
+
+/// The CPU time of process `pid`'s threads ([`threads_cpu`]).
+pub fn cpu_of(pid: u32) -> Result<Duration, Error> {
+    threads_cpu(&format!("/proc/{pid}/task"), None)
 }
 
 /// A memory figure of `/proc/<pid>/status` (`field` with its colon), in bytes.
