@@ -16,8 +16,9 @@
 //!   [`patch`] (JSON, merge and strategic merge patches, apply), [`fieldmanager`]
 //!   (managedFields and server-side apply), [`warning`] (the client's warnings);
 //! - below every stage: [`tls`] (certificates and keys), [`metrics`] (the process's
-//!   registry), [`lifecycle`] (shutdown and readiness), [`spans`], and [`user`] (who made a
-//!   request, as authentication found them).
+//!   registry), [`lifecycle`] (shutdown and readiness), [`spans`], [`user`] (who made a
+//!   request, as authentication found them), and [`hash`] (the hashers of the server's own
+//!   tables).
 //!
 //! It depends on no HTTP, storage or server crate (the `axum` feature makes
 //! [`Error`] an axum response, for the server crate).
@@ -27,6 +28,7 @@ pub mod cel;
 pub mod codec;
 pub mod error;
 pub mod fieldmanager;
+pub mod hash;
 pub mod lifecycle;
 pub mod metrics;
 pub mod patch;

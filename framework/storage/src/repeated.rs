@@ -17,11 +17,11 @@
 //! holds the pairs in use weakly, dropping the unused ones as it grows.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
+use extension_apiserver_machinery::hash::{ServerKeys, seeded_hash};
 
 /// The bytes of one object as a client receives them, made by the cache's
 /// [`EncodeFn`](crate::cacher::EncodeFn), with the parts that other objects of the cache may
@@ -138,9 +138,8 @@ pub(crate) struct Commons {
     older: HashSet<u64, Rehash>,
 }
 
-/// The keys of [`Commons`]' maps are hashes already: foldhash mixes them for the table in a
-/// few instructions, where SipHash would hash them a second time in full.
-type Rehash = foldhash::fast::RandomState;
+/// The keys of [`Commons`]' maps are hashes already.
+type Rehash = ServerKeys;
 
 impl Commons {
     /// Splits `encoded` into the pair of parts it shares with objects before it (made now if
@@ -253,14 +252,12 @@ impl Commons {
 /// The hash of an empty part.
 const EMPTY: u64 = 0;
 
-/// The hash of a part: foldhash, seeded at random once per process, so that a client cannot
-/// choose objects whose parts collide (a collision only costs a comparison of the bytes).
+/// The hash of a part (a collision only costs a comparison of the bytes).
 fn hash(part: &[u8]) -> u64 {
-    static PARTS: OnceLock<foldhash::quality::RandomState> = OnceLock::new();
     if part.is_empty() {
         return EMPTY;
     }
-    PARTS.get_or_init(Default::default).hash_one(part)
+    seeded_hash(part)
 }
 
 fn pair_hash(head: u64, repeated: u64) -> u64 {

@@ -2,8 +2,6 @@
 //! list merges by key, merges as a set or is replaced. Compiled once per resource type from a
 //! schemars schema, then looked up for every patch.
 
-use std::collections::HashMap;
-
 use serde_json::{Map, Value};
 
 /// How a field's current value and the patch's value combine.
@@ -21,11 +19,9 @@ pub(crate) enum Strategy {
 /// Index of a [`Node`] in [`PatchSchema::nodes`].
 type NodeId = usize;
 
-/// A map keyed by names the schema declares. Looked up for every member of every patched
-/// or applied object, so hashed with foldhash rather than SipHash: only the schema inserts
-/// keys (a client's keys are only looked up), so there is no flood of colliding keys to
-/// guard against.
-type ByName = HashMap<String, NodeId, foldhash::fast::RandomState>;
+/// A map keyed by names the schema declares, looked up for every member of every patched or
+/// applied object: only the schema inserts keys (see [`crate::hash`]).
+type ByName = crate::hash::ByName<NodeId>;
 
 /// One schema, reduced to what patching needs. Lookups fall back to `bases` (the targets of
 /// `$ref`, `allOf`, `anyOf`, `oneOf`), so recursive types need no unrolling.

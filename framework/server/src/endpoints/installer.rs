@@ -1,8 +1,11 @@
 //! The installer: turns the `VersionedResourcesStorageMap` of every group into one lookup
 //! table from (group, version, resource path) to its storage, built once at start.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+// Maps keyed by names the server installed, looked up three times per request: only the
+// server inserts keys.
+use extension_apiserver_machinery::hash::ByName;
 
 use crate::admission::EquivalentResource;
 use crate::admission::attributes::GroupVersionResource;
@@ -29,11 +32,6 @@ pub struct InstalledResource {
 pub struct InstalledResources {
     map: ByName<ByName<ByName<Paths>>>,
 }
-
-/// A map keyed by names the server installed, looked up three times per request: hashed
-/// with foldhash rather than SipHash, since only the server inserts keys (a request's are
-/// only looked up).
-type ByName<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// One resource's paths: the resource itself and its subresources.
 #[derive(Debug, Default)]

@@ -6,7 +6,6 @@
 //! stream ends.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
@@ -15,6 +14,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
+use extension_apiserver_machinery::hash::{ServerKeys, seeded_hash};
 use hyper::body::{Body as _, Frame, SizeHint};
 use prometheus::{Histogram, IntCounter, IntGauge};
 
@@ -82,14 +82,10 @@ impl Series {
 const MAX_SERIES: usize = 4096;
 
 fn series_of(labels: [&str; 8]) -> Arc<Series> {
-    // Keyed by a hash already: foldhash mixes it for the table, SipHash would hash it again.
-    static KNOWN: OnceLock<RwLock<HashMap<u64, Arc<Series>, foldhash::fast::RandomState>>> =
-        OnceLock::new();
-    // The labels' hash: foldhash, seeded at random once per process (a collision only
-    // resolves a series for one request).
-    static LABELS: OnceLock<foldhash::quality::RandomState> = OnceLock::new();
+    // Keyed by the labels' hash (a collision only resolves a series for one request).
+    static KNOWN: OnceLock<RwLock<HashMap<u64, Arc<Series>, ServerKeys>>> = OnceLock::new();
     let known = KNOWN.get_or_init(RwLock::default);
-    let key = LABELS.get_or_init(Default::default).hash_one(labels);
+    let key = seeded_hash(&labels);
     let found = known
         .read()
         .unwrap_or_else(PoisonError::into_inner)
