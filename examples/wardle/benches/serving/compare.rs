@@ -18,7 +18,8 @@
 //! namespace each).
 //!
 //! Before each turn the bench waits (5 s at most) until the servers and the watched processes
-//! are quiet, so that a turn does not pay for work the one before left running.
+//! are quiet, so that a turn does not pay for work the one before left running; the last row
+//! says how long each target's turns waited, and in how many the wait gave up.
 //!
 //! The CPU time each create and get cost is printed too: the target's own (`pid`), the bench
 //! client's, and that of each `watched` process (etcd, kube-apiserver) while the target's
@@ -124,6 +125,8 @@ struct Figures {
     /// CPU of the [`Processes`] over the target's creates, and over its gets.
     create_cpu: Cpu,
     get_cpu: Cpu,
+    /// The waits for quiet before the target's create and get turns.
+    waits: Waits,
 }
 
 /// Rounds the work is split into, each target taking its turn in every round.
@@ -136,19 +139,34 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// Waits, for [`SETTLE_LIMIT`] at most, until the processes `pids` name use less than a tenth
 /// of a core between them: a turn does not pay for what the turn before left running
 /// (kube-apiserver went on at a full core for up to two seconds after a CRD's creates, into
-/// the next target's turn).
-async fn settle(pids: &[u32]) {
+/// the next target's turn). Adds how long it waited, and whether it gave up, to `waits`.
+async fn settle(pids: &[u32], waits: &mut Waits) {
     let read = || -> Duration { pids.iter().filter_map(|&pid| cpu_of(pid).ok()).sum() };
-    let deadline = std::time::Instant::now() + SETTLE_LIMIT;
+    let start = std::time::Instant::now();
     let mut before = read();
-    while std::time::Instant::now() < deadline {
+    let quiet = loop {
+        if start.elapsed() >= SETTLE_LIMIT {
+            break false;
+        }
         tokio::time::sleep(SETTLE_STEP).await;
         let now = read();
         if now.saturating_sub(before) < SETTLE_STEP / 10 {
-            return;
+            break true;
         }
         before = now;
-    }
+    };
+    waits.turns += 1;
+    waits.waited += start.elapsed();
+    waits.loud += usize::from(!quiet);
+}
+
+/// The waits for quiet before one target's turns.
+#[derive(Default)]
+struct Waits {
+    turns: usize,
+    waited: Duration,
+    /// Turns that began without the machine quiet: [`settle`] gave up.
+    loud: usize,
 }
 
 /// The processes whose CPU is counted during a target's requests: the target's server, the
@@ -245,7 +263,7 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
                 .collect::<Result<Vec<_>, Error>>()?;
             let (client, path) = (client.clone(), Arc::<str>::from(target.collection.as_str()));
             let objects = Arc::new(objects);
-            settle(&busy).await;
+            settle(&busy, &mut figures.waits).await;
             let creates = drive(objects.len(), settings.concurrency, move |i| {
                 let (client, path, objects) = (client.clone(), path.clone(), objects.clone());
                 async move { client.create(&path, objects[i].clone()).await.map(drop) }
@@ -265,7 +283,7 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
             let collection = target.collection.clone();
             let get = move |i: usize| format!("{collection}/{}", name(spread(i, n)));
             let count = settings.gets / ROUNDS;
-            settle(&busy).await;
+            settle(&busy, &mut figures.waits).await;
             let these = gets(client, count, settings.concurrency, get);
             let sample = processes.measure(&mut figures.get_cpu, these).await?;
             figures.gets.push(sample);
@@ -287,9 +305,30 @@ pub async fn run(settings: &Settings, file: &Path) -> Result<(), Error> {
             )
         })
         .unzip();
+    let waits: Vec<Waits> = figures
+        .iter_mut()
+        .map(|f| std::mem::take(&mut f.waits))
+        .collect();
     print(settings, &file.targets, figures);
     print_cpu(settings, &file, [&creates, &gets]);
+    print_waits(&waits);
     Ok(())
+}
+
+/// How long the bench waited for quiet before each target's turns, and in how many turns it
+/// gave up: a turn that began on a busy machine shared the cores with whatever kept it busy.
+fn print_waits(waits: &[Waits]) {
+    let mut line = String::from("| waited for quiet before the turns |");
+    for w in waits {
+        line.push_str(&format!(
+            " {:.1} s; {} of {} turns not quiet |",
+            w.waited.as_secs_f64(),
+            w.loud,
+            w.turns
+        ));
+    }
+    line.push_str(&" — |".repeat(waits.len().saturating_sub(1)));
+    println!("{line}");
 }
 
 /// The CPU time per create and per get of each process, during each target's turns (`cpu`:
