@@ -14,9 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Certificate, Compare, CompareOp, ConnectOptions, DeleteOptions, Error as EtcdError, GetOptions,
-    GetResponse, Identity, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
-    WatchOptions, WatchRequestSender, WatchResponseStream,
+    Compare, CompareOp, DeleteOptions, Error as EtcdError, GetOptions, GetResponse, PutOptions,
+    Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchRequestSender, WatchResponseStream,
 };
 use futures::stream;
 
@@ -27,6 +26,7 @@ use super::backend::{
 use super::shared_read::SharedRounds;
 use crate::tls::TlsError;
 use crate::tls::certs::{CertKey, parse_certs_pem};
+use channel::Dial;
 use members::{Members, Probe, Retry};
 
 mod channel;
@@ -151,15 +151,26 @@ impl Etcd3Tls {
         Ok(Self { ca_pem, identity })
     }
 
-    fn options(&self) -> TlsOptions {
-        let mut options = TlsOptions::new();
-        if let Some(ca) = &self.ca_pem {
-            options = options.ca_certificate(Certificate::from_pem(ca));
-        }
-        if let Some((cert, key)) = &self.identity {
-            options = options.identity(Identity::from_pem(cert, key));
-        }
-        options
+    /// The TLS client configuration of a connection to etcd: the CA's roots, the client
+    /// certificate if any, and HTTP/2 by ALPN (as gRPC wants it).
+    fn client_config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let ca = self.ca_pem.as_deref().unwrap_or_default();
+        let roots = crate::tls::root_store(&parse_certs_pem(ca)?)?;
+        let builder = rustls::ClientConfig::builder_with_provider(crate::tls::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Invalid(e.to_string()))?
+            .with_root_certificates(roots);
+        let mut config = match &self.identity {
+            Some((cert, key)) => {
+                let identity = CertKey::from_pem(cert, key)?;
+                builder
+                    .with_client_auth_cert(identity.cert_chain, identity.key)
+                    .map_err(|e| TlsError::Invalid(e.to_string()))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
     }
 }
 
@@ -231,16 +242,20 @@ impl Etcd3Backend {
                 endpoints.join(",")
             )));
         }
-        // No request timeout here: tonic would apply it to the long-lived watch streams too;
+        // No request timeout here: it would apply to the long-lived watch streams too;
         // `within` bounds every other call instead.
-        let mut connect = ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            .with_keep_alive_while_idle(true);
-        if let Some((interval, timeout)) = options.keep_alive {
-            connect = connect.with_keep_alive(interval, timeout);
-        }
+        let mut dial = Dial {
+            connect_timeout: options.connect_timeout,
+            keep_alive: options.keep_alive,
+            tls: None,
+        };
         match (&options.tls, https > 0) {
-            (Some(tls), true) if tls.ca_pem.is_some() => connect = connect.with_tls(tls.options()),
+            (Some(tls), true) if tls.ca_pem.is_some() => {
+                let config = tls
+                    .client_config()
+                    .map_err(|e| StorageError::Internal(format!("etcd TLS: {e}")))?;
+                dial.tls = Some(config);
+            }
             (_, true) => {
                 return Err(StorageError::Internal(format!(
                     "etcd endpoints {}: https:// needs the CA that signed etcd's certificate \
@@ -258,7 +273,7 @@ impl Etcd3Backend {
             interval: options.probe_interval,
             timeout: options.ready_timeout,
         };
-        let members = Members::connect(endpoints, connect, probe)
+        let members = Members::connect(endpoints, dial, probe)
             .await
             .map_err(|e| StorageError::Unavailable(e.to_string()))?;
         Ok(Self {

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, Error as EtcdError, GetOptions};
+use etcd_client::{Client, Error as EtcdError, GetOptions};
 
-use super::channel::KnownEndChannel;
+use super::channel::{ConnectError, Dial, Direct};
 
 /// Whether a call may be sent again to another member after it failed on one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,17 +55,13 @@ impl Members {
     /// the returned value lives.
     pub(super) async fn connect(
         endpoints: &[String],
-        options: ConnectOptions,
+        dial: Dial,
         probe: Probe,
     ) -> Result<Arc<Members>, EtcdError> {
         let mut members = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
-            let client = Client::connect_with_balanced_channel(
-                [endpoint],
-                Some(options.clone()),
-                KnownEndChannel,
-            )
-            .await?;
+            let channel = Direct::channel(endpoint, dial.clone())?;
+            let client = Client::from_channel(channel, None).await?;
             members.push(Member {
                 endpoint: endpoint.clone(),
                 client,
@@ -183,7 +179,7 @@ pub(super) fn not_sent(error: &EtcdError) -> bool {
     // Bounded: error chains are short, and a cycle must not loop forever.
     for _ in 0..16 {
         let Some(error) = source else { return false };
-        if error.is::<tonic::ConnectError>() {
+        if error.is::<ConnectError>() {
             return true;
         }
         source = error.source();
@@ -208,12 +204,13 @@ mod tests {
         }
     }
 
-    /// Guards the downcast: were etcd-client to move to another tonic than ours, connect
-    /// errors would no longer be recognised and writes no longer moved to a live member.
+    /// Guards the downcast: were the channel's connect errors to reach etcd-client's callers
+    /// in another shape, they would no longer be recognised and writes no longer moved to a
+    /// live member.
     #[tokio::test]
     async fn a_refused_connection_is_known_not_sent() {
         let endpoint = format!("http://127.0.0.1:{}", closed_port());
-        let members = Members::connect(&[endpoint], ConnectOptions::new(), probe())
+        let members = Members::connect(&[endpoint], Dial::default(), probe())
             .await
             .unwrap();
         let read = members
@@ -239,7 +236,7 @@ mod tests {
         let endpoints: Vec<String> = (0..3)
             .map(|_| format!("http://127.0.0.1:{}", closed_port()))
             .collect();
-        let members = Members::connect(&endpoints, ConnectOptions::new(), probe())
+        let members = Members::connect(&endpoints, Dial::default(), probe())
             .await
             .unwrap();
         let tried = AtomicUsize::new(0);
