@@ -158,12 +158,7 @@ impl Direct {
                 .keep_alive_while_idle(true);
         }
         if endpoint.uri.scheme_str() != Some("https") {
-            let (sender, connection) = http2
-                .handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| e.to_string())?;
-            tokio::spawn(connection);
-            return Ok(sender);
+            return self.handshake(&http2, tcp).await;
         }
         let tls = endpoint
             .dial
@@ -178,11 +173,25 @@ impl Direct {
             .connect(name, tcp)
             .await
             .map_err(|e| e.to_string())?;
+        self.handshake(&http2, tls).await
+    }
+
+    /// HTTP/2 over `io`, its connection driven by a task of its own until it closes.
+    async fn handshake<I>(&self, http2: &Builder<TokioExecutor>, io: I) -> Result<Sender, String>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
         let (sender, connection) = http2
-            .handshake(TokioIo::new(tls))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|e| e.to_string())?;
-        tokio::spawn(connection);
+        let uri = self.endpoint.uri.clone();
+        tokio::spawn(async move {
+            // The next call sees the sender closed and connects again.
+            if let Err(error) = connection.await {
+                tracing::debug!(endpoint = %uri, %error, "etcd connection closed");
+            }
+        });
         Ok(sender)
     }
 }
