@@ -207,6 +207,12 @@ impl Expression {
         self.program.expression()
     }
 
+    /// What each evaluation costs when that does not depend on the sizes of the values:
+    /// what [`evaluate`](Self::evaluate) charges the budget.
+    pub fn constant_cost(&self) -> Option<u64> {
+        self.constant_cost
+    }
+
     /// Its estimated cost, with the largest sizes the variables may have.
     pub fn estimated_cost(&self, sizes: &dyn Sizes) -> CostEstimate {
         stack::grow(stack::walk(self.depth), || {

@@ -15,6 +15,7 @@
 
 mod compile;
 mod error;
+mod fast;
 mod formats;
 mod limits;
 mod rules;

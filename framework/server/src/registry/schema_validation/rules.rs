@@ -5,6 +5,7 @@
 //! `messageExpression` or `failed rule: <rule>`, of its `reason`, at its `fieldPath`; an
 //! error of an unchanged value is ratcheted into a warning, except a transition rule's.
 
+use std::cell::OnceCell;
 use std::sync::{Arc, OnceLock};
 
 use cel::objects::OptionalValue;
@@ -17,6 +18,7 @@ use extension_apiserver_machinery::cel::{
 use serde_json::Value;
 
 use super::error::SchemaError;
+use super::fast::Fast;
 use super::limits::render;
 use super::{Node, Walk, join};
 use crate::runtime::{FieldError, FieldErrorType};
@@ -56,6 +58,9 @@ pub(super) struct Rule {
     estimated_cost: u64,
     /// What the rule and its message read of `self` and `oldSelf`.
     reads: Reads,
+    /// The rule, when it is simple enough to be decided on the JSON (see [`Fast`]), with
+    /// what each evaluation costs.
+    fast: Option<(Fast, u64)>,
 }
 
 /// `self` and `oldSelf`, with kube's libraries.
@@ -133,8 +138,13 @@ impl Rule {
             reads.merge(Reads::of(expression, "self"));
             reads.merge(Reads::of(expression, "oldSelf"));
         }
+        let fast = match (uses_old_self, program.constant_cost()) {
+            (false, Some(cost)) => Fast::of(program.ided()).map(|fast| (fast, cost)),
+            _ => None,
+        };
         Ok(Self {
             reads,
+            fast,
             source: source.to_string(),
             program,
             message: text("message").trim().to_string(),
@@ -251,32 +261,25 @@ pub(super) fn evaluate(
     path: &str,
 ) {
     let root = path.is_empty();
-    let this = cel_view(value, &node.reads, root);
-    let previous = old.map(|old| cel_view(old, &node.reads, root));
     // One activation for the node's rules, so that each value is converted for cel-rust
     // once (a rule with an optional `oldSelf` gets a copy binding it as an optional, which
-    // shares the converted `self`).
-    let mut activation = Activation::new().with("self", this);
-    if let Some(previous) = &previous {
-        activation.set("oldSelf", previous.clone());
-    }
+    // shares the converted `self`); made only when a rule is not decided on the JSON.
+    let previous = OnceCell::new();
+    let previous = || previous.get_or_init(|| old.map(|old| cel_view(old, &node.reads, root)));
+    let activation = OnceCell::new();
+    let activation = || {
+        activation.get_or_init(|| {
+            let mut activation = Activation::new().with("self", cel_view(value, &node.reads, root));
+            if let Some(previous) = previous() {
+                activation.set("oldSelf", previous.clone());
+            }
+            activation
+        })
+    };
     for rule in &node.rules {
-        if rule.uses_old_self && previous.is_none() && !rule.optional_old_self {
+        if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
             continue; // a transition rule needs an old value
         }
-        let optional_activation;
-        let rule_activation = if rule.optional_old_self {
-            let optional = match &previous {
-                Some(p) => OptionalValue::of(p.clone()),
-                None => OptionalValue::none(),
-            };
-            let mut with_optional = activation.clone();
-            with_optional.set("oldSelf", CelValue::Opaque(Arc::new(optional)));
-            optional_activation = with_optional;
-            &optional_activation
-        } else {
-            &activation
-        };
         let type_ = node.type_;
         let invalid = |detail: String| FieldError {
             type_: FieldErrorType::Invalid,
@@ -284,7 +287,23 @@ pub(super) fn evaluate(
             value: Some(format!("{type_:?}")),
             detail,
         };
-        match rule.program.evaluate(rule_activation, &mut walk.budget.0) {
+        let outcome = match &rule.fast {
+            Some((fast, cost)) => match fast.decide(value, root) {
+                Some(answer) => walk.budget.0.charge(*cost).map(|()| CelValue::Bool(answer)),
+                None => rule.program.evaluate(activation(), &mut walk.budget.0),
+            },
+            None if rule.optional_old_self => {
+                let optional = match previous() {
+                    Some(p) => OptionalValue::of(p.clone()),
+                    None => OptionalValue::none(),
+                };
+                let mut with_optional = activation().clone();
+                with_optional.set("oldSelf", CelValue::Opaque(Arc::new(optional)));
+                rule.program.evaluate(&with_optional, &mut walk.budget.0)
+            }
+            None => rule.program.evaluate(activation(), &mut walk.budget.0),
+        };
+        match outcome {
             Ok(CelValue::Bool(true)) => continue,
             Ok(CelValue::Bool(false)) => {}
             Ok(other) => {
@@ -324,7 +343,7 @@ pub(super) fn evaluate(
             child => join(path, child),
         };
         let detail = match &rule.message_expression {
-            Some(expression) => match message(expression, &activation, &mut walk.budget) {
+            Some(expression) => match message(expression, activation(), &mut walk.budget) {
                 Ok(Some(m)) => m,
                 Ok(None) => rule.message_or_default(),
                 Err(m) => {
@@ -396,5 +415,141 @@ fn error_for_reason(
             value: shown,
             detail,
         },
+    }
+}
+
+#[cfg(test)]
+mod fast_tests {
+    use cel::Value as Cel;
+    use extension_apiserver_machinery::cel::cost::Unbounded;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Rules the fast path takes (each is checked to be taken): wardle's two, and others
+    /// of the shape. (A comparison with a literal other than `''` costs by the sizes of the
+    /// values, so cel-rust keeps those.)
+    const RULES: &[&str] = &[
+        "!has(self.spec.referenceType) || (has(self.spec.reference) && self.spec.reference != '')",
+        "!has(self.spec.reference) || self.spec.reference == '' || has(self.spec.referenceType)",
+        "has(self.a)",
+        "!has(self.a.b)",
+        "self.a != ''",
+        "self.a == ''",
+        "!self.b",
+        "!self.b || self.c == ''",
+        "has(self.spec) && !has(self.spec.reference)",
+        "!has(self.x.y) || self.x.y != ''",
+        "has(self.metadata.labels)",
+        "has(self.metadata.name) && self.metadata.name != ''",
+        "self.metadata.generateName == '' || has(self.metadata.labels)",
+        "!(self.b && self.n != '')",
+    ];
+
+    fn rule(source: &str) -> Rule {
+        Rule::compile(&json!({"rule": source}), 0, "", &Unbounded).unwrap()
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!("")),
+            Just(json!("x")),
+            Just(json!("q")),
+            Just(json!("g-")),
+            Just(json!(true)),
+            Just(json!(false)),
+            Just(json!(3)),
+            Just(json!(-1)),
+            Just(json!(1)),
+            Just(json!(1.5)),
+            Just(json!(3.0)),
+            Just(json!(u64::MAX)),
+            Just(json!(null)),
+            Just(json!(["x"])),
+            Just(json!({"y": "q"})),
+            Just(json!({"b": 1})),
+        ]
+    }
+
+    /// An object with some of the fields the rules read, each any leaf.
+    fn object() -> impl Strategy<Value = Value> {
+        const NAMES: &[&str] = &[
+            "a",
+            "b",
+            "c",
+            "n",
+            "x",
+            "y",
+            "spec",
+            "metadata",
+            "name",
+            "reference",
+            "referenceType",
+            "labels",
+            "generateName",
+        ];
+        let field = (proptest::sample::select(NAMES), leaf());
+        let inner = proptest::collection::vec(field, 0..5).prop_map(|fields| {
+            Value::Object(
+                fields
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            )
+        });
+        let member = prop_oneof![leaf(), inner];
+        proptest::collection::vec((proptest::sample::select(NAMES), member), 0..7).prop_map(
+            |fields| {
+                Value::Object(
+                    fields
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
+                )
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Where the fast path decides, cel-rust on `cel_view`'s value says the same.
+        #[test]
+        fn decides_as_cel_rust(value in object(), root in any::<bool>(), index in 0..RULES.len()) {
+            let rule = rule(RULES[index]);
+            let (fast, cost) = rule.fast.as_ref().expect("a fast rule");
+            let Some(answer) = fast.decide(&value, root) else {
+                return Ok(());
+            };
+            let activation = Activation::new().with("self", cel_view(&value, &rule.reads, root));
+            let mut budget = cost::Budget::new(u64::MAX, u64::MAX);
+            let slow = rule.program.evaluate(&activation, &mut budget);
+            prop_assert!(matches!(slow, Ok(Cel::Bool(b)) if b == answer), "{} on {value} (root {root}): fast {answer}, cel-rust {slow:?}", RULES[index]);
+            prop_assert_eq!(u64::MAX - budget.remaining(), *cost);
+        }
+    }
+
+    /// The rules the fast path takes, and that it decides the common cases.
+    #[test]
+    fn takes_wardles_rules() {
+        let flunder = json!({"metadata": {"name": "f"}, "spec": {"reference": "r", "referenceType": "Flunder"}});
+        for source in &RULES[..2] {
+            let rule = rule(source);
+            let (fast, _) = rule.fast.as_ref().expect("a fast rule");
+            assert_eq!(fast.decide(&flunder, true), Some(true), "{source}");
+        }
+        let missing = json!({"spec": {"referenceType": "Flunder"}});
+        let (fast, _) = rule(RULES[0]).fast.expect("a fast rule");
+        assert_eq!(fast.decide(&missing, true), Some(false));
+        // A field of metadata a rule does not see at the root, and does elsewhere.
+        let labelled = json!({"metadata": {"labels": "x"}});
+        let (fast, _) = rule("has(self.metadata.labels)").fast.expect("a fast rule");
+        assert_eq!(fast.decide(&labelled, true), Some(false));
+        assert_eq!(fast.decide(&labelled, false), Some(true));
+        // Outside the shape: transition rules, functions, costs that depend on the values.
+        assert!(rule("self.a == oldSelf.a").fast.is_none());
+        assert!(rule("size(self.a) > 1").fast.is_none());
+        assert!(rule("self.a == 'x'").fast.is_none());
     }
 }
