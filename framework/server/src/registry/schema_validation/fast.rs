@@ -178,7 +178,8 @@ fn map_of(seen: Seen<'_>) -> Option<(&serde_json::Map<String, Value>, bool)> {
     }
 }
 
-/// The fields of the root's `metadata` a rule sees (kube's `WithTypeAndObjectMeta`).
-fn seen_in_metadata(field: &str) -> bool {
+/// The fields of the root's `metadata` a rule sees (kube's `WithTypeAndObjectMeta`), here and
+/// in [`cel_view`](super::rules).
+pub(super) fn seen_in_metadata(field: &str) -> bool {
     field == "name" || field == "generateName"
 }

@@ -18,7 +18,7 @@ use extension_apiserver_machinery::cel::{
 use serde_json::Value;
 
 use super::error::SchemaError;
-use super::fast::Fast;
+use super::fast::{Fast, seen_in_metadata};
 use super::limits::render;
 use super::{Node, Walk, join};
 use crate::runtime::{FieldError, FieldErrorType};
@@ -240,8 +240,7 @@ fn cel_view(value: &Value, reads: &Reads, root: bool) -> CelValue {
             ("metadata", Value::Object(meta)) => {
                 string_map(meta.iter().filter_map(|(key, value)| {
                     let reads = reads.field(key)?;
-                    let kept = key == "name" || key == "generateName";
-                    kept.then(|| (key.clone(), from_json_read(value, reads)))
+                    seen_in_metadata(key).then(|| (key.clone(), from_json_read(value, reads)))
                 }))
             }
             _ => from_json_read(value, reads),
