@@ -28,20 +28,31 @@ thread_local! {
 /// 1 MiB of it between calls) and copied out once. JSON larger than that (a table of many
 /// objects) is not copied: the buffer itself is handed out, shrunk to its size in place.
 pub fn to_json_vec<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Vec<u8>> {
+    to_json_vec_with(|buffer| serde_json::to_writer(buffer, value)).map(|(encoded, ())| encoded)
+}
+
+/// What `write` writes, in a vector exactly its size, written as [`to_json_vec`] writes: into
+/// the thread's buffer, copied out once. With what `write` returned besides (where in the
+/// JSON something is, found while writing it).
+pub fn to_json_vec_with<R>(
+    write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<R>,
+) -> serde_json::Result<(Vec<u8>, R)> {
     SCRATCH.with(|scratch| {
         // Called again from inside a `Serialize` impl: that call gets a vector of its own.
         let Ok(mut buffer) = scratch.try_borrow_mut() else {
-            return serde_json::to_vec(value);
+            let mut own = Vec::new();
+            return write(&mut own).map(|found| (own, found));
         };
         buffer.clear();
-        let encoded = serde_json::to_writer(&mut *buffer, value).map(|()| {
-            if buffer.len() > SCRATCH_KEPT {
+        let encoded = write(&mut buffer).map(|found| {
+            let encoded = if buffer.len() > SCRATCH_KEPT {
                 let mut encoded = std::mem::take(&mut *buffer);
                 encoded.shrink_to_fit();
                 encoded
             } else {
                 buffer.to_vec()
-            }
+            };
+            (encoded, found)
         });
         if buffer.capacity() > SCRATCH_KEPT {
             *buffer = Vec::new();

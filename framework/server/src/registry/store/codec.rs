@@ -81,13 +81,6 @@ fn spliced_or_encoded(kv: &KeyValue) -> Result<Spliced> {
     })
 }
 
-/// The answer to a write of `stored` (bytes this crate encoded) at `revision`: the bytes
-/// with `metadata.resourceVersion` spliced in, the same JSON encoding the object with its
-/// resourceVersion gives. `None` when they cannot be spliced.
-pub(crate) fn answer_of_stored(stored: &Bytes, revision: i64) -> Option<Bytes> {
-    splice_resource_version(stored, revision).map(|spliced| Bytes::from(spliced.json))
-}
-
 /// [`encode_stored`] for the watch cache, with the parts objects repeat.
 pub(crate) fn encode_for_client(kv: &KeyValue) -> std::result::Result<Encoded, StorageError> {
     encode_stored_parts(kv).map_err(|e| StorageError::Internal(e.message().to_string()))
@@ -511,17 +504,133 @@ pub(crate) fn decode_cached(object: &CachedObject) -> Result<Value> {
 
 /// The bytes to store: the object without `resourceVersion` (the revision is the version).
 pub(crate) fn encode_for_storage(object: &Value) -> Result<Bytes> {
-    let metadata = object.get("metadata").and_then(Value::as_object);
-    let encoded = match metadata {
-        // Nothing to take out: no copy of the object.
-        Some(metadata) if !metadata.contains_key("resourceVersion") => to_json_vec(object),
-        _ => {
+    encode_answerable(object).map(|stored| stored.bytes)
+}
+
+/// The bytes to store of `object` ([`encode_for_storage`]), and where the answer to the
+/// write takes its `resourceVersion`: found while the bytes are written, so the answer is
+/// two copies, not a second pass over the JSON ([`splice_resource_version`]'s).
+pub(crate) fn encode_answerable(object: &Value) -> Result<StoredJson> {
+    let metadata_map = object
+        .as_object()
+        .filter(|map| map.get("metadata").is_some_and(Value::is_object));
+    let (encoded, place) = match metadata_map {
+        Some(map) => to_json_vec_with(|out| write_stored(out, map)),
+        // Made an object with a `metadata` object first, as `metadata_mut` makes it.
+        None => {
             let mut object = object.clone();
             metadata_mut(&mut object).remove("resourceVersion");
-            to_json_vec(&object)
+            to_json_vec(&object).map(|encoded| (encoded, None))
         }
-    };
-    encoded.map(Bytes::from).map_err(Error::internal)
+    }
+    .map_err(Error::internal)?;
+    Ok(StoredJson {
+        bytes: Bytes::from(encoded),
+        place,
+    })
+}
+
+/// The bytes of an object to store, and where a client's answer to the write takes its
+/// `"resourceVersion":"…"` in them (`None` where [`splice_resource_version`] is left to
+/// judge: a key it reads has escapes).
+pub(crate) struct StoredJson {
+    pub(crate) bytes: Bytes,
+    place: Option<RvPlace>,
+}
+
+impl StoredJson {
+    /// The answer to the write at `revision`: the stored bytes with
+    /// `metadata.resourceVersion` spliced in, the same JSON as encoding the object with its
+    /// resourceVersion. `None` when they cannot be spliced.
+    pub(crate) fn answer(&self, revision: i64) -> Option<Bytes> {
+        let Some(place) = self.place else {
+            return splice_resource_version(&self.bytes, revision)
+                .map(|spliced| Bytes::from(spliced.json));
+        };
+        let (before, after) = self.bytes.split_at(place.at);
+        let mut out = Vec::with_capacity(self.bytes.len() + RV_MEMBER_MAX);
+        out.extend_from_slice(before);
+        if place.comma_before {
+            out.push(b',');
+        }
+        write!(out, "\"resourceVersion\":\"{revision}\"").expect("a Vec takes every write");
+        if place.comma_after {
+            out.push(b',');
+        }
+        out.extend_from_slice(after);
+        Some(Bytes::from(out))
+    }
+}
+
+/// The most a `"resourceVersion":"…"` member adds, with its comma: the key, its colon and
+/// quotes, a revision of a sign and at most 19 digits.
+const RV_MEMBER_MAX: usize = "\"resourceVersion\":\"\"".len() + 20 + 1;
+
+/// Where in stored bytes the member `resourceVersion` goes: before the first member of
+/// `metadata` whose key sorts after it, or at the end of `metadata`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RvPlace {
+    at: usize,
+    /// A member precedes it: a comma goes first.
+    comma_before: bool,
+    /// A member follows it: a comma goes after.
+    comma_after: bool,
+}
+
+/// Writes `object` (whose `metadata` is an object) as `serde_json` does, without
+/// `metadata.resourceVersion`; returns where that member goes. `None` for the place when a
+/// key the splice reads (of the object or of `metadata`) needs escapes.
+fn write_stored(
+    out: &mut Vec<u8>,
+    object: &serde_json::Map<String, Value>,
+) -> serde_json::Result<Option<RvPlace>> {
+    const RV: &str = "resourceVersion";
+    let needs_escape = |key: &str| key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
+    let mut plain = true;
+    let mut place = None;
+    out.push(b'{');
+    for (i, (key, value)) in object.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        plain &= !needs_escape(key);
+        serde_json::to_writer(&mut *out, key)?;
+        out.push(b':');
+        let metadata = match value {
+            Value::Object(metadata) if key == "metadata" => metadata,
+            value => {
+                serde_json::to_writer(&mut *out, value)?;
+                continue;
+            }
+        };
+        out.push(b'{');
+        let mut first = true;
+        for (key, value) in metadata.iter().filter(|(key, _)| *key != RV) {
+            if !first {
+                out.push(b',');
+            }
+            if place.is_none() && key.as_str() > RV {
+                place = Some(RvPlace {
+                    at: out.len(),
+                    comma_before: false,
+                    comma_after: true,
+                });
+            }
+            first = false;
+            plain &= !needs_escape(key);
+            serde_json::to_writer(&mut *out, key)?;
+            out.push(b':');
+            serde_json::to_writer(&mut *out, value)?;
+        }
+        place.get_or_insert(RvPlace {
+            at: out.len(),
+            comma_before: !first,
+            comma_after: false,
+        });
+        out.push(b'}');
+    }
+    out.push(b'}');
+    Ok(place.filter(|_| plain))
 }
 
 /// The most unknown fields reported, as sigs.k8s.io/json's decoder keeps at most 100 strict
@@ -659,7 +768,9 @@ fn cannot_handle(info: &ResourceInfo, e: impl std::fmt::Display) -> Error {
     ))
 }
 
-pub(crate) use crate::codec::{encode_typed, from_object, set_type_meta, to_json_vec};
+pub(crate) use crate::codec::{
+    encode_typed, from_object, set_type_meta, to_json_vec, to_json_vec_with,
+};
 
 #[cfg(test)]
 mod tests {
@@ -715,9 +826,9 @@ mod tests {
             "metadata": {"name": "a", "namespace": "n", "uid": "u", "managedFields": [{"manager": "m"}]},
             "spec": {"reference": "x"},
         });
-        let stored = encode_for_storage(&object).unwrap();
+        let stored = encode_answerable(&object).unwrap();
         set_meta(&mut object, "resourceVersion", json!("42"));
-        let answer = answer_of_stored(&stored, 42).unwrap();
+        let answer = stored.answer(42).unwrap();
         assert_eq!(answer, Bytes::from(serde_json::to_vec(&object).unwrap()));
     }
 
@@ -1024,6 +1135,42 @@ mod properties {
                 }
             }
             crate::fuzzing::stored_object(&bytes);
+        }
+
+        /// The bytes a write stores are the object's without its `resourceVersion`, and the
+        /// answer found while writing them is the object's with the write's: what splicing
+        /// the stored bytes gives, and what encoding the object gives.
+        #[test]
+        fn the_answer_of_a_write_is_its_object_with_its_version(
+            object in stored_object(),
+            escaped in prop::option::of(prop::sample::select(&["a\"b", "z\\", "m\u{1}"][..])),
+            top in any::<bool>(),
+            revision in 1i64..i64::MAX,
+        ) {
+            let mut object = object;
+            // A key with escapes, at the top or in `metadata`: the splice does not judge it.
+            if let Some(key) = escaped {
+                let map = if top { object.as_object_mut().unwrap() } else { metadata_mut(&mut object) };
+                map.insert(key.to_string(), Value::from(1));
+            }
+            let stored = encode_answerable(&object).unwrap();
+            let mut without = object.clone();
+            metadata_mut(&mut without).remove("resourceVersion");
+            prop_assert_eq!(&stored.bytes, &Bytes::from(serde_json::to_vec(&without).unwrap()));
+            prop_assert_eq!(stored.place.is_some(), escaped.is_none());
+            let spliced = splice_resource_version(&stored.bytes, revision).map(|s| Bytes::from(s.json));
+            let answer = stored.answer(revision);
+            match (&answer, &spliced) {
+                (Some(answer), _) => {
+                    let mut with = without;
+                    set_meta(&mut with, "resourceVersion", json!(revision.to_string()));
+                    prop_assert_eq!(answer, &Bytes::from(serde_json::to_vec(&with).unwrap()));
+                    if let Some(spliced) = &spliced {
+                        prop_assert_eq!(answer, spliced);
+                    }
+                }
+                (None, spliced) => prop_assert!(escaped.is_some() && spliced.is_none()),
+            }
         }
 
         #[test]

@@ -7,7 +7,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::admit::{AdmissionView, Admit};
-use super::codec::{answer_of_stored, decode_typed, encode_for_storage, encode_typed};
+use super::codec::{decode_typed, encode_answerable, encode_for_storage, encode_typed};
 use super::managed::ManagedJson;
 use super::{Inner, MAX_ATTEMPTS};
 use crate::admission::Operation;
@@ -149,15 +149,15 @@ async fn insert<T: Strategy>(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let bytes = encode_for_storage(&stored)?;
+    let encoded = encode_answerable(&stored)?;
     let started = ctx.stage(WriteStage::Encode, started);
-    let created = inner.backend.create(&key, bytes.clone()).await;
+    let created = inner.backend.create(&key, encoded.bytes.clone()).await;
     ctx.stage(WriteStage::Store, started);
     match created {
         // What was stored, as decode_stored would read it back; the answer is the bytes
         // stored with the revision spliced in, as a get would answer.
         Ok(kv) => {
-            let answer = answer_of_stored(&bytes, kv.mod_revision);
+            let answer = encoded.answer(kv.mod_revision);
             let mut created = stored;
             set_meta(
                 &mut created,
