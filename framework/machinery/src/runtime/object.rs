@@ -3,6 +3,7 @@
 //! Storage and the REST layer move objects as `serde_json::Value`; these helpers keep the
 //! paths of `metadata` fields in one place.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -92,11 +93,26 @@ pub fn is_being_deleted(object: &Value) -> bool {
     meta_str(object, "deletionTimestamp").is_some()
 }
 
-/// The current time as kube writes timestamps: RFC 3339, whole seconds, UTC.
+/// The current time as kube writes timestamps: RFC 3339, whole seconds, UTC. Formatted once
+/// a second on each thread (a write asks twice: its creation time and its managedFields'),
+/// copied for the other calls of the second.
 pub fn now_timestamp() -> String {
+    thread_local! {
+        /// The second last formatted on this thread, and its text.
+        static LAST: RefCell<(i64, String)> = const { RefCell::new((i64::MIN, String::new())) };
+    }
     let now = jiff::Timestamp::now();
-    let seconds = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-    seconds.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    let format = || {
+        let seconds = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+        seconds.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    };
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != now.as_second() {
+            *last = (now.as_second(), format());
+        }
+        last.1.clone()
+    })
 }
 
 #[cfg(test)]
@@ -119,10 +135,15 @@ mod tests {
         assert_eq!(name(&bare), Some("b"));
     }
 
+    /// Whole seconds in UTC, the time now; a second call (formatted once, then copied) never
+    /// goes back.
     #[test]
     fn timestamps_are_whole_seconds() {
-        let t = now_timestamp();
+        let (t, again) = (now_timestamp(), now_timestamp());
         assert_eq!(t.len(), 20, "{t}");
         assert!(t.ends_with('Z'));
+        let parsed: jiff::Timestamp = again.parse().unwrap();
+        assert!((jiff::Timestamp::now().as_second() - parsed.as_second()).abs() <= 1);
+        assert!(t <= again, "{t} {again}");
     }
 }
