@@ -281,6 +281,20 @@ pub trait Updater: Send + Sync {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Value, bool)>;
+
+    /// [`update`](Self::update), for an answer to a client: the stored object as it is best
+    /// sent. The generic store answers with the bytes it stored (and the resourceVersion
+    /// they were stored at), not encoded a second time; by default, `update`'s object.
+    async fn update_object(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Object, bool)> {
+        let (object, created) = self.update(ctx, name, update, options).await?;
+        Ok((Object::Decoded(object), created))
+    }
 }
 
 /// What a delete did.

@@ -276,13 +276,13 @@ pub(crate) async fn update(mut call: Call) -> Result<Response> {
         Ok(new)
     });
     let written = updater
-        .update(&call.ctx, &call.info.name, update, &options)
+        .update_object(&call.ctx, &call.info.name, update, &options)
         .await?;
     respond_written(&call, written)
 }
 
 /// The object an update stored: 201 when it created it, else 200.
-fn respond_written(call: &Call, (stored, created): (Value, bool)) -> Result<Response> {
+fn respond_written(call: &Call, (stored, created): (Object, bool)) -> Result<Response> {
     let code = if created {
         StatusCode::CREATED
     } else {
@@ -341,7 +341,7 @@ pub(crate) async fn patch(mut call: Call) -> Result<Response> {
         Ok(patched)
     });
     let (stored, _) = updater
-        .update(&call.ctx, &call.info.name, update, &options)
+        .update_object(&call.ctx, &call.info.name, update, &options)
         .await?;
     respond_object(&call, StatusCode::OK, stored)
 }
@@ -407,7 +407,7 @@ async fn apply(mut call: Call, updater: Arc<dyn Updater>) -> Result<Response> {
         Ok(applied)
     });
     let written = updater
-        .update(&call.ctx, &call.info.name, update, &options)
+        .update_object(&call.ctx, &call.info.name, update, &options)
         .await?;
     respond_written(&call, written)
 }

@@ -393,7 +393,22 @@ impl<T: Strategy> Updater for Store<T> {
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
         let target = (UpdateTarget::Main, None);
-        write::update::<T>(&self.inner, ctx, name, update, options, target).await
+        let (written, created) =
+            write::update::<T>(&self.inner, ctx, name, update, options, target).await?;
+        Ok((written.object, created))
+    }
+
+    async fn update_object(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Object, bool)> {
+        let target = (UpdateTarget::Main, None);
+        let (written, created) =
+            write::update::<T>(&self.inner, ctx, name, update, options, target).await?;
+        Ok((written.into_object(), created))
     }
 }
 
@@ -456,14 +471,32 @@ impl<T: Strategy> Updater for StatusStore<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
-        write::update::<T>(
-            &self.0.inner,
-            ctx,
-            name,
-            update,
-            options,
-            (UpdateTarget::Status, None),
-        )
-        .await
+        let (written, created) = self.write(ctx, name, update, options).await?;
+        Ok((written.object, created))
+    }
+
+    async fn update_object(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(Object, bool)> {
+        let (written, created) = self.write(ctx, name, update, options).await?;
+        Ok((written.into_object(), created))
+    }
+}
+
+impl<T: Strategy> StatusStore<T> {
+    /// An update of the status alone.
+    async fn write(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        update: UpdateFn,
+        options: &WriteOptions,
+    ) -> Result<(write::Written, bool)> {
+        let target = (UpdateTarget::Status, None);
+        write::update::<T>(&self.0.inner, ctx, name, update, options, target).await
     }
 }

@@ -131,7 +131,7 @@ impl<T: Strategy> Updater for ScaleStore<T> {
             }
             Ok(object)
         });
-        let (object, created) = write::update::<T>(
+        let (written, created) = write::update::<T>(
             &self.store.inner,
             ctx,
             name,
@@ -140,7 +140,7 @@ impl<T: Strategy> Updater for ScaleStore<T> {
             (UpdateTarget::Scale, Some(self as &dyn AdmissionView)),
         )
         .await?;
-        Ok((scale_of(&self.paths, &object)?, created))
+        Ok((scale_of(&self.paths, &written.object)?, created))
     }
 }
 

@@ -7,7 +7,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::admit::{AdmissionView, Admit};
-use super::codec::{decode_typed, encode_answerable, encode_for_storage, encode_typed};
+use super::codec::{decode_typed, encode_answerable, encode_typed};
 use super::managed::ManagedJson;
 use super::{Inner, MAX_ATTEMPTS};
 use crate::admission::Operation;
@@ -115,6 +115,33 @@ enum Inserted {
     Created(Value, Option<bytes::Bytes>),
     /// The name is taken.
     Taken(String),
+}
+
+/// What an update wrote: the object as stored, with its resourceVersion; and, when it was
+/// stored and the stored bytes could be spliced, the bytes a client receives for it (what
+/// was stored, with its resourceVersion), so that the answer is not encoded a second time.
+pub(crate) struct Written {
+    pub(crate) object: Value,
+    answer: Option<bytes::Bytes>,
+}
+
+impl Written {
+    /// An object that was not stored by this write (a dry run, an update that changed
+    /// nothing): no stored bytes to answer with.
+    fn decoded(object: Value) -> Self {
+        Self {
+            object,
+            answer: None,
+        }
+    }
+
+    /// The object as a client receives it: the stored bytes when there are any.
+    pub(crate) fn into_object(self) -> Object {
+        match self.answer {
+            Some(answer) => Object::Encoded(answer),
+            None => Object::Decoded(self.object),
+        }
+    }
 }
 
 /// Validates `typed` (the type's rules, then the validating admission plugins) and stores it
@@ -356,7 +383,7 @@ pub(crate) async fn update<T: Strategy>(
     update: UpdateFn,
     options: &WriteOptions,
     (target, view): (UpdateTarget, Option<&dyn AdmissionView>),
-) -> Result<(Value, bool)> {
+) -> Result<(Written, bool)> {
     let key = inner.key(ctx, name)?;
     let set = inner.set.set();
     let strategy = StrategyContext::new(ctx, options)
@@ -379,7 +406,7 @@ pub(crate) async fn update<T: Strategy>(
             }
             match create_on_update::<T>(inner, &strategy, Admit::new(inner, ctx), name, new).await?
             {
-                Inserted::Created(created, _) => return Ok((created, true)),
+                Inserted::Created(object, answer) => return Ok((Written { object, answer }, true)),
                 // Created meanwhile by another request: update that one.
                 Inserted::Taken(_) => continue,
             }
@@ -394,41 +421,46 @@ pub(crate) async fn update<T: Strategy>(
         // which is how kube-storage-version-migrator's no-op updates migrate objects.
         let stale = !inner.versions.is_current(&current);
         let Some(mut new) = prepared.or_else(|| stale.then(|| old.clone())) else {
-            return Ok((old, false));
+            return Ok((Written::decoded(old), false));
         };
         if options.dry_run {
-            return Ok((new, false));
+            return Ok((Written::decoded(new), false));
         }
         // kube's ShouldDeleteDuringUpdate: the last finalizer of an object being deleted is
         // gone, so the object goes; the answer is the object as this update made it.
         let emptied = object::is_being_deleted(&new) && object::finalizers(&new).is_empty();
         let started = Instant::now();
-        let result = if emptied {
-            inner.backend.delete(&key, Some(current.mod_revision)).await
+        let (result, encoded) = if emptied {
+            let deleted = inner.backend.delete(&key, Some(current.mod_revision)).await;
+            (deleted, None)
         } else {
-            // Stored without its resourceVersion, which the key's revision gives: taken
-            // out here rather than from a copy of the object. A stored update sets it
-            // anew below; a conflict or an error drops `new`.
-            metadata_mut(&mut new).remove("resourceVersion");
-            let bytes = encode_for_storage(&new)?;
+            // Stored without its resourceVersion, which the key's revision gives (a stored
+            // update sets it anew below; a conflict or an error drops `new`).
+            let encoded = encode_answerable(&new)?;
             let started = ctx.stage(WriteStage::Encode, started);
             let result = inner
                 .backend
-                .update(&key, bytes, current.mod_revision)
+                .update(&key, encoded.bytes.clone(), current.mod_revision)
                 .await;
             ctx.stage(WriteStage::Store, started);
-            result
+            (result, Some(encoded))
         };
         match result {
-            Ok(_) if emptied => return Ok((new, false)),
-            // What was stored, as decode_stored would read it back.
+            Ok(_) if emptied => return Ok((Written::decoded(new), false)),
+            // What was stored, as decode_stored would read it back; the answer is the bytes
+            // stored with the revision spliced in, as for a create.
             Ok(kv) => {
+                let answer = encoded.and_then(|encoded| encoded.answer(kv.mod_revision));
                 set_meta(
                     &mut new,
                     "resourceVersion",
                     json!(kv.mod_revision.to_string()),
                 );
-                return Ok((new, false));
+                let written = Written {
+                    object: new,
+                    answer,
+                };
+                return Ok((written, false));
             }
             Err(StorageError::Conflict { .. }) => continue,
             Err(e) => return Err(inner.storage_error(name, e)),
