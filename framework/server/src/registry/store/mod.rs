@@ -392,9 +392,8 @@ impl<T: Strategy> Updater for Store<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
-        let target = (UpdateTarget::Main, None);
-        let (written, created) =
-            write::update::<T>(&self.inner, ctx, name, update, options, target).await?;
+        let write = (ctx, name, update, options);
+        let (written, created) = self.write(write, UpdateTarget::Main).await?;
         Ok((written.object, created))
     }
 
@@ -405,10 +404,20 @@ impl<T: Strategy> Updater for Store<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Object, bool)> {
-        let target = (UpdateTarget::Main, None);
-        let (written, created) =
-            write::update::<T>(&self.inner, ctx, name, update, options, target).await?;
+        let write = (ctx, name, update, options);
+        let (written, created) = self.write(write, UpdateTarget::Main).await?;
         Ok((written.into_object(), created))
+    }
+}
+
+impl<T: Strategy> Store<T> {
+    /// An update of the object (`Main`) or of its status alone.
+    async fn write(
+        &self,
+        (ctx, name, update, options): (&RequestContext, &str, UpdateFn, &WriteOptions),
+        target: UpdateTarget,
+    ) -> Result<(write::Written, bool)> {
+        write::update::<T>(&self.inner, ctx, name, update, options, (target, None)).await
     }
 }
 
@@ -471,7 +480,8 @@ impl<T: Strategy> Updater for StatusStore<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Value, bool)> {
-        let (written, created) = self.write(ctx, name, update, options).await?;
+        let write = (ctx, name, update, options);
+        let (written, created) = self.0.write(write, UpdateTarget::Status).await?;
         Ok((written.object, created))
     }
 
@@ -482,21 +492,8 @@ impl<T: Strategy> Updater for StatusStore<T> {
         update: UpdateFn,
         options: &WriteOptions,
     ) -> Result<(Object, bool)> {
-        let (written, created) = self.write(ctx, name, update, options).await?;
+        let write = (ctx, name, update, options);
+        let (written, created) = self.0.write(write, UpdateTarget::Status).await?;
         Ok((written.into_object(), created))
-    }
-}
-
-impl<T: Strategy> StatusStore<T> {
-    /// An update of the status alone.
-    async fn write(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        update: UpdateFn,
-        options: &WriteOptions,
-    ) -> Result<(write::Written, bool)> {
-        let target = (UpdateTarget::Status, None);
-        write::update::<T>(&self.0.inner, ctx, name, update, options, target).await
     }
 }
