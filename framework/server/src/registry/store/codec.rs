@@ -45,23 +45,35 @@ pub(crate) fn encode_stored(kv: &KeyValue) -> Result<Bytes> {
 /// the value of `metadata.managedFields` (and its part before the first entry's `time`),
 /// which the watch cache keeps once for the objects that have the same.
 fn encode_stored_parts(kv: &KeyValue) -> Result<Encoded> {
+    spliced_or_encoded(kv).map(parts_of)
+}
+
+/// What the watch cache keeps of `spliced`: its bytes, and where the parts other objects
+/// repeat are in them.
+fn parts_of(spliced: Spliced) -> Encoded {
     let Spliced {
         json: mut encoded,
         head,
         managed_fields: repeated,
-    } = spliced_or_encoded(kv)?;
+    } = spliced;
     // Only the cache keeps the shorter part, so only its encoding looks for it.
     let shorter = repeated
         .as_ref()
         .and_then(|span| first_entry_time(&encoded, span.start));
     // Watch-cache objects are kept for as long as they are current: no spare capacity.
     encoded.shrink_to_fit();
-    Ok(Encoded {
+    Encoded {
         bytes: Bytes::from(encoded),
         head,
         repeated,
         shorter,
-    })
+    }
+}
+
+/// [`encode_for_client`] of bytes this crate wrote (`stored`, at `revision`): the places the
+/// writing found, instead of a scan. `None` where the splice is left to judge.
+pub(crate) fn encode_written(stored: &StoredJson, revision: i64) -> Option<Encoded> {
+    stored.spliced(revision).map(parts_of)
 }
 
 /// The stored JSON with `resourceVersion` spliced in, or (when it cannot be spliced) the
@@ -514,28 +526,34 @@ pub(crate) fn encode_answerable(object: &Value) -> Result<StoredJson> {
     let metadata_map = object
         .as_object()
         .filter(|map| map.get("metadata").is_some_and(Value::is_object));
-    let (encoded, place) = match metadata_map {
+    let (encoded, places) = match metadata_map {
         Some(map) => to_json_vec_with(|out| write_stored(out, map)),
         // Made an object with a `metadata` object first, as `metadata_mut` makes it.
         None => {
             let mut object = object.clone();
             metadata_mut(&mut object).remove("resourceVersion");
-            to_json_vec(&object).map(|encoded| (encoded, None))
+            to_json_vec(&object).map(|encoded| (encoded, Places::default()))
         }
     }
     .map_err(Error::internal)?;
     Ok(StoredJson {
         bytes: Bytes::from(encoded),
-        place,
+        place: places.rv,
+        head: places.head,
+        managed_fields: places.managed_fields,
     })
 }
 
 /// The bytes of an object to store, and where a client's answer to the write takes its
 /// `"resourceVersion":"…"` in them (`None` where [`splice_resource_version`] is left to
-/// judge: a key it reads has escapes).
+/// judge: a key it reads has escapes), with the parts the watch cache keeps once.
 pub(crate) struct StoredJson {
     pub(crate) bytes: Bytes,
     place: Option<RvPlace>,
+    /// Where `metadata`'s first member starts (after its `{`).
+    head: usize,
+    /// The span of `metadata.managedFields`' value.
+    managed_fields: Option<Range<usize>>,
 }
 
 impl StoredJson {
@@ -543,22 +561,42 @@ impl StoredJson {
     /// `metadata.resourceVersion` spliced in, the same JSON as encoding the object with its
     /// resourceVersion. `None` when they cannot be spliced.
     pub(crate) fn answer(&self, revision: i64) -> Option<Bytes> {
+        self.spliced(revision)
+            .map(|spliced| Bytes::from(spliced.json))
+    }
+
+    /// What [`splice_resource_version`] makes of the bytes, from the places found while
+    /// writing them.
+    fn spliced(&self, revision: i64) -> Option<Spliced> {
         let Some(place) = self.place else {
-            return splice_resource_version(&self.bytes, revision)
-                .map(|spliced| Bytes::from(spliced.json));
+            return splice_resource_version(&self.bytes, revision);
         };
-        let (before, after) = self.bytes.split_at(place.at);
-        let mut out = Vec::with_capacity(self.bytes.len() + RV_MEMBER_MAX);
-        out.extend_from_slice(before);
+        let mut member = Vec::with_capacity(RV_MEMBER_MAX);
         if place.comma_before {
-            out.push(b',');
+            member.push(b',');
         }
-        write!(out, "\"resourceVersion\":\"{revision}\"").expect("a Vec takes every write");
+        write!(member, "\"resourceVersion\":\"{revision}\"").expect("a Vec takes every write");
         if place.comma_after {
-            out.push(b',');
+            member.push(b',');
         }
-        out.extend_from_slice(after);
-        Some(Bytes::from(out))
+        let (before, after) = self.bytes.split_at(place.at);
+        let mut json = Vec::with_capacity(self.bytes.len() + member.len());
+        json.extend_from_slice(before);
+        json.extend_from_slice(&member);
+        json.extend_from_slice(after);
+        // A span after the place moved by what was inserted.
+        let managed_fields = self.managed_fields.clone().map(|span| {
+            if span.end <= place.at {
+                span
+            } else {
+                span.start + member.len()..span.end + member.len()
+            }
+        });
+        Some(Spliced {
+            json,
+            head: self.head,
+            managed_fields,
+        })
     }
 }
 
@@ -577,17 +615,30 @@ struct RvPlace {
     comma_after: bool,
 }
 
+/// What writing an object's bytes found in them.
+#[derive(Default)]
+struct Places {
+    /// Where `resourceVersion` goes; `None` when a key the splice reads needs escapes.
+    rv: Option<RvPlace>,
+    /// Where `metadata`'s first member starts.
+    head: usize,
+    /// The span of `metadata.managedFields`' value.
+    managed_fields: Option<Range<usize>>,
+}
+
 /// Writes `object` (whose `metadata` is an object) as `serde_json` does, without
-/// `metadata.resourceVersion`; returns where that member goes. `None` for the place when a
-/// key the splice reads (of the object or of `metadata`) needs escapes.
+/// `metadata.resourceVersion`; returns where that member goes, and the places the watch
+/// cache looks for. No place for `resourceVersion` when a key the splice reads (of the
+/// object or of `metadata`) needs escapes.
 fn write_stored(
     out: &mut Vec<u8>,
     object: &serde_json::Map<String, Value>,
-) -> serde_json::Result<Option<RvPlace>> {
+) -> serde_json::Result<Places> {
     const RV: &str = "resourceVersion";
     let needs_escape = |key: &str| key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
     let mut plain = true;
     let mut place = None;
+    let mut places = Places::default();
     out.push(b'{');
     for (i, (key, value)) in object.iter().enumerate() {
         if i > 0 {
@@ -604,6 +655,7 @@ fn write_stored(
             }
         };
         out.push(b'{');
+        places.head = out.len();
         let mut first = true;
         for (key, value) in metadata.iter().filter(|(key, _)| *key != RV) {
             if !first {
@@ -620,7 +672,11 @@ fn write_stored(
             plain &= !needs_escape(key);
             serde_json::to_writer(&mut *out, key)?;
             out.push(b':');
+            let start = out.len();
             serde_json::to_writer(&mut *out, value)?;
+            if key == "managedFields" {
+                places.managed_fields = Some(start..out.len());
+            }
         }
         place.get_or_insert(RvPlace {
             at: out.len(),
@@ -630,7 +686,8 @@ fn write_stored(
         out.push(b'}');
     }
     out.push(b'}');
-    Ok(place.filter(|_| plain))
+    places.rv = place.filter(|_| plain);
+    Ok(places)
 }
 
 /// The most unknown fields reported, as sigs.k8s.io/json's decoder keeps at most 100 strict
@@ -1158,18 +1215,26 @@ mod properties {
             metadata_mut(&mut without).remove("resourceVersion");
             prop_assert_eq!(&stored.bytes, &Bytes::from(serde_json::to_vec(&without).unwrap()));
             prop_assert_eq!(stored.place.is_some(), escaped.is_none());
-            let spliced = splice_resource_version(&stored.bytes, revision).map(|s| Bytes::from(s.json));
+            let scanned = splice_resource_version(&stored.bytes, revision);
             let answer = stored.answer(revision);
-            match (&answer, &spliced) {
+            match (&answer, &scanned) {
                 (Some(answer), _) => {
                     let mut with = without;
                     set_meta(&mut with, "resourceVersion", json!(revision.to_string()));
                     prop_assert_eq!(answer, &Bytes::from(serde_json::to_vec(&with).unwrap()));
-                    if let Some(spliced) = &spliced {
-                        prop_assert_eq!(answer, spliced);
-                    }
                 }
-                (None, spliced) => prop_assert!(escaped.is_some() && spliced.is_none()),
+                (None, scanned) => prop_assert!(escaped.is_some() && scanned.is_none()),
+            }
+            // Where the scan finds the places, writing found the same: the answer and the
+            // parts the watch cache keeps once.
+            if let Some(scanned) = scanned {
+                let written = stored.spliced(revision).unwrap();
+                prop_assert_eq!(&written.json, &scanned.json);
+                prop_assert_eq!(written.head, scanned.head);
+                prop_assert_eq!(&written.managed_fields, &scanned.managed_fields);
+                let kv = kv(stored.bytes.to_vec(), revision);
+                let (cached, parts) = (encode_written(&stored, revision).unwrap(), encode_stored_parts(&kv).unwrap());
+                prop_assert_eq!((cached.bytes, cached.head, cached.repeated, cached.shorter), (parts.bytes, parts.head, parts.repeated, parts.shorter));
             }
         }
 

@@ -12,6 +12,7 @@ mod admit;
 pub(crate) mod codec;
 mod delete;
 mod filter;
+mod handoff;
 mod list;
 mod managed;
 mod migrate;
@@ -97,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) bookmark_interval: Duration,
     /// The watch cache of `key_root`, when on.
     pub(crate) cache: Option<Cacher>,
+    /// The bytes of this store's writes, left for its watch cache (with the cache).
+    pub(crate) handoff: Option<Arc<handoff::Handoff>>,
     /// [`Resource::GARBAGE_COLLECTION_POLICY`] of the stored type.
     pub(crate) gc_policy: GarbageCollectionPolicy,
     /// The storage version, and the older ones objects may still be stored in.
@@ -112,6 +115,27 @@ pub(crate) struct Inner {
 pub(crate) type SchemaCheck = std::result::Result<Option<Arc<SchemaValidator>>, Arc<SchemaError>>;
 
 impl Inner {
+    /// Stores `stored` at `key` with `store` (a create or an update of the backend), leaving
+    /// the bytes for the watch cache first ([`handoff`]).
+    pub(crate) async fn store_written<F, R>(
+        &self,
+        key: &str,
+        stored: &Arc<codec::StoredJson>,
+        store: F,
+    ) -> std::result::Result<R, StorageError>
+    where
+        F: Future<Output = std::result::Result<R, StorageError>>,
+    {
+        if let Some(handoff) = &self.handoff {
+            handoff.offer(key, stored);
+        }
+        let result = store.await;
+        if let (Err(_), Some(handoff)) = (&result, &self.handoff) {
+            handoff.withdraw(key, stored);
+        }
+        result
+    }
+
     /// The key of one object.
     pub(crate) fn key(&self, ctx: &RequestContext, name: &str) -> Result<String> {
         match self.info.scope {
@@ -200,6 +224,7 @@ impl<T: Resource> Store<T> {
             info,
             bookmark_interval: watch::BOOKMARK_INTERVAL,
             cache: None,
+            handoff: None,
             gc_policy: T::GARBAGE_COLLECTION_POLICY,
             versions: StoredVersions::new(info),
             set: SetLink::default(),
@@ -230,7 +255,16 @@ impl<T: Resource> Store<T> {
     /// [`with_watch_cache`](Store::with_watch_cache) with sizes of your own.
     pub fn with_watch_cache_options(mut self, options: CacherOptions) -> Self {
         let versions = self.inner.versions.clone();
+        let handoff = Arc::new(handoff::Handoff::default());
+        let written = handoff.clone();
         let encode: EncodeFn = Arc::new(move |kv| {
+            // This store's own write: the places its writing found.
+            let encoded = written
+                .take(kv)
+                .and_then(|stored| codec::encode_written(&stored, kv.mod_revision));
+            if let Some(encoded) = encoded {
+                return Ok(encoded);
+            }
             let kv = versions
                 .in_storage_version(kv)
                 .map_err(|e| StorageError::Internal(e.message().to_string()))?;
@@ -242,7 +276,9 @@ impl<T: Resource> Store<T> {
             encode,
             options,
         );
-        Arc::make_mut(&mut self.inner).cache = Some(cache);
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.cache = Some(cache);
+        inner.handoff = Some(handoff);
         self
     }
 

@@ -1,6 +1,7 @@
 //! Create and update: the client's object decoded once to `T`, the generic and the type's
 //! [`Strategy`] run on it typed, encoded once for a compare-and-swap.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::Rng;
@@ -176,9 +177,10 @@ async fn insert<T: Strategy>(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let encoded = encode_answerable(&stored)?;
+    let encoded = Arc::new(encode_answerable(&stored)?);
     let started = ctx.stage(WriteStage::Encode, started);
-    let created = inner.backend.create(&key, encoded.bytes.clone()).await;
+    let create = inner.backend.create(&key, encoded.bytes.clone());
+    let created = inner.store_written(&key, &encoded, create).await;
     ctx.stage(WriteStage::Store, started);
     match created {
         // What was stored, as decode_stored would read it back; the answer is the bytes
@@ -436,12 +438,10 @@ pub(crate) async fn update<T: Strategy>(
         } else {
             // Stored without its resourceVersion, which the key's revision gives (a stored
             // update sets it anew below; a conflict or an error drops `new`).
-            let encoded = encode_answerable(&new)?;
+            let encoded = Arc::new(encode_answerable(&new)?);
             let started = ctx.stage(WriteStage::Encode, started);
-            let result = inner
-                .backend
-                .update(&key, encoded.bytes.clone(), current.mod_revision)
-                .await;
+            let update = (inner.backend).update(&key, encoded.bytes.clone(), current.mod_revision);
+            let result = inner.store_written(&key, &encoded, update).await;
             ctx.stage(WriteStage::Store, started);
             (result, Some(encoded))
         };
