@@ -69,8 +69,7 @@ pub(crate) async fn create<T: Strategy>(
             version_given,
         );
         match attempt.await? {
-            Inserted::Created(_, Some(answer)) => return Ok(Object::Encoded(answer)),
-            Inserted::Created(created, None) => return Ok(Object::Decoded(created)),
+            Inserted::Created(written) => return Ok(written.into_object()),
             // kube's createWithGenerateNameRetry: another name, up to MAX_ATTEMPTS times.
             Inserted::Taken(name) if generate_base.is_some() => last_name = name,
             Inserted::Taken(name) => {
@@ -111,16 +110,16 @@ async fn decode_new<T: Strategy>(
 
 /// What one attempt to store a new object did.
 enum Inserted {
-    /// Stored (or, in a dry run, found storable): the object as stored, and the bytes a
-    /// client receives for it (what was stored, with its resourceVersion) when stored.
-    Created(Value, Option<bytes::Bytes>),
+    /// Stored (or, in a dry run, found storable).
+    Created(Written),
     /// The name is taken.
     Taken(String),
 }
 
-/// What an update wrote: the object as stored, with its resourceVersion; and, when it was
-/// stored and the stored bytes could be spliced, the bytes a client receives for it (what
-/// was stored, with its resourceVersion), so that the answer is not encoded a second time.
+/// What a create or an update wrote: the object as stored, with its resourceVersion; and,
+/// when it was stored and the stored bytes could be spliced, the bytes a client receives for
+/// it (what was stored, with its resourceVersion), so that the answer is not encoded a
+/// second time.
 pub(crate) struct Written {
     pub(crate) object: Value,
     answer: Option<bytes::Bytes>,
@@ -128,7 +127,7 @@ pub(crate) struct Written {
 
 impl Written {
     /// An object that was not stored by this write (a dry run, an update that changed
-    /// nothing): no stored bytes to answer with.
+    /// nothing, an object deleted): no stored bytes to answer with.
     fn decoded(object: Value) -> Self {
         Self {
             object,
@@ -166,7 +165,7 @@ async fn insert<T: Strategy>(
     if strategy.dry_run() {
         return dry_run_create(inner, &key, &name, stored)
             .await
-            .map(|stored| Inserted::Created(stored, None));
+            .map(|stored| Inserted::Created(Written::decoded(stored)));
     }
     if version_given {
         // kube's storage refuses it with an error that is not a Status: a 500 without a
@@ -193,7 +192,10 @@ async fn insert<T: Strategy>(
                 "resourceVersion",
                 json!(kv.mod_revision.to_string()),
             );
-            Ok(Inserted::Created(created, answer))
+            Ok(Inserted::Created(Written {
+                object: created,
+                answer,
+            }))
         }
         Err(StorageError::KeyExists(_)) => Ok(Inserted::Taken(name)),
         Err(e) => Err(inner.storage_error(&name, e)),
@@ -408,7 +410,7 @@ pub(crate) async fn update<T: Strategy>(
             }
             match create_on_update::<T>(inner, &strategy, Admit::new(inner, ctx), name, new).await?
             {
-                Inserted::Created(object, answer) => return Ok((Written { object, answer }, true)),
+                Inserted::Created(written) => return Ok((written, true)),
                 // Created meanwhile by another request: update that one.
                 Inserted::Taken(_) => continue,
             }
@@ -440,7 +442,8 @@ pub(crate) async fn update<T: Strategy>(
             // update sets it anew below; a conflict or an error drops `new`).
             let encoded = Arc::new(encode_answerable(&new)?);
             let started = ctx.stage(WriteStage::Encode, started);
-            let update = (inner.backend).update(&key, encoded.bytes.clone(), current.mod_revision);
+            let bytes = encoded.bytes.clone();
+            let update = inner.backend.update(&key, bytes, current.mod_revision);
             let result = inner.store_written(&key, &encoded, update).await;
             ctx.stage(WriteStage::Store, started);
             (result, Some(encoded))
