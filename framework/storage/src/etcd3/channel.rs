@@ -1,33 +1,41 @@
-//! The gRPC channel to one etcd member: an HTTP/2 connection of hyper's, called straight from
+//! The gRPC channel to one etcd member: an HTTP/2 connection of h2's, called straight from
 //! the caller's task, with request bodies that say they end with their last message.
 //!
 //! tonic's own channel puts every call through a buffer task (tower's `Buffer`) and a balancer
 //! in front of its connection: a hop to another task, and its wake-up, per call. etcd-client
 //! balances nothing here (each member has a client of its own, see `members.rs`), so
-//! [`Direct`] hands each request to the connection's `SendRequest` from the calling task, as
-//! grpc-go's client does. Measured on a create (the book's benchmarks, the side by side's
-//! thirteenth time): 420,163 → 408,063 instructions, and about a tenth less of the server's CPU
-//! in the lab.
+//! [`Direct`] sends each request on the connection from the calling task, as grpc-go's client
+//! does. Measured on a create (the book's benchmarks, the side by side's thirteenth time):
+//! 420,163 → 408,063 instructions, and about a tenth less of the server's CPU in the lab.
+//!
+//! hyper's HTTP/2 client, which carried the calls at first, spawns two tasks for each of
+//! them: one that awaits the response and hands it over through a channel, and one that
+//! sends the request body whenever its stream has no send window reserved yet (each unary
+//! call's). The calling task here sends the body itself and awaits the response from h2
+//! directly: the connection's task wakes it when the response comes, with no task between.
+//! Only a body that must wait for more (a watch's requests) is sent on from a task of its
+//! own. Keep-alive pings are the connection task's, as hyper's were.
 //!
 //! tonic's request body learns that it ended only when it is polled once more after its
-//! last message, so hyper sends every unary call (a range, a transaction) as HEADERS, DATA,
-//! and then an empty DATA frame with END_STREAM, often in a write (and a TCP segment, and a
-//! read on etcd's side) of its own. Looking one frame ahead ([`KnownEnd`]) lets the last DATA
-//! frame carry END_STREAM itself, as grpc-go's client sends it. The bytes on the stream are
-//! otherwise the same; streaming calls (watches) look ahead without waiting.
+//! last message, so a plain pipe sends every unary call (a range, a transaction) as HEADERS,
+//! DATA, and then an empty DATA frame with END_STREAM, often in a write (and a TCP segment,
+//! and a read on etcd's side) of its own. Looking one frame ahead ([`KnownEnd`]) lets the
+//! last DATA frame carry END_STREAM itself, as grpc-go's client sends it. The bytes on the
+//! stream are otherwise the same; streaming calls (watches) look ahead without waiting.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use etcd_client::Channel;
-use http::Uri;
+use h2::client::SendRequest;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Uri};
 use http_body::{Body, Frame, SizeHint};
-use hyper::client::conn::http2::{Builder, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tonic::Status;
 use tower::util::BoxCloneSyncService;
 
@@ -61,7 +69,30 @@ pub(super) struct ConnectError {
     reason: String,
 }
 
-type Sender = SendRequest<tonic::body::Body>;
+/// The HTTP/2 settings of a member's connection: hyper's client defaults, which the
+/// connection had while hyper made it.
+mod settings {
+    /// Each stream's receive window (hyper's `DEFAULT_STREAM_WINDOW`).
+    pub(super) const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+    /// The connection's receive window (`DEFAULT_CONN_WINDOW`).
+    pub(super) const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+    /// The largest frame received (`DEFAULT_MAX_FRAME_SIZE`).
+    pub(super) const MAX_FRAME: u32 = 16 * 1024;
+    /// The largest header list received (`DEFAULT_MAX_HEADER_LIST_SIZE`).
+    pub(super) const MAX_HEADER_LIST: u32 = 16 * 1024;
+    /// What a stream may buffer to send (`DEFAULT_MAX_SEND_BUF_SIZE`).
+    pub(super) const MAX_SEND_BUFFER: usize = 1024 * 1024;
+    /// Streams opened before the server's settings say how many it takes
+    /// (`DEFAULT_INITIAL_MAX_SEND_STREAMS`).
+    pub(super) const INITIAL_MAX_SEND_STREAMS: usize = 100;
+}
+
+/// An open connection: its sender, and whether the task driving it has ended.
+#[derive(Clone)]
+struct Open {
+    sender: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
+}
 
 /// The channel to one member: its connection, made on the first call and again after it
 /// closed.
@@ -75,8 +106,8 @@ struct Endpoint {
     /// The host and port, as `TcpStream::connect` takes them.
     address: String,
     dial: Dial,
-    /// The open connection's sender, if any.
-    open: Mutex<Option<Sender>>,
+    /// The open connection, if any.
+    open: Mutex<Option<Open>>,
     /// Held while a connection is made, so that callers waiting for one share it.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -99,7 +130,13 @@ impl Direct {
         let https = uri.scheme_str() == Some("https");
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let address = format!("{}:{port}", authority.host());
-        let direct = Direct {
+        Ok(Channel::Custom(BoxCloneSyncService::new(Direct::new(
+            uri, address, dial,
+        ))))
+    }
+
+    fn new(uri: Uri, address: String, dial: Dial) -> Self {
+        Direct {
             endpoint: Arc::new(Endpoint {
                 uri,
                 address,
@@ -107,12 +144,11 @@ impl Direct {
                 open: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
             }),
-        };
-        Ok(Channel::Custom(BoxCloneSyncService::new(direct)))
+        }
     }
 
     /// The open connection's sender, or a new connection's.
-    async fn sender(&self) -> Result<Sender, ConnectError> {
+    async fn sender(&self) -> Result<SendRequest<Bytes>, ConnectError> {
         if let Some(sender) = self.open() {
             return Ok(sender);
         }
@@ -122,43 +158,38 @@ impl Direct {
             return Ok(sender);
         }
         let endpoint = &self.endpoint;
-        let sender = tokio::time::timeout(endpoint.dial.connect_timeout, self.connect())
+        let open = tokio::time::timeout(endpoint.dial.connect_timeout, self.connect())
             .await
             .unwrap_or_else(|_| Err("timed out".into()))
             .map_err(|reason| ConnectError {
                 endpoint: endpoint.uri.to_string(),
                 reason,
             })?;
-        *endpoint.open.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender.clone());
+        let sender = open.sender.clone();
+        *endpoint.open.lock().unwrap_or_else(PoisonError::into_inner) = Some(open);
         Ok(sender)
     }
 
-    fn open(&self) -> Option<Sender> {
+    fn open(&self) -> Option<SendRequest<Bytes>> {
         let open = self
             .endpoint
             .open
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        open.as_ref().filter(|s| !s.is_closed()).cloned()
+        open.as_ref()
+            .filter(|open| !open.closed.load(Ordering::Acquire))
+            .map(|open| open.sender.clone())
     }
 
     /// A TCP connection (and TLS for `https://`), and HTTP/2 over it.
-    async fn connect(&self) -> Result<Sender, String> {
+    async fn connect(&self) -> Result<Open, String> {
         let endpoint = &self.endpoint;
         let tcp = tokio::net::TcpStream::connect(&endpoint.address)
             .await
             .map_err(|e| e.to_string())?;
         tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-        let mut http2 = Builder::new(TokioExecutor::new());
-        http2.timer(TokioTimer::new());
-        if let Some((interval, timeout)) = endpoint.dial.keep_alive {
-            http2
-                .keep_alive_interval(interval)
-                .keep_alive_timeout(timeout)
-                .keep_alive_while_idle(true);
-        }
         if endpoint.uri.scheme_str() != Some("https") {
-            return self.handshake(&http2, tcp).await;
+            return self.handshake(tcp).await;
         }
         let tls = endpoint
             .dial
@@ -173,26 +204,62 @@ impl Direct {
             .connect(name, tcp)
             .await
             .map_err(|e| e.to_string())?;
-        self.handshake(&http2, tls).await
+        self.handshake(tls).await
     }
 
-    /// HTTP/2 over `io`, its connection driven by a task of its own until it closes.
-    async fn handshake<I>(&self, http2: &Builder<TokioExecutor>, io: I) -> Result<Sender, String>
+    /// HTTP/2 over `io`, its connection driven by a task of its own (which also sends the
+    /// keep-alive pings) until it closes.
+    async fn handshake<I>(&self, io: I) -> Result<Open, String>
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        let (sender, connection) = http2
-            .handshake(TokioIo::new(io))
+        let mut http2 = h2::client::Builder::new();
+        http2
+            .initial_window_size(settings::STREAM_WINDOW)
+            .initial_connection_window_size(settings::CONNECTION_WINDOW)
+            .max_frame_size(settings::MAX_FRAME)
+            .max_header_list_size(settings::MAX_HEADER_LIST)
+            .max_send_buffer_size(settings::MAX_SEND_BUFFER)
+            .initial_max_send_streams(settings::INITIAL_MAX_SEND_STREAMS)
+            .enable_push(false);
+        let (sender, mut connection) = http2
+            .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| e.to_string())?;
-        let uri = self.endpoint.uri.clone();
+        let pings = connection.ping_pong();
+        let keep_alive = self.endpoint.dial.keep_alive;
+        let closed = Arc::new(AtomicBool::new(false));
+        let (uri, ended) = (self.endpoint.uri.clone(), closed.clone());
         tokio::spawn(async move {
-            // The next call sees the sender closed and connects again.
-            if let Err(error) = connection.await {
+            let outcome = match (keep_alive, pings) {
+                (Some((interval, timeout)), Some(pings)) => tokio::select! {
+                    done = &mut connection => done.map_err(|e| e.to_string()),
+                    // Dropping the connection closes it: its calls fail, and the next
+                    // call connects again.
+                    lost = keep_pinging(pings, interval, timeout) => Err(lost),
+                },
+                _ => connection.await.map_err(|e| e.to_string()),
+            };
+            // The next call sees the connection closed and connects again.
+            ended.store(true, Ordering::Release);
+            if let Err(error) = outcome {
                 tracing::debug!(endpoint = %uri, %error, "etcd connection closed");
             }
         });
-        Ok(sender)
+        Ok(Open { sender, closed })
+    }
+}
+
+/// Pings the member every `interval` (while calls are on their way and while idle alike);
+/// returns why the connection is taken for lost: a pong not back within `timeout`.
+async fn keep_pinging(mut pings: h2::PingPong, interval: Duration, timeout: Duration) -> String {
+    loop {
+        tokio::time::sleep(interval).await;
+        match tokio::time::timeout(timeout, pings.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return format!("keep-alive ping: {error}"),
+            Err(_) => return format!("keep-alive ping not answered within {timeout:?}"),
+        }
     }
 }
 
@@ -209,7 +276,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for Direct {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let mut sender = this.sender().await?;
+            let sender = this.sender().await?;
             // tonic's clients send the path alone; the connection wants the origin too.
             let (mut parts, body) = request.into_parts();
             let mut uri = http::uri::Parts::default();
@@ -217,13 +284,144 @@ impl tower::Service<http::Request<tonic::body::Body>> for Direct {
             uri.authority = this.endpoint.uri.authority().cloned();
             uri.path_and_query = parts.uri.path_and_query().cloned();
             parts.uri = Uri::from_parts(uri)?;
-            let body = tonic::body::Body::new(KnownEnd::new(body));
-            sender.ready().await?;
-            let response = sender
-                .send_request(http::Request::from_parts(parts, body))
-                .await?;
-            Ok(response.map(tonic::body::Body::new))
+            let body = KnownEnd::new(body);
+            let mut sender = sender.ready().await?;
+            let (response, stream) =
+                sender.send_request(http::Request::from_parts(parts, ()), false)?;
+            let mut pump = Pump { body, stream };
+            // The frames ready now (a unary call's message, a watch's first request) are
+            // sent from here; a body that must wait for more is sent on from a task.
+            if poll_fn(|cx| Poll::Ready(pump.poll_send(cx)))
+                .await
+                .is_pending()
+            {
+                tokio::spawn(async move {
+                    if let Err(error) = poll_fn(|cx| pump.poll_send(cx)).await {
+                        tracing::debug!(%error, "etcd request stream ended");
+                    }
+                });
+            }
+            let response = response.await?;
+            Ok(response.map(|recv| tonic::body::Body::new(Incoming::new(recv))))
         })
+    }
+}
+
+/// A request body being sent on its stream.
+struct Pump<B> {
+    body: KnownEnd<B>,
+    stream: SendStream<Bytes>,
+}
+
+impl<B> Pump<B>
+where
+    B: Body<Data = Bytes, Error = Status> + Unpin,
+{
+    /// Sends the frames the body has ready, the last with END_STREAM; `Pending` when it
+    /// must wait for more. h2 holds what the stream's window does not take yet.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), tower::BoxError>> {
+        loop {
+            // The member reset the stream: nothing more to send.
+            if let Poll::Ready(reset) = self.stream.poll_reset(cx) {
+                return Poll::Ready(match reset {
+                    Ok(reason) => Err(h2::Error::from(reason).into()),
+                    Err(error) => Err(error.into()),
+                });
+            }
+            let Some(frame) = ready!(Pin::new(&mut self.body).poll_frame(cx)) else {
+                self.stream.send_data(Bytes::new(), true)?;
+                return Poll::Ready(Ok(()));
+            };
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(status) => {
+                    self.stream.send_reset(Reason::CANCEL);
+                    return Poll::Ready(Err(status.into()));
+                }
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let end = self.body.is_end_stream();
+                    self.stream.send_data(data, end)?;
+                    if end {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        self.stream.send_trailers(trailers)?;
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A response body: the stream's DATA frames (their window given back as they are read),
+/// then its trailers (a gRPC call's status).
+struct Incoming {
+    recv: RecvStream,
+    /// The DATA frames are all read.
+    data_read: bool,
+    /// The trailers are read as well.
+    done: bool,
+}
+
+impl Incoming {
+    fn new(recv: RecvStream) -> Self {
+        Self {
+            recv,
+            data_read: false,
+            done: false,
+        }
+    }
+}
+
+impl Body for Incoming {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if !this.data_read {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // The window is given back as the data is read, as hyper's body does.
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                // A reset without an error after the whole response is its end (hyper's
+                // reading too).
+                Some(Err(error)) if error.reason() == Some(Reason::NO_ERROR) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Some(Err(error)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(error)));
+                }
+                None => this.data_read = true,
+            }
+        }
+        let trailers: Result<Option<HeaderMap>, h2::Error> = ready!(this.recv.poll_trailers(cx));
+        this.done = true;
+        Poll::Ready(match trailers {
+            Ok(Some(trailers)) => Some(Ok(Frame::trailers(trailers))),
+            Ok(None) => None,
+            Err(error) if error.reason() == Some(Reason::NO_ERROR) => None,
+            Err(error) => Some(Err(error)),
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.recv.is_end_stream()
     }
 }
 
@@ -371,6 +569,114 @@ mod tests {
         // `b` was followed by a wait, so its end was not known; `c`'s was not either (the
         // wait after it), and the end came alone.
         assert_eq!(read(stream).await, [(a, false), (b, false), (c, false)]);
+    }
+
+    /// A member's side of one connection: answers the first call with `reply` and an OK
+    /// status, and returns the call's path and its request frames, each with whether the
+    /// stream ended with it.
+    async fn answer_one_call(
+        tcp: tokio::net::TcpStream,
+        reply: &'static [u8],
+    ) -> (String, Vec<(Bytes, bool)>) {
+        let mut connection = h2::server::handshake(tcp).await.unwrap();
+        let (request, mut respond) = connection.accept().await.unwrap().unwrap();
+        // The connection is driven meanwhile (its frames read, the response written).
+        tokio::spawn(async move { while connection.accept().await.is_some() {} });
+        let (parts, mut body) = request.into_parts();
+        let mut frames = Vec::new();
+        while let Some(data) = body.data().await {
+            let data = data.unwrap();
+            let _ = body.flow_control().release_capacity(data.len());
+            frames.push((data, body.is_end_stream()));
+        }
+        let mut stream = respond
+            .send_response(http::Response::new(()), false)
+            .unwrap();
+        stream.send_data(Bytes::from_static(reply), false).unwrap();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        stream.send_trailers(trailers).unwrap();
+        (parts.uri.path().to_owned(), frames)
+    }
+
+    fn direct(address: std::net::SocketAddr, dial: Dial) -> Direct {
+        let uri: Uri = format!("http://{address}").parse().unwrap();
+        Direct::new(uri, address.to_string(), dial)
+    }
+
+    fn unary(path: &str, message: &'static [u8]) -> http::Request<tonic::body::Body> {
+        let body = http_body_util::Full::new(Bytes::from_static(message));
+        http::Request::post(path)
+            .body(tonic::body::Body::new(body))
+            .unwrap()
+    }
+
+    /// Reads a response: its DATA, and its trailers.
+    async fn response(response: http::Response<tonic::body::Body>) -> (Bytes, HeaderMap) {
+        let collected = response.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().cloned().unwrap_or_default();
+        (collected.to_bytes(), trailers)
+    }
+
+    #[tokio::test]
+    async fn a_unary_call_is_one_message_ended_with_it_and_its_answer_with_trailers() {
+        use tower::Service;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let member = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            answer_one_call(tcp, b"reply").await
+        });
+        let mut channel = direct(address, Dial::default());
+        let answer = channel
+            .call(unary("/etcdserverpb.KV/Range", b"range"))
+            .await
+            .unwrap();
+        let (data, trailers) = response(answer).await;
+        assert_eq!(data, Bytes::from_static(b"reply"));
+        assert_eq!(trailers["grpc-status"], "0");
+        let (path, frames) = member.await.unwrap();
+        assert_eq!(path, "/etcdserverpb.KV/Range");
+        // The message's DATA frame carried END_STREAM: no empty frame after it.
+        assert_eq!(frames, [(Bytes::from_static(b"range"), true)]);
+    }
+
+    #[tokio::test]
+    async fn a_member_that_answers_no_ping_is_dropped_and_dialed_again() {
+        use tower::Service;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (hung, hang) = tokio::sync::oneshot::channel();
+        let member = tokio::spawn(async move {
+            // The first connection is taken and its preface read, and then it is left
+            // alone: no frame of it is read again, no ping answered.
+            let (tcp, _) = listener.accept().await.unwrap();
+            let first = h2::server::handshake(tcp).await.unwrap();
+            hung.send(()).unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            let answered = answer_one_call(tcp, b"again").await;
+            drop(first);
+            answered
+        });
+        let keep_alive = Some((Duration::from_millis(50), Duration::from_millis(100)));
+        let mut channel = direct(
+            address,
+            Dial {
+                keep_alive,
+                ..Dial::default()
+            },
+        );
+        channel.sender().await.unwrap();
+        hang.await.unwrap();
+        assert!(channel.open().is_some());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(channel.open().is_none(), "the hung connection is closed");
+        let answer = channel
+            .call(unary("/etcdserverpb.KV/Range", b"range"))
+            .await
+            .unwrap();
+        assert_eq!(response(answer).await.0, Bytes::from_static(b"again"));
+        member.await.unwrap();
     }
 
     #[tokio::test]
