@@ -352,16 +352,8 @@ fn print_cpu(settings: &Settings, file: &File, cpu: [&[Cpu]; 2]) {
             let per: Vec<Option<Duration>> = targets.iter().map(|c| c.per(i, requests)).collect();
             let mut line = format!("| {process} CPU per {verb} |");
             per.iter().for_each(|d| line.push_str(&show(*d)));
-            // As the timings: how many times the first target's figure the other's is.
-            for other in per.iter().skip(1) {
-                line.push_str(&match (per[0], other) {
-                    (Some(first), Some(other)) => format!(
-                        " {:.1}× |",
-                        other.as_secs_f64() / first.as_secs_f64().max(1e-9)
-                    ),
-                    _ => " — |".to_string(),
-                });
-            }
+            let costs: Vec<Option<f64>> = per.iter().map(|d| d.map(|d| d.as_secs_f64())).collect();
+            line.push_str(&versus_first(&costs, |factor| format!("{factor:.1}×")));
             println!("{line}");
         }
     }
@@ -439,9 +431,12 @@ fn print(settings: &Settings, targets: &[Target], figures: Vec<Figures>) {
         for (text, _) in &values {
             line.push_str(&format!(" {text} |"));
         }
-        for (_, other) in values.iter().skip(1) {
-            line.push_str(&format!(" {:.1}× |", values[0].1 / other.max(1e-12)));
-        }
+        // A speed's cost is its inverse: the time one request takes.
+        let costs: Vec<Option<f64>> = values
+            .iter()
+            .map(|(_, speed)| Some(1.0 / speed.max(1e-12)))
+            .collect();
+        line.push_str(&versus_first(&costs, |factor| format!("{factor:.1}×")));
         println!("{line}");
     }
     let memory: Vec<_> = merged.iter().map(|m| m.4).collect();
@@ -460,11 +455,28 @@ fn print(settings: &Settings, targets: &[Target], figures: Vec<Figures>) {
     let dashes = " — |".repeat(targets.len() - 1);
     before.push_str(&dashes);
     after.push_str(&dashes);
-    for (_, _, other) in memory.iter().skip(1) {
-        per.push_str(&match (memory[0].2, other) {
-            (Some(ours), Some(other)) => format!(" 1/{:.1} |", other / ours.max(1.0)),
-            _ => " — |".into(),
-        });
-    }
+    // Less than a byte an object is taken for one (no growth at all would be no figure).
+    let costs: Vec<Option<f64>> = memory
+        .iter()
+        .map(|(_, _, p)| p.map(|p| p.max(1.0)))
+        .collect();
+    per.push_str(&versus_first(&costs, |factor| format!("1/{factor:.1}")));
     println!("{before}\n{after}\n{per}");
+}
+
+/// The cells comparing the first target with each other: how many times the first's cost
+/// (`costs`: a time, CPU, bytes; lower is better) the other's is, written by `show`; `—`
+/// where either is unknown. Every figure of the table compares this one way.
+fn versus_first(costs: &[Option<f64>], show: impl Fn(f64) -> String) -> String {
+    let Some(first) = costs.first() else {
+        return String::new();
+    };
+    costs
+        .iter()
+        .skip(1)
+        .map(|other| match (first, other) {
+            (Some(first), Some(other)) => format!(" {} |", show(other / first.max(1e-12))),
+            _ => " — |".to_string(),
+        })
+        .collect()
 }
