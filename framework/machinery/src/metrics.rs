@@ -442,16 +442,26 @@ pub fn seconds(elapsed: Duration) -> f64 {
 /// The group-resource a storage key or prefix belongs to (`flunders.wardle.example.com`),
 /// from `{prefix}/{group}/{plural}/…`; empty when the key is not under `prefix`.
 pub fn group_resource_of_key(prefix: &str, key: &str) -> String {
+    let mut out = String::new();
+    write_group_resource_of_key(prefix, key, &mut out);
+    out
+}
+
+/// [`group_resource_of_key`] written at the end of `out` (nothing when the key is not under
+/// `prefix`): a caller that labels every request with it reuses one buffer.
+pub fn write_group_resource_of_key(prefix: &str, key: &str, out: &mut String) {
     let Some(rest) = key.strip_prefix(prefix.trim_end_matches('/')) else {
-        return String::new();
+        return;
     };
     let mut parts = rest.trim_start_matches('/').split('/');
-    match (parts.next(), parts.next()) {
-        (Some(group), Some(plural)) if !plural.is_empty() => match group {
-            "" => plural.to_string(),
-            _ => format!("{plural}.{group}"),
-        },
-        _ => String::new(),
+    if let (Some(group), Some(plural)) = (parts.next(), parts.next())
+        && !plural.is_empty()
+    {
+        out.push_str(plural);
+        if !group.is_empty() {
+            out.push('.');
+            out.push_str(group);
+        }
     }
 }
 
@@ -484,6 +494,10 @@ mod tests {
         );
         assert_eq!(group_resource_of_key("/other", key), "");
         assert_eq!(group_resource_of_key("/registry", "/registry/x"), "");
+        // Written at the end of what a reused buffer holds.
+        let mut buffer = String::from("label:");
+        write_group_resource_of_key("/registry", key, &mut buffer);
+        assert_eq!(buffer, "label:flunders.wardle.example.com");
         assert_eq!(
             group_resource_of_prefix("/registry/wardle.example.com/flunders/"),
             "flunders.wardle.example.com"

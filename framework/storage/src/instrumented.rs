@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::backend::{
     Backend, EventStream, KeyValue, ListRequest, ListResult, ProgressStream, Revision, StorageError,
 };
-use crate::metrics::{global, group_resource_of_key};
+use crate::metrics::{global, write_group_resource_of_key};
 
 /// `inner`, timed.
 pub struct Instrumented {
@@ -31,11 +31,20 @@ impl Instrumented {
     }
 
     fn observe(&self, operation: &str, key: &str, started: Instant) {
-        let type_ = group_resource_of_key(&self.prefix, key);
-        global()
-            .storage_duration
-            .with_label_values(&[operation, &type_])
-            .observe(started.elapsed().as_secs_f64());
+        thread_local! {
+            /// The group-resource label of the request being observed: one buffer per
+            /// thread, not a string per request.
+            static TYPE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        TYPE.with_borrow_mut(|type_| {
+            type_.clear();
+            write_group_resource_of_key(&self.prefix, key, type_);
+            global()
+                .storage_duration
+                .with_label_values(&[operation, type_.as_str()])
+                .observe(elapsed);
+        });
     }
 }
 
