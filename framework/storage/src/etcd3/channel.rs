@@ -291,15 +291,20 @@ impl tower::Service<http::Request<tonic::body::Body>> for Direct {
             let mut pump = Pump { body, stream };
             // The frames ready now (a unary call's message, a watch's first request) are
             // sent from here; a body that must wait for more is sent on from a task.
-            if poll_fn(|cx| Poll::Ready(pump.poll_send(cx)))
-                .await
-                .is_pending()
-            {
-                tokio::spawn(async move {
-                    if let Err(error) = poll_fn(|cx| pump.poll_send(cx)).await {
-                        tracing::debug!(%error, "etcd request stream ended");
-                    }
-                });
+            match poll_fn(|cx| Poll::Ready(pump.poll_send(cx))).await {
+                Poll::Ready(Ok(())) => {}
+                // The response says what became of the call: a member may answer one it
+                // reset before reading all of it (a gRPC error), as hyper's pipe left it.
+                Poll::Ready(Err(error)) => {
+                    tracing::debug!(%error, "etcd request not sent whole");
+                }
+                Poll::Pending => {
+                    tokio::spawn(async move {
+                        if let Err(error) = poll_fn(|cx| pump.poll_send(cx)).await {
+                            tracing::debug!(%error, "etcd request stream ended");
+                        }
+                    });
+                }
             }
             let response = response.await?;
             Ok(response.map(|recv| tonic::body::Body::new(Incoming::new(recv))))
