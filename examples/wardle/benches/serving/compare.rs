@@ -403,15 +403,18 @@ fn print(settings: &Settings, targets: &[Target], figures: Vec<Figures>) {
         rule.push_str("---:|");
     }
     println!("{header}\n{rule}");
-    // Each row: every target's figure, shown, and as a speed (higher is better), so that the
-    // factor by which the first target is faster is speed(first) / speed(other).
+    // Each row: every target's figure, shown, and as a cost (lower is better: the seconds
+    // a request takes, or one over a rate), which `versus_first` compares.
     let rate = |f: &dyn Fn(&Merged) -> f64| -> Vec<(String, f64)> {
-        merged.iter().map(|m| (per_second(f(m)), f(m))).collect()
+        merged
+            .iter()
+            .map(|m| (per_second(f(m)), 1.0 / f(m).max(1e-12)))
+            .collect()
     };
     let time = |f: &dyn Fn(&Merged) -> Duration| -> Vec<(String, f64)> {
         merged
             .iter()
-            .map(|m| (ms(f(m)), 1.0 / f(m).as_secs_f64().max(1e-9)))
+            .map(|m| (ms(f(m)), f(m).as_secs_f64()))
             .collect()
     };
     let rows = [
@@ -431,11 +434,7 @@ fn print(settings: &Settings, targets: &[Target], figures: Vec<Figures>) {
         for (text, _) in &values {
             line.push_str(&format!(" {text} |"));
         }
-        // A speed's cost is its inverse: the time one request takes.
-        let costs: Vec<Option<f64>> = values
-            .iter()
-            .map(|(_, speed)| Some(1.0 / speed.max(1e-12)))
-            .collect();
+        let costs: Vec<Option<f64>> = values.iter().map(|(_, cost)| Some(*cost)).collect();
         line.push_str(&versus_first(&costs, |factor| format!("{factor:.1}×")));
         println!("{line}");
     }

@@ -88,7 +88,6 @@ mod settings {
 }
 
 /// An open connection: its sender, and whether the task driving it has ended.
-#[derive(Clone)]
 struct Open {
     sender: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
