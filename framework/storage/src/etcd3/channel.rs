@@ -14,7 +14,9 @@
 //! call's). The calling task here sends the body itself and awaits the response from h2
 //! directly: the connection's task wakes it when the response comes, with no task between.
 //! Only a body that must wait for more (a watch's requests) is sent on from a task of its
-//! own. Keep-alive pings are the connection task's, as hyper's were.
+//! own. Keep-alive pings are the connection task's, as hyper's were: one goes out when
+//! nothing was heard from the member for a while, and a member that does not answer it has
+//! its connection closed, failing its calls with that reason (see [`Link`]).
 //!
 //! tonic's request body learns that it ended only when it is polled once more after its
 //! last message, so a plain pipe sends every unary call (a range, a transaction) as HEADERS,
@@ -26,7 +28,7 @@
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -44,7 +46,8 @@ use tower::util::BoxCloneSyncService;
 pub(super) struct Dial {
     /// How long the TCP connection and the TLS handshake may take.
     pub connect_timeout: Duration,
-    /// HTTP/2 keep-alive pings (interval, timeout), sent while idle too.
+    /// HTTP/2 keep-alive pings (interval, timeout): a ping goes out once nothing was heard
+    /// from the member for an interval, whether calls are open or not.
     pub keep_alive: Option<(Duration, Duration)>,
     /// TLS for `https://` endpoints.
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -87,10 +90,52 @@ mod settings {
     pub(super) const INITIAL_MAX_SEND_STREAMS: usize = 100;
 }
 
-/// An open connection: its sender, and whether the task driving it has ended.
+/// An open connection: its sender, and what its calls share with the task driving it.
 struct Open {
     sender: SendRequest<Bytes>,
-    closed: Arc<AtomicBool>,
+    link: Arc<Link>,
+}
+
+/// What the calls on one connection and the task driving it tell each other.
+#[derive(Default)]
+struct Link {
+    /// Something was read from the member since the keep-alive last looked: no ping needed.
+    heard: AtomicBool,
+    /// Set as the connection's task ends (the next call connects again): why the connection
+    /// was given up, when the member was not the one to close it.
+    ended: OnceLock<Option<Lost>>,
+}
+
+impl Link {
+    /// Notes that the member answered something.
+    fn hear(&self) {
+        // Read first: most frames find it already set, and a store would take the cache
+        // line from the keep-alive's core each time.
+        if !self.heard.load(Ordering::Relaxed) {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.ended.get().is_some()
+    }
+
+    /// `error`, or why the connection was given up when that is what ended the call: h2
+    /// fails the streams of a dropped connection as a "broken pipe".
+    fn explain(&self, error: h2::Error) -> tower::BoxError {
+        match self.ended.get() {
+            Some(Some(lost)) => Box::new(lost.clone()),
+            _ => Box::new(error),
+        }
+    }
+}
+
+/// A connection given up because the member stopped answering its keep-alive pings.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{endpoint} {why}; its connection was closed")]
+struct Lost {
+    endpoint: String,
+    why: String,
 }
 
 /// The channel to one member: its connection, made on the first call and again after it
@@ -147,14 +192,14 @@ impl Direct {
     }
 
     /// The open connection's sender, or a new connection's.
-    async fn sender(&self) -> Result<SendRequest<Bytes>, ConnectError> {
-        if let Some(sender) = self.open() {
-            return Ok(sender);
+    async fn sender(&self) -> Result<(SendRequest<Bytes>, Arc<Link>), ConnectError> {
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         let _connecting = self.endpoint.connecting.lock().await;
         // Made by the caller this one waited for.
-        if let Some(sender) = self.open() {
-            return Ok(sender);
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         let endpoint = &self.endpoint;
         let open = tokio::time::timeout(endpoint.dial.connect_timeout, self.connect())
@@ -164,20 +209,21 @@ impl Direct {
                 endpoint: endpoint.uri.to_string(),
                 reason,
             })?;
-        let sender = open.sender.clone();
+        let made = (open.sender.clone(), open.link.clone());
         *endpoint.open.lock().unwrap_or_else(PoisonError::into_inner) = Some(open);
-        Ok(sender)
+        Ok(made)
     }
 
-    fn open(&self) -> Option<SendRequest<Bytes>> {
+    /// The open connection's sender and link, unless its task has ended.
+    fn open(&self) -> Option<(SendRequest<Bytes>, Arc<Link>)> {
         let open = self
             .endpoint
             .open
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         open.as_ref()
-            .filter(|open| !open.closed.load(Ordering::Acquire))
-            .map(|open| open.sender.clone())
+            .filter(|open| !open.link.closed())
+            .map(|open| (open.sender.clone(), open.link.clone()))
     }
 
     /// A TCP connection (and TLS for `https://`), and HTTP/2 over it.
@@ -227,37 +273,53 @@ impl Direct {
             .map_err(|e| e.to_string())?;
         let pings = connection.ping_pong();
         let keep_alive = self.endpoint.dial.keep_alive;
-        let closed = Arc::new(AtomicBool::new(false));
-        let (uri, ended) = (self.endpoint.uri.clone(), closed.clone());
+        let link = Arc::new(Link::default());
+        let (uri, shared) = (self.endpoint.uri.clone(), link.clone());
         tokio::spawn(async move {
             let outcome = match (keep_alive, pings) {
                 (Some((interval, timeout)), Some(pings)) => tokio::select! {
-                    done = &mut connection => done.map_err(|e| e.to_string()),
-                    // Dropping the connection closes it: its calls fail, and the next
-                    // call connects again.
-                    lost = keep_pinging(pings, interval, timeout) => Err(lost),
+                    done = &mut connection => done.map_err(|e| e.to_string()).err(),
+                    why = keep_pinging(pings, &shared, interval, timeout) => {
+                        let lost = Lost { endpoint: uri.to_string(), why };
+                        let text = lost.to_string();
+                        // Before the connection is dropped (below), which fails its calls:
+                        // they tell why.
+                        let _ = shared.ended.set(Some(lost));
+                        Some(text)
+                    }
                 },
-                _ => connection.await.map_err(|e| e.to_string()),
+                _ => (&mut connection).await.map_err(|e| e.to_string()).err(),
             };
             // The next call sees the connection closed and connects again.
-            ended.store(true, Ordering::Release);
-            if let Err(error) = outcome {
+            let _ = shared.ended.set(None);
+            drop(connection);
+            if let Some(error) = outcome {
                 tracing::debug!(endpoint = %uri, %error, "etcd connection closed");
             }
         });
-        Ok(Open { sender, closed })
+        Ok(Open { sender, link })
     }
 }
 
-/// Pings the member every `interval` (while calls are on their way and while idle alike);
-/// returns why the connection is taken for lost: a pong not back within `timeout`.
-async fn keep_pinging(mut pings: h2::PingPong, interval: Duration, timeout: Duration) -> String {
+/// Pings the member once nothing was heard from it for an `interval` (so the last word was
+/// between one and two intervals ago), whether calls are open or not, as grpc-go's and
+/// hyper's keep-alive do; returns why the connection is taken for lost: a pong not back
+/// within `timeout`.
+async fn keep_pinging(
+    mut pings: h2::PingPong,
+    link: &Link,
+    interval: Duration,
+    timeout: Duration,
+) -> String {
     loop {
         tokio::time::sleep(interval).await;
+        if link.heard.swap(false, Ordering::Relaxed) {
+            continue;
+        }
         match tokio::time::timeout(timeout, pings.ping(h2::Ping::opaque())).await {
             Ok(Ok(_)) => {}
-            Ok(Err(error)) => return format!("keep-alive ping: {error}"),
-            Err(_) => return format!("keep-alive ping not answered within {timeout:?}"),
+            Ok(Err(error)) => return format!("failed a keep-alive ping: {error}"),
+            Err(_) => return format!("did not answer a keep-alive ping within {timeout:?}"),
         }
     }
 }
@@ -275,7 +337,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for Direct {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let sender = this.sender().await?;
+            let (sender, link) = this.sender().await?;
             // tonic's clients send the path alone; the connection wants the origin too.
             let (mut parts, body) = request.into_parts();
             let mut uri = http::uri::Parts::default();
@@ -305,8 +367,9 @@ impl tower::Service<http::Request<tonic::body::Body>> for Direct {
                     });
                 }
             }
-            let response = response.await?;
-            Ok(response.map(|recv| tonic::body::Body::new(Incoming::new(recv))))
+            let response = response.await.map_err(|error| link.explain(error))?;
+            link.hear();
+            Ok(response.map(|recv| tonic::body::Body::new(Incoming::new(recv, link))))
         })
     }
 }
@@ -366,6 +429,8 @@ where
 /// then its trailers (a gRPC call's status).
 struct Incoming {
     recv: RecvStream,
+    /// The connection's: each frame read is word from the member.
+    link: Arc<Link>,
     /// The DATA frames are all read.
     data_read: bool,
     /// The trailers are read as well.
@@ -373,9 +438,10 @@ struct Incoming {
 }
 
 impl Incoming {
-    fn new(recv: RecvStream) -> Self {
+    fn new(recv: RecvStream, link: Arc<Link>) -> Self {
         Self {
             recv,
+            link,
             data_read: false,
             done: false,
         }
@@ -384,12 +450,12 @@ impl Incoming {
 
 impl Body for Incoming {
     type Data = Bytes;
-    type Error = h2::Error;
+    type Error = tower::BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, tower::BoxError>>> {
         let this = self.get_mut();
         if this.done {
             return Poll::Ready(None);
@@ -397,6 +463,7 @@ impl Body for Incoming {
         if !this.data_read {
             match ready!(this.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
+                    this.link.hear();
                     // The window is given back as the data is read, as hyper's body does.
                     let _ = this.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
@@ -409,7 +476,7 @@ impl Body for Incoming {
                 }
                 Some(Err(error)) => {
                     this.done = true;
-                    return Poll::Ready(Some(Err(error)));
+                    return Poll::Ready(Some(Err(this.link.explain(error))));
                 }
                 None => this.data_read = true,
             }
@@ -420,7 +487,7 @@ impl Body for Incoming {
             Ok(Some(trailers)) => Some(Ok(Frame::trailers(trailers))),
             Ok(None) => None,
             Err(error) if error.reason() == Some(Reason::NO_ERROR) => None,
-            Err(error) => Some(Err(error)),
+            Err(error) => Some(Err(this.link.explain(error))),
         })
     }
 
@@ -673,7 +740,18 @@ mod tests {
         channel.sender().await.unwrap();
         hang.await.unwrap();
         assert!(channel.open().is_some());
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A call on the hung connection fails when the ping goes unanswered, saying so.
+        let error = channel
+            .call(unary("/etcdserverpb.KV/Range", b"range"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "http://{address}/ did not answer a keep-alive ping within 100ms; \
+                 its connection was closed"
+            )
+        );
         assert!(channel.open().is_none(), "the hung connection is closed");
         let answer = channel
             .call(unary("/etcdserverpb.KV/Range", b"range"))
