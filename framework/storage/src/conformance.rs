@@ -85,7 +85,7 @@ where
 
 /// Stamps out one `#[test]` per conformance case, each on a backend from `$factory`: a
 /// closure returning a future of a [`Backend`] or a
-/// [`Subject`](crate::conformance::Subject).
+/// [`Subject`].
 ///
 /// ```
 /// use extension_apiserver_storage::MemoryBackend;
