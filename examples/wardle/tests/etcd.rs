@@ -466,7 +466,8 @@ async fn answers_503_while_etcd_hangs() {
     assert_eq!(reply.code, 201, "{}", reply.body);
 
     // A stopped etcd keeps its connections open and answers nothing: the request deadline,
-    // not the server's 60 s request timeout (a 504), ends each request.
+    // not the server's 60 s request timeout (a 504), ends each request. (An unanswered
+    // keep-alive ping would end it too, saying so: it goes out only after 10 s of silence.)
     etcd.signal("STOP");
     assert_not_ready(&client).await;
     let reply = send(&client, "GET", &format!("{FLUNDERS}/one"), "").await;
