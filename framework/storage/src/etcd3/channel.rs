@@ -91,6 +91,7 @@ mod settings {
 }
 
 /// An open connection: its sender, and what its calls share with the task driving it.
+#[derive(Clone)]
 struct Open {
     sender: SendRequest<Bytes>,
     link: Arc<Link>,
@@ -191,8 +192,8 @@ impl Direct {
         }
     }
 
-    /// The open connection's sender, or a new connection's.
-    async fn sender(&self) -> Result<(SendRequest<Bytes>, Arc<Link>), ConnectError> {
+    /// The open connection, or a new one.
+    async fn sender(&self) -> Result<Open, ConnectError> {
         if let Some(open) = self.open() {
             return Ok(open);
         }
@@ -209,21 +210,18 @@ impl Direct {
                 endpoint: endpoint.uri.to_string(),
                 reason,
             })?;
-        let made = (open.sender.clone(), open.link.clone());
-        *endpoint.open.lock().unwrap_or_else(PoisonError::into_inner) = Some(open);
-        Ok(made)
+        *endpoint.open.lock().unwrap_or_else(PoisonError::into_inner) = Some(open.clone());
+        Ok(open)
     }
 
-    /// The open connection's sender and link, unless its task has ended.
-    fn open(&self) -> Option<(SendRequest<Bytes>, Arc<Link>)> {
+    /// The open connection, unless its task has ended.
+    fn open(&self) -> Option<Open> {
         let open = self
             .endpoint
             .open
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        open.as_ref()
-            .filter(|open| !open.link.closed())
-            .map(|open| (open.sender.clone(), open.link.clone()))
+        open.as_ref().filter(|open| !open.link.closed()).cloned()
     }
 
     /// A TCP connection (and TLS for `https://`), and HTTP/2 over it.
@@ -337,7 +335,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for Direct {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let (sender, link) = this.sender().await?;
+            let Open { sender, link } = this.sender().await?;
             // tonic's clients send the path alone; the connection wants the origin too.
             let (mut parts, body) = request.into_parts();
             let mut uri = http::uri::Parts::default();
