@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds every fuzz target (fuzz/, libFuzzer through cargo-fuzz) and runs each for
-# FUZZ_SECONDS (default 20) from its seed corpus. FUZZ_DEV=1 builds without optimizations
-# (quicker to build, slower to run: what the test suite uses). Installs cargo-fuzz when missing. libFuzzer
-# needs a nightly compiler for its instrumentation flags: the nightly toolchain when rustup has
-# one, else the stable one with RUSTC_BOOTSTRAP=1, without a sanitizer (it needs nightly's
-# runtime). A failure leaves the input under fuzz/artifacts/<target>/: fix the code, and keep
-# the input in fuzz/regressions/<target>/ (the normal test suite runs those).
+# FUZZ_SECONDS (default 20) from its seed corpus, FUZZ_JOBS of them (default: one per core) at
+# a time. FUZZ_DEV=1 builds without optimizations (quicker to build, slower to run: what the
+# test suite uses). Installs cargo-fuzz when missing. libFuzzer needs a nightly compiler for its
+# instrumentation flags: the nightly toolchain when rustup has one, else the stable one with
+# RUSTC_BOOTSTRAP=1, without a sanitizer (it needs nightly's runtime). A failure leaves the
+# input under fuzz/artifacts/<target>/: fix the code, and keep the input in
+# fuzz/regressions/<target>/ (the normal test suite runs those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-20}
@@ -28,21 +29,36 @@ targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^extensio
 profile=()
 [ "${FUZZ_DEV:-}" = 1 ] && profile=(--dev)
 "${fuzz[@]}" build "${profile[@]}" --sanitizer "$sanitizer"
-log=$(mktemp)
-for target in $targets; do
-  mkdir -p "fuzz/corpus/$target"
-  # A scratch copy of the corpus: what the run finds is not committed by accident.
-  work=$(mktemp -d)
-  cp -r "fuzz/corpus/$target/." "$work/"
-  echo "== fuzz $target (${seconds}s)"
-  if ! "${fuzz[@]}" run "${profile[@]}" --sanitizer "$sanitizer" "$target" "$work" -- \
-    -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 >"$log" 2>&1; then
-    tail -n 60 "$log"
+# The targets run side by side, FUZZ_JOBS at a time (default: one per core; a libFuzzer run
+# without -jobs keeps one core busy). Each has its own log and scratch copy of its corpus (what
+# a run finds is not committed by accident); the first failure ends the script with its log.
+jobs=${FUZZ_JOBS:-$(nproc)}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+declare -A running=()
+# Waits for one running target; prints its figures, or its log and the verdict on a failure.
+reap() {
+  local pid status=0 target
+  wait -n -p pid "${!running[@]}" || status=$?
+  target=${running[$pid]}
+  unset "running[$pid]"
+  if [ "$status" != 0 ]; then
+    tail -n 60 "$scratch/$target.log"
     echo "fuzz target $target failed: the input is in fuzz/artifacts/$target/" >&2
-    rm -rf "$work" "$log"
+    kill "${!running[@]}" 2>/dev/null || true
+    wait || true
     exit 1
   fi
-  grep -E '^stat::(number_of_executed_units|new_units_added)' "$log" || tail -n 3 "$log"
-  rm -rf "$work"
+  echo "== fuzz $target (${seconds}s)"
+  grep -E '^stat::(number_of_executed_units|new_units_added)' "$scratch/$target.log" ||
+    tail -n 3 "$scratch/$target.log"
+}
+for target in $targets; do
+  mkdir -p "fuzz/corpus/$target" "$scratch/$target"
+  cp -r "fuzz/corpus/$target/." "$scratch/$target/"
+  "${fuzz[@]}" run "${profile[@]}" --sanitizer "$sanitizer" "$target" "$scratch/$target" -- \
+    -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 >"$scratch/$target.log" 2>&1 &
+  running[$!]=$target
+  if [ "${#running[@]}" -ge "$jobs" ]; then reap; fi
 done
-rm -f "$log"
+while [ "${#running[@]}" -gt 0 ]; do reap; done
