@@ -32,6 +32,8 @@ profile=()
 # The targets run side by side, FUZZ_JOBS at a time (default: one per core; a libFuzzer run
 # without -jobs keeps one core busy). Each has its own log and scratch copy of its corpus (what
 # a run finds is not committed by accident); the first failure ends the script with its log.
+# Each run is a process group of its own (setsid: cargo-fuzz and the fuzzer it starts), so a
+# failure stops the others' fuzzers too, not only their cargo-fuzz.
 jobs=${FUZZ_JOBS:-$(nproc)}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -45,7 +47,7 @@ reap() {
   if [ "$status" != 0 ]; then
     tail -n 60 "$scratch/$target.log"
     echo "fuzz target $target failed: the input is in fuzz/artifacts/$target/" >&2
-    kill "${!running[@]}" 2>/dev/null || true
+    for pid in "${!running[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
     wait || true
     exit 1
   fi
@@ -56,7 +58,7 @@ reap() {
 for target in $targets; do
   mkdir -p "fuzz/corpus/$target" "$scratch/$target"
   cp -r "fuzz/corpus/$target/." "$scratch/$target/"
-  "${fuzz[@]}" run "${profile[@]}" --sanitizer "$sanitizer" "$target" "$scratch/$target" -- \
+  setsid "${fuzz[@]}" run "${profile[@]}" --sanitizer "$sanitizer" "$target" "$scratch/$target" -- \
     -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 >"$scratch/$target.log" 2>&1 &
   running[$!]=$target
   if [ "${#running[@]}" -ge "$jobs" ]; then reap; fi
